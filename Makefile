@@ -1,0 +1,30 @@
+# Two commands set Sluice up on a fresh machine:
+#   make demo   runs the demo pipeline on embedded local Spark
+#   make test   runs the test suite
+# Each creates .venv and installs Sluice into it on first use.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test bench clean java
+
+java:
+	@scripts/check_java.sh
+
+$(STAMP): pyproject.toml
+	@scripts/check_java.sh
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/sluice demo $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .sluice

@@ -1,0 +1,67 @@
+"""One exception family for everything Sluice reports to its users.
+
+Every error that is the user's to fix says *what* is wrong and *where*: the operator it
+concerns and, when known, the line of the user's code that created that operator.
+"""
+
+from __future__ import annotations
+
+
+class SluiceError(Exception):
+    """Base of every error Sluice raises on purpose."""
+
+
+class ConfigError(SluiceError):
+    """A setting has a bad value (name and value are in the message)."""
+
+
+class PipelineError(SluiceError):
+    """The dataflow is malformed: a cycle, an unknown column, a type mismatch, misuse of the API.
+
+    ``operator`` names the operator and ``location`` the user's source line that made it.
+    """
+
+    def __init__(self, message: str, operator: str | None = None, location: str | None = None):
+        self.operator = operator
+        self.location = location
+        where = ""
+        if operator:
+            where += f" [operator {operator!r}"
+            where += f" defined at {location}]" if location else "]"
+        super().__init__(message + where)
+
+
+class SchemaError(PipelineError):
+    """A column is missing or has the wrong type."""
+
+
+class CycleError(PipelineError):
+    """The job graph has a cycle."""
+
+
+class ModelError(SluiceError):
+    """A performance/cost model is missing, malformed, non-monotone or asked out of range."""
+
+
+class PlanError(SluiceError):
+    """A planner cannot produce a plan for its inputs (e.g. infeasible constraints)."""
+
+
+class StateError(SluiceError):
+    """The key-group store cannot give the state asked for."""
+
+
+class StateCorruptionError(StateError):
+    """A state file failed its checksum: it is reported, never silently read."""
+
+
+class SourceError(SluiceError):
+    """A source is misconfigured or its input cannot be read."""
+
+
+class SinkError(SluiceError):
+    """A sink is misconfigured or cannot be written."""
+
+
+class EnvironmentProblem(SluiceError):
+    """The machine lacks something Sluice needs (Java 17+, a service), with how to fix it."""

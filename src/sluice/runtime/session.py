@@ -1,0 +1,66 @@
+"""The SparkSession Sluice runs on: local embedded Spark by default, any master URL works."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+from sluice.errors import EnvironmentProblem
+
+_INSTALL_JAVA = (
+    "Install Java 17+ (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless; "
+    "macOS: brew install openjdk@17) or point JAVA_HOME at one."
+)
+
+
+def java_major_version() -> int:
+    """The major version of the ``java`` Spark will use; raises EnvironmentProblem if none."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise EnvironmentProblem("Spark needs Java 17+ but no 'java' was found. " + _INSTALL_JAVA)
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    try:
+        version = out.split('"')[1]
+    except IndexError:
+        raise EnvironmentProblem(f"cannot read the Java version from {out!r}. " + _INSTALL_JAVA)
+    parts = version.split(".")
+    return int(parts[1]) if parts[0] == "1" else int(parts[0])
+
+
+def check_java() -> None:
+    major = java_major_version()
+    if major < 17:
+        raise EnvironmentProblem(f"Spark needs Java 17+, found Java {major}. " + _INSTALL_JAVA)
+
+
+def spark_session(master: str | None = None, app_name: str = "sluice", conf: dict | None = None):
+    """Get (or create) the SparkSession, quiet and with workers on this interpreter.
+
+    Python workers must run the same interpreter as the driver (the virtualenv's), or
+    Python data sources die with "Python worker failed to connect back".
+    """
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    master = master or os.environ.get("SLUICE_MASTER", "local[*]")
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        .config("spark.driver.memory", os.environ.get("SLUICE_DRIVER_MEMORY", "2g"))
+        .config("spark.sql.adaptive.enabled", "false")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("SLUICE_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
