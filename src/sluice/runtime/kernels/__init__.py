@@ -1,0 +1,1 @@
+"""Arrow operator kernels: the vectorized code that runs inside Spark's Python workers."""

@@ -1,0 +1,71 @@
+"""The contract between a keyed stage of the runtime and a stateful keyed operator.
+
+A keyed stage runs once per (micro-batch, partition). The runtime gives the kernel the rows
+of the key groups that partition owns (as one Arrow table with the hidden ``__kg`` column),
+the committed state of those key groups, and the batch's context; the kernel returns what it
+emits downstream and what changed in its state. The runtime owns loading and committing
+state (the key-group store), so a kernel is a pure function of (rows, state, context) and
+can be tested without Spark.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+KEY_GROUP = "__kg"  # hidden int32 column: stable hash of the key mod max parallelism
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """What a kernel may know about the batch it processes."""
+
+    batch_id: int
+    partition: int
+    # event-time watermark in microseconds since the epoch valid for this batch (None: no
+    # event time); computed by the driver from earlier batches, so a replay sees the same one
+    watermark: int | None = None
+    # processing time of the batch in microseconds since the epoch, fixed per batch id
+    processing_time: int = 0
+
+
+@dataclass
+class KeyedResult:
+    """What a kernel returns for one partition of one batch."""
+
+    output: pa.Table  # rows emitted downstream, in the kernel's output_schema()
+    upserts: pa.Table  # new state rows of changed keys: state_schema() plus __kg
+    deletes: pa.Table | None = None  # keys whose state is removed: key columns plus __kg
+    # side outputs by name (e.g. "late" records of a window operator), each a table
+    side_outputs: dict[str, pa.Table] = field(default_factory=dict)
+
+
+class KeyedKernel(ABC):
+    """A stateful keyed operator, vectorized over Arrow tables."""
+
+    #: True when the kernel must see the state of key groups that received no rows in a
+    #: batch (e.g. windows that fire when the watermark passes their end).
+    wants_timers: bool = False
+
+    def __init__(self, key_columns: list[str]):
+        self.key_columns = list(key_columns)
+
+    @abstractmethod
+    def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """Schema of one state row: the key columns first, then the operator's state."""
+
+    @abstractmethod
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """Schema of the rows the kernel emits."""
+
+    @abstractmethod
+    def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
+        """Apply one batch's rows (possibly none) to the committed state of their key groups.
+
+        ``rows`` has the input columns plus ``__kg``; ``state`` has ``state_schema()`` plus
+        ``__kg`` and holds the latest committed state of the key groups involved (it is
+        empty for new keys). Must be deterministic: a replayed batch must give the same
+        result.
+        """
