@@ -1,0 +1,63 @@
+"""A :class:`Pipeline` is the dataflow a user builds, and the handle to run it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sluice.api.stream import Stream, user_location
+from sluice.errors import PipelineError
+from sluice.graph import JobGraph, Operator
+from sluice.graph.sinks import SinkSpec
+
+if TYPE_CHECKING:
+    from sluice.runtime.job import JobResult
+
+
+class Pipeline:
+    """A streaming dataflow: sources, operators and sinks.
+
+    >>> p = Pipeline("meters")
+    >>> readings = p.source(sources.generator(...))
+    >>> readings.filter("kwh > 0").key_by("meter").aggregate(n=agg.count()).sink(sinks.console())
+    """
+
+    def __init__(self, name: str = "pipeline", *, max_parallelism: int = 128, partitions: int = 2):
+        if not 1 <= partitions <= max_parallelism:
+            raise PipelineError(f"partitions must be between 1 and max_parallelism ({max_parallelism}), got {partitions}")
+        self.graph = JobGraph(name, max_parallelism=max_parallelism)
+        self.partitions = partitions  # partitions of keyed stages at start
+        self.dead_letter_sink: SinkSpec | None = None
+
+    @property
+    def name(self) -> str:
+        return self.graph.name
+
+    def source(self, spec: Any, *, name: str | None = None) -> Stream:
+        """Add a source (see :mod:`sluice.sources`) and return its stream."""
+        if not hasattr(spec, "schema"):
+            raise PipelineError(f"source needs a source spec (sluice.sources.*), got {spec!r}", name or "source",
+                                user_location())
+        op_id = name or self.graph.new_id("source")
+        op = self.graph.add(Operator(id=op_id, kind="source", name=op_id, params={"spec": spec},
+                                     schema=spec.schema(), location=user_location()))
+        return Stream(self, op)
+
+    def dead_letter(self, spec: SinkSpec) -> Pipeline:
+        """Where records whose operator raised go (default: JSON files in the checkpoint)."""
+        if not isinstance(spec, SinkSpec):
+            raise PipelineError(f"dead_letter needs a sink spec, got {spec!r}")
+        self.dead_letter_sink = spec
+        return self
+
+    def job_graph(self) -> JobGraph:
+        return self.graph
+
+    def run(self, checkpoint: str, **options) -> JobResult:
+        """Run on Spark until the sources are exhausted, ``duration`` passes, or Ctrl-C.
+
+        Options: ``master``, ``duration`` (s), ``trigger_interval`` (s), ``max_rows_per_batch``,
+        ``on_batch`` (callback with each batch's metrics), ``spark`` (an existing session).
+        """
+        from sluice.runtime.job import run_pipeline
+
+        return run_pipeline(self, checkpoint, **options)

@@ -1,0 +1,179 @@
+"""The fluent user API: a :class:`Stream` reads like the pipeline it builds.
+
+Every method adds one operator to the pipeline's job graph and returns a new stream, so
+nothing runs until :meth:`Pipeline.run`. Errors in use are raised here, naming the user's
+line, rather than later inside Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sluice.errors import PipelineError
+from sluice.graph import aggregates as agg_mod
+from sluice.graph.operators import Operator
+from sluice.graph.schemas import as_schema
+from sluice.graph.sinks import SinkSpec
+
+if TYPE_CHECKING:
+    from sluice.api.pipeline import Pipeline
+
+_SLUICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_location() -> str | None:
+    """'file.py:line' of the first caller outside the sluice package."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = os.path.abspath(frame.f_code.co_filename)
+        if not filename.startswith(_SLUICE_DIR):
+            return f"{os.path.basename(filename)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return None
+
+
+def _require_callable(fn: Any, what: str, name: str | None) -> None:
+    if not callable(fn):
+        raise PipelineError(f"{what} needs a function, got {fn!r}", name or what, user_location())
+
+
+class Stream:
+    """A stream of records (rows with a schema) flowing out of one operator."""
+
+    def __init__(self, pipeline: Pipeline, op: Operator):
+        self.pipeline = pipeline
+        self.op = op
+
+    @property
+    def schema(self):
+        return self.op.schema
+
+    def _then(self, kind: str, name: str | None, inputs: tuple[str, ...] | None = None, **fields) -> Operator:
+        graph = self.pipeline.graph
+        op_id = graph.new_id(kind) if name is None else name
+        op = Operator(
+            id=op_id,
+            kind=kind,
+            name=name or op_id,
+            inputs=inputs or (self.op.id,),
+            location=user_location(),
+            **fields,
+        )
+        return graph.add(op)
+
+    # ---- stateless, Python ---------------------------------------------------------------
+    def map_batches(self, fn: Callable, schema=None, *, format: str = "arrow", name: str | None = None,
+                    threads: int = 1, perf_model: str | None = None) -> Stream:
+        """Apply ``fn`` to whole batches: a ``pyarrow.RecordBatch`` (or a pandas DataFrame
+        with ``format="pandas"``) in, the same kind out. The fast path for Python logic."""
+        _require_callable(fn, "map_batches", name)
+        if format not in ("arrow", "pandas"):
+            raise PipelineError(f"format must be 'arrow' or 'pandas', not {format!r}", name or "map_batches", user_location())
+        op = self._then("map_batches", name, params={"fn": fn, "format": format}, schema=as_schema(schema),
+                        threads=threads, perf_model=perf_model)
+        return Stream(self.pipeline, op)
+
+    def map(self, fn: Callable[[dict], dict], schema=None, *, name: str | None = None, threads: int = 1,
+            perf_model: str | None = None) -> Stream:
+        """Apply ``fn`` to each record (a dict); it returns the new record (a dict)."""
+        _require_callable(fn, "map", name)
+        op = self._then("map", name, params={"fn": fn}, schema=as_schema(schema), threads=threads, perf_model=perf_model)
+        return Stream(self.pipeline, op)
+
+    def flat_map(self, fn: Callable[[dict], Any], schema=None, *, name: str | None = None,
+                 perf_model: str | None = None) -> Stream:
+        """Apply ``fn`` to each record; it returns an iterable of records (zero or more)."""
+        _require_callable(fn, "flat_map", name)
+        op = self._then("flat_map", name, params={"fn": fn}, schema=as_schema(schema), perf_model=perf_model)
+        return Stream(self.pipeline, op)
+
+    def filter(self, condition: str | Callable[[dict], bool], *, name: str | None = None) -> Stream:
+        """Keep records matching a Spark SQL condition (runs natively) or a Python predicate."""
+        if isinstance(condition, str):
+            op = self._then("filter_expr", name, params={"expr": condition})
+        else:
+            _require_callable(condition, "filter", name)
+            op = self._then("filter_fn", name, params={"fn": condition})
+        return Stream(self.pipeline, op)
+
+    # ---- stateless, native Spark SQL -----------------------------------------------------
+    def select(self, *exprs: str, name: str | None = None) -> Stream:
+        """Project with Spark SQL expressions, e.g. ``select("meter", "kwh * 1000 AS wh")``."""
+        if not exprs or not all(isinstance(e, str) for e in exprs):
+            raise PipelineError("select needs one or more SQL expression strings", name or "select", user_location())
+        return Stream(self.pipeline, self._then("select", name, params={"exprs": list(exprs)}))
+
+    def with_columns(self, name: str | None = None, **columns: str) -> Stream:
+        """Add or replace columns from Spark SQL expressions: ``with_columns(wh="kwh * 1000")``."""
+        if not columns or not all(isinstance(e, str) for e in columns.values()):
+            raise PipelineError("with_columns needs name=SQL-expression pairs", name or "with_columns", user_location())
+        return Stream(self.pipeline, self._then("with_columns", name, params={"columns": dict(columns)}))
+
+    def union(self, *others: Stream, name: str | None = None) -> Stream:
+        """Interleave this stream with others of the same schema."""
+        for other in others:
+            if not isinstance(other, Stream) or other.pipeline is not self.pipeline:
+                raise PipelineError("union needs streams of the same pipeline", name or "union", user_location())
+        inputs = (self.op.id,) + tuple(o.op.id for o in others)
+        return Stream(self.pipeline, self._then("union", name, inputs=inputs))
+
+    # ---- keyed -----------------------------------------------------------------------------
+    def key_by(self, *keys: str, name: str | None = None) -> KeyedStream:
+        """Partition the stream by key columns: records of one key meet in one place, with state."""
+        if not keys or not all(isinstance(k, str) for k in keys):
+            raise PipelineError("key_by needs one or more column names", name or "key_by", user_location())
+        op = self._then("key_by", name, params={"keys": list(keys)})
+        return KeyedStream(self.pipeline, op, list(keys))
+
+    # ---- sinks -----------------------------------------------------------------------------
+    def sink(self, spec: SinkSpec, *, name: str | None = None) -> Stream:
+        """Write the stream to a sink. Call several times (or keep using the stream) to fan out."""
+        if not isinstance(spec, SinkSpec):
+            raise PipelineError(f"sink needs a sink spec (sluice.sinks.*), got {spec!r}", name or "sink", user_location())
+        self._then("sink", name, params={"spec": spec})
+        return self
+
+    to = sink
+
+
+class KeyedStream:
+    """A stream partitioned by key: the place for per-key state."""
+
+    def __init__(self, pipeline: Pipeline, op: Operator, keys: list[str]):
+        self.pipeline = pipeline
+        self.op = op
+        self.keys = keys
+
+    def _then(self, kind: str, name: str | None, **fields) -> Stream:
+        return Stream(self.pipeline, Stream(self.pipeline, self.op)._then(kind, name, **fields))
+
+    def aggregate(self, name: str | None = None, **aggregates) -> Stream:
+        """Running aggregates per key; emits the updated row of every key a batch touched.
+
+        ``aggregate(n=agg.count(), total=agg.sum("kwh"), avg=agg.mean("kwh"))``
+        """
+        if not aggregates:
+            raise PipelineError("aggregate needs at least one aggregate, e.g. n=sluice.agg.count()",
+                                name or "aggregate", user_location())
+        parsed = {out: agg_mod.parse(spec, out) for out, spec in aggregates.items()}
+        return self._then("aggregate", name, params={"keys": self.keys, "aggregates": parsed})
+
+    def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None) -> Stream:
+        """Fold records of a key pairwise, ``fn(accumulated, record) -> accumulated``; emits
+        the accumulated record of every key a batch touched."""
+        _require_callable(fn, "reduce", name)
+        return self._then("reduce", name, params={"keys": self.keys, "fn": fn})
+
+    def process(self, fn: Callable, schema=None, *, name: str | None = None) -> Stream:
+        """Run ``fn(key, rows, state)`` once per key and batch, with per-key state.
+
+        ``key`` is a tuple of key values, ``rows`` a ``pyarrow.Table`` of the key's records in
+        this batch, ``state`` a :class:`sluice.runtime.kernels.process.KeyState` (``.value``,
+        ``.update(v)``, ``.clear()``). ``fn`` returns records to emit (a list of dicts, a
+        ``pyarrow.Table``, or None).
+        """
+        _require_callable(fn, "process", name)
+        return self._then("process", name, params={"keys": self.keys, "fn": fn}, schema=as_schema(schema))

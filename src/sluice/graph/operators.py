@@ -1,0 +1,57 @@
+"""The nodes of a job graph: what each operator is, independent of how it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+# Operators Spark runs natively (no Python): they become DataFrame expressions.
+NATIVE_KINDS = frozenset({"filter_expr", "select", "with_columns", "key_by", "union"})
+# Stateless Python operators: consecutive ones are fused into one mapInArrow pass.
+PYTHON_KINDS = frozenset({"map_batches", "map", "flat_map", "filter_fn"})
+# Stateful keyed operators: run after an exchange by key group, with state in the store.
+KEYED_KINDS = frozenset({"aggregate", "reduce", "process", "window"})
+ALL_KINDS = NATIVE_KINDS | PYTHON_KINDS | KEYED_KINDS | {"source", "sink"}
+
+
+@dataclass
+class Operator:
+    """One logical operator of the dataflow.
+
+    ``schema`` is the schema of the operator's output (user columns only; hidden columns
+    such as ``__ingest_ts`` and ``__kg`` are the runtime's business). It may be ``None``
+    until resolved, e.g. for Spark SQL expressions whose result types only Spark knows.
+    """
+
+    id: str
+    kind: str
+    name: str
+    inputs: tuple[str, ...] = ()
+    params: dict[str, Any] = field(default_factory=dict)
+    schema: pa.Schema | None = None
+    location: str | None = None  # "file.py:12", the user's line that created it
+    selectivity: float = 1.0  # output rows per input row, measured or declared
+    perf_model: str | None = None  # name or path of a performance model (sluice.models)
+    threads: int = 1  # worker threads inside one task (for I/O-bound operators)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ALL_KINDS:
+            raise ValueError(f"unknown operator kind {self.kind!r}")
+
+    @property
+    def is_native(self) -> bool:
+        return self.kind in NATIVE_KINDS
+
+    @property
+    def is_python(self) -> bool:
+        return self.kind in PYTHON_KINDS
+
+    @property
+    def is_keyed(self) -> bool:
+        return self.kind in KEYED_KINDS
+
+    def describe(self) -> str:
+        where = f" at {self.location}" if self.location else ""
+        return f"{self.kind} {self.name!r}{where}"

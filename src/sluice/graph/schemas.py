@@ -1,0 +1,41 @@
+"""Schemas as users write them: a pyarrow.Schema, or a dict of column name to type name."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from sluice.errors import PipelineError
+
+_TYPES = {
+    "int": pa.int64(), "int64": pa.int64(), "long": pa.int64(), "bigint": pa.int64(),
+    "int32": pa.int32(), "integer": pa.int32(),
+    "float": pa.float64(), "double": pa.float64(), "float64": pa.float64(), "float32": pa.float32(),
+    "str": pa.string(), "string": pa.string(),
+    "bool": pa.bool_(), "boolean": pa.bool_(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "binary": pa.binary(),
+}
+
+
+def to_arrow_type(t, where: str = "") -> pa.DataType:
+    if isinstance(t, pa.DataType):
+        return t
+    if isinstance(t, type):
+        t = {int: "int64", float: "float64", str: "string", bool: "bool", bytes: "binary"}.get(t, t)
+    if isinstance(t, str) and t.lower() in _TYPES:
+        return _TYPES[t.lower()]
+    raise PipelineError(f"{where}unknown type {t!r}; use a pyarrow type or one of {sorted(_TYPES)}")
+
+
+def as_schema(schema, where: str = "") -> pa.Schema | None:
+    """Accept None, a pyarrow.Schema or {name: type}; return a pyarrow.Schema (or None)."""
+    if schema is None or isinstance(schema, pa.Schema):
+        return schema
+    if isinstance(schema, dict):
+        return pa.schema([pa.field(name, to_arrow_type(t, f"{where}column {name!r}: ")) for name, t in schema.items()])
+    raise PipelineError(f"{where}schema must be a pyarrow.Schema or a dict of name -> type, got {schema!r}")
+
+
+def is_hidden(name: str) -> bool:
+    """Columns the runtime carries along (ingest time, key group) start with two underscores."""
+    return name.startswith("__")

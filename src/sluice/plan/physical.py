@@ -1,0 +1,103 @@
+"""The physical Plan: how a job graph runs for a range of micro-batches.
+
+A Plan is immutable and versioned by the first batch id it applies to. It says which Python
+operators are fused into one pass (chaining) and, for every keyed operator, how many
+partitions its stage has and which partition owns each key group (the routing table). The
+controller changes the plan only between batches; a replayed batch uses the plan it ran
+with before, which is why plans are logged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from sluice.errors import PlanError
+from sluice.graph import JobGraph
+
+
+@dataclass(frozen=True)
+class KeyedStagePlan:
+    partitions: int
+    routing: tuple[int, ...]  # routing[kg] = partition that owns key group kg
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise PlanError(f"a keyed stage needs at least one partition, got {self.partitions}")
+        bad = [p for p in self.routing if not 0 <= p < self.partitions]
+        if bad:
+            raise PlanError(f"routing table names partitions {sorted(set(bad))} outside 0..{self.partitions - 1}")
+
+    def key_groups_of(self, partition: int) -> list[int]:
+        return [kg for kg, p in enumerate(self.routing) if p == partition]
+
+
+@dataclass(frozen=True)
+class Plan:
+    version: int  # first batch id this plan applies to
+    max_parallelism: int
+    keyed: dict[str, KeyedStagePlan] = field(default_factory=dict)
+    chains: tuple[tuple[str, ...], ...] = ()
+
+    def with_routing(self, version: int, op_id: str, routing: list[int], partitions: int | None = None) -> Plan:
+        """A later plan in which ``op_id``'s key groups are routed by ``routing``."""
+        if op_id not in self.keyed:
+            raise PlanError(f"{op_id!r} is not a keyed operator of this plan; keyed: {sorted(self.keyed)}")
+        if len(routing) != self.max_parallelism:
+            raise PlanError(f"routing table has {len(routing)} entries, max parallelism is {self.max_parallelism}")
+        parts = partitions if partitions is not None else max(max(routing) + 1, self.keyed[op_id].partitions)
+        keyed = dict(self.keyed)
+        keyed[op_id] = KeyedStagePlan(parts, tuple(int(p) for p in routing))
+        return replace(self, version=version, keyed=keyed)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "version": self.version,
+            "max_parallelism": self.max_parallelism,
+            "keyed": {k: {"partitions": v.partitions, "routing": list(v.routing)} for k, v in self.keyed.items()},
+            "chains": [list(c) for c in self.chains],
+        })
+
+    @staticmethod
+    def from_json(text: str) -> Plan:
+        d = json.loads(text)
+        return Plan(
+            version=d["version"],
+            max_parallelism=d["max_parallelism"],
+            keyed={k: KeyedStagePlan(v["partitions"], tuple(v["routing"])) for k, v in d["keyed"].items()},
+            chains=tuple(tuple(c) for c in d["chains"]),
+        )
+
+
+def range_routing(max_parallelism: int, partitions: int) -> list[int]:
+    """Contiguous ranges of key groups per partition (Flink's default assignment)."""
+    return [kg * partitions // max_parallelism for kg in range(max_parallelism)]
+
+
+def fused_chains(graph: JobGraph) -> list[tuple[str, ...]]:
+    """Maximal runs of consecutive Python operators that can share one pass (task chaining).
+
+    An operator joins its upstream's chain when the upstream is Python too and feeds only
+    it: with a fan-out, each branch would recompute the shared part.
+    """
+    chains: list[list[str]] = []
+    chain_of: dict[str, list[str]] = {}
+    for op in graph.topological_order():
+        if not op.is_python:
+            continue
+        upstream = graph[op.inputs[0]]
+        if upstream.id in chain_of and len(graph.consumers(upstream.id)) == 1:
+            chain = chain_of[upstream.id]
+            chain.append(op.id)
+        else:
+            chain = [op.id]
+            chains.append(chain)
+        chain_of[op.id] = chain
+    return [tuple(c) for c in chains]
+
+
+def initial_plan(graph: JobGraph, partitions: int, fuse: bool = True) -> Plan:
+    routing = tuple(range_routing(graph.max_parallelism, partitions))
+    keyed = {op.id: KeyedStagePlan(partitions, routing) for op in graph.operators if op.is_keyed}
+    chains = fused_chains(graph) if fuse else [(op.id,) for op in graph.topological_order() if op.is_python]
+    return Plan(version=0, max_parallelism=graph.max_parallelism, keyed=keyed, chains=tuple(chains))

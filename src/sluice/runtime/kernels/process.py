@@ -1,0 +1,85 @@
+"""``KeyedStream.process(fn)``: a user function with per-key state.
+
+``fn(key, rows, state)`` is called once per key and batch with all of the key's records of
+the batch as a ``pyarrow.Table`` (so it can be vectorized), and a :class:`KeyState`.
+State values are pickled into the key-group store.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pyarrow as pa
+
+from sluice.runtime.kernels.grouping import groups
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
+
+_STATE = "__state"
+_MISSING = object()
+
+
+class KeyState:
+    """The state of one key: read ``value``, change it with ``update``, drop it with ``clear``."""
+
+    def __init__(self, value: Any = None):
+        self.value = value
+        self.changed = False
+        self.cleared = False
+
+    def update(self, value: Any) -> None:
+        self.value, self.changed, self.cleared = value, True, False
+
+    def clear(self) -> None:
+        self.value, self.changed, self.cleared = None, True, True
+
+
+def _as_table(out: Any, schema: pa.Schema) -> pa.Table:
+    if out is None:
+        return schema.empty_table()
+    if isinstance(out, pa.Table):
+        return out.select(schema.names).cast(schema)
+    if isinstance(out, pa.RecordBatch):
+        return pa.Table.from_batches([out]).select(schema.names).cast(schema)
+    if isinstance(out, dict):
+        out = [out]
+    return pa.Table.from_pylist(list(out), schema=schema)
+
+
+class ProcessKernel(KeyedKernel):
+    def __init__(self, key_columns: list[str], fn, schema: pa.Schema | None):
+        super().__init__(key_columns)
+        self.fn = fn
+        self.schema = schema
+
+    def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        return pa.schema([input_schema.field(k) for k in self.key_columns] + [pa.field(_STATE, pa.binary())])
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        return self.schema or pa.schema([f for f in input_schema if f.name != KEY_GROUP])
+
+    def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
+        out_schema = self.output_schema(rows.schema)
+        previous = {}
+        if state.num_rows:
+            keys = [state.column(k).to_pylist() for k in self.key_columns]
+            for i, blob in enumerate(state.column(_STATE).to_pylist()):
+                previous[tuple(col[i] for col in keys)] = pickle.loads(blob)
+        outputs, upserts, deletes = [], [], []
+        for key, key_rows in groups(rows, self.key_columns):
+            kg = key_rows.column(KEY_GROUP)[0].as_py()
+            key_state = KeyState(previous.get(key))
+            out = self.fn(key, key_rows.drop_columns([KEY_GROUP]), key_state)
+            outputs.append(_as_table(out, out_schema))
+            record = dict(zip(self.key_columns, key), **{KEY_GROUP: kg})
+            if key_state.cleared:
+                deletes.append(record)
+            elif key_state.changed:
+                upserts.append({**record, _STATE: pickle.dumps(key_state.value)})
+        state_schema = self.state_schema(rows.schema).append(pa.field(KEY_GROUP, pa.int32()))
+        delete_schema = pa.schema([rows.schema.field(k) for k in self.key_columns] + [pa.field(KEY_GROUP, pa.int32())])
+        return KeyedResult(
+            output=pa.concat_tables(outputs) if outputs else out_schema.empty_table(),
+            upserts=pa.Table.from_pylist(upserts, schema=state_schema),
+            deletes=pa.Table.from_pylist(deletes, schema=delete_schema) if deletes else None,
+        )
