@@ -33,6 +33,10 @@ DEFAULT_VM_CLASSES: tuple[int, ...] = (4, 2, 1)
 _EPS = 1e-9
 
 
+class _NeverFits(PlanError):
+    """A thread or bundle needs more than one whole slot: adding slots cannot help."""
+
+
 def slot_name(slot: SlotId) -> str:
     return f"s{slot[0] + 1}.{slot[1] + 1}"
 
@@ -185,6 +189,8 @@ def map_rsm(
             if pending[tid] == 0:
                 continue
             c_bar, m_bar = need[tid]
+            if m_bar > 1.0 + _EPS or c_bar > max(cluster.vm_slots) + _EPS:
+                raise _NeverFits(f"RSM: one thread of task {tid!r} needs more than a slot ({c_bar:.1%} CPU, {m_bar:.1%} memory)")
             distance = [
                 weights.memory * (vm_mem[j] - m_bar) ** 2
                 + weights.cpu * (vm_cpu[j] - c_bar) ** 2
@@ -288,6 +294,11 @@ def map_sam(
                 current_vm = slot[0]
             elif pending[tid] > 0:
                 c_need, m_need = c_left[tid], m_left[tid]
+                if c_need > 1.0 + _EPS or m_need > 1.0 + _EPS:
+                    raise _NeverFits(
+                        f"SAM: the partial bundle of task {tid!r} needs more than one slot "
+                        f"({c_need:.1%} CPU, {m_need:.1%} memory); SAM needs MBA's allocation"
+                    )
                 fits = [s for s in slots if cpu[s] + _EPS >= c_need and mem[s] + _EPS >= m_need]
                 if not fits:
                     raise PlanError(
@@ -339,6 +350,8 @@ def plan_mapping(
         cluster = acquire_vms(slots, vm_classes)
         try:
             mapping = mapper(dag, allocation, cluster, models)
+        except _NeverFits:
+            raise
         except PlanError as exc:
             last_error = exc
             continue
