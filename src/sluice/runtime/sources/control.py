@@ -1,0 +1,112 @@
+"""Small JSON files through which a running source and the Sluice runtime talk.
+
+One running query holds its source readers in a Python worker process that Spark starts
+(not in the driver's interpreter), so the two sides talk through files in ``control_dir``:
+
+- ``<name>.admission.json``: ``{"max_rows": n}``, the admission limit (rows per micro-batch),
+  written by ``set_max_rows`` and re-read by the reader every time it plans a batch, so a
+  change takes effect at the next batch (DESIGN.md section 3, adaptive output buffer sizing).
+- ``<name>.backlog.json``: written by the reader every time it plans a batch: how many rows
+  it admitted, how many are waiting, and whether a finite source has admitted its last row.
+- ``<name>.files.json`` (directory sources): the log of files found, in admission order.
+
+Files are replaced atomically (write a temporary file, then rename), so a reader never sees
+half a file. ``control_dir`` should live beside the checkpoint: the directory source's file
+log must survive a restart together with Spark's offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+
+from sluice.errors import ConfigError
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def check_source_name(name: str) -> str:
+    """Source names become file names: letters, digits, '_', '.', '-' only."""
+    if not isinstance(name, str) or not _SAFE_NAME.match(name) or name in (".", ".."):
+        raise ConfigError(
+            f"source name {name!r} must be letters, digits, '_', '.' or '-' (it names files)"
+        )
+    return name
+
+
+def control_path(control_dir: str, name: str, what: str) -> str:
+    return os.path.join(control_dir, f"{check_source_name(name)}.{what}.json")
+
+
+def write_json_atomic(path: str, payload: dict) -> None:
+    """Replace ``path`` with ``payload`` as JSON so that readers see the old or the new file,
+    never a partial one."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path: str) -> dict | None:
+    """The JSON object in ``path``, or None if there is none (yet)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def set_max_rows(control_dir: str, name: str, max_rows: int | None) -> None:
+    """Set source ``name``'s admission limit (rows per micro-batch) while it runs.
+
+    Takes effect the next time the source plans a batch. ``None`` goes back to the source's
+    default (its spec's ``max_rows_per_batch``).
+    """
+    if max_rows is not None and (
+        isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1
+    ):
+        raise ConfigError(f"max_rows for source {name!r} must be a positive integer or None, "
+                          f"got {max_rows!r}")
+    write_json_atomic(control_path(control_dir, name, "admission"),
+                      {"max_rows": max_rows, "time": time.time()})
+
+
+def get_max_rows(control_dir: str, name: str) -> int | None:
+    """The admission limit last set with ``set_max_rows`` (None: not set)."""
+    found = read_json(control_path(control_dir, name, "admission"))
+    value = (found or {}).get("max_rows")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def write_backlog(control_dir: str, name: str, status: dict) -> None:
+    write_json_atomic(control_path(control_dir, name, "backlog"), status)
+
+
+def read_backlog(control_dir: str, name: str) -> dict | None:
+    """What source ``name`` reported when it last planned a batch, or None before that.
+
+    Keys: ``source``, ``kind``, ``planned_rows`` (rows admitted so far, through the batch
+    being planned), ``available_rows`` (rows that have arrived; None if unbounded),
+    ``backlog_rows`` (arrived but not admitted; None if unbounded), ``max_rows`` (the limit
+    in force), ``exhausted`` (a finite source admitted its last row), ``time`` (epoch s).
+    """
+    return read_json(control_path(control_dir, name, "backlog"))
+
+
+def is_exhausted(control_dir: str, name: str) -> bool:
+    """True once a finite source (``total_rows``, a replayed file) has put its last row into
+    a planned micro-batch. The runtime stops the query after that batch completes, e.g. when
+    ``query.lastProgress`` shows no more input, or after ``query.processAllAvailable()``.
+    Endless sources (and directory sources) are never exhausted."""
+    status = read_backlog(control_dir, name)
+    return bool(status and status.get("exhausted"))

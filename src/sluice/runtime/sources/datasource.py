@@ -1,0 +1,117 @@
+"""``open_stream``: a source spec becomes a Spark streaming DataFrame.
+
+Sluice's own sources (generator, directory, replay) are one PySpark Python data source,
+format ``"sluice"``, whose options carry the pickled spec; ``SluiceDataSource.streamReader``
+picks the reader for the spec's kind. A SparkSource is the user's own DataFrame.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+
+import pyarrow as pa
+from pyspark import cloudpickle
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from sluice.errors import SourceError
+from sluice.graph.sources import (
+    INGEST_TS,
+    TIMESTAMP,
+    DirectorySource,
+    GeneratorSource,
+    ReplaySource,
+    SourceSpec,
+    SparkSource,
+)
+from sluice.runtime.sources.control import check_source_name
+from sluice.runtime.sources.directory import DirectoryStreamReader
+from sluice.runtime.sources.generator import GeneratorStreamReader
+from sluice.runtime.sources.replay import ReplayStreamReader
+
+FORMAT = "sluice"
+
+READERS = {
+    GeneratorSource: GeneratorStreamReader,
+    DirectorySource: DirectoryStreamReader,
+    ReplaySource: ReplayStreamReader,
+}
+
+
+def encode_spec(spec: SourceSpec) -> str:
+    return base64.b64encode(cloudpickle.dumps(spec)).decode("ascii")
+
+
+def decode_spec(text: str) -> SourceSpec:
+    return cloudpickle.loads(base64.b64decode(text.encode("ascii")))
+
+
+def stream_schema(spec: SourceSpec) -> pa.Schema:
+    """The columns of the opened stream: the user's, then the hidden INGEST_TS."""
+    return spec.schema().append(pa.field(INGEST_TS, TIMESTAMP))
+
+
+class SluiceDataSource(DataSource):
+    """Options: ``spec`` (encoded), ``name``, ``control_dir``, ``parallelism``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def _spec(self) -> SourceSpec:
+        return decode_spec(self.options["spec"])
+
+    def schema(self) -> StructType:
+        return from_arrow_schema(stream_schema(self._spec()))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        spec = self._spec()
+        reader = READERS[type(spec)]
+        return reader(spec, self.options["name"], self.options["control_dir"], schema,
+                      int(self.options.get("parallelism", "2")))
+
+
+def open_stream(spark, spec: SourceSpec, control_dir: str, name: str):
+    """A streaming DataFrame of ``spec``'s rows: its columns plus hidden ``__ingest_ts``.
+
+    ``name`` identifies the source in its control files (``control_dir/<name>.*.json``: the
+    admission limit, the backlog, a directory source's file log) and in Spark's progress
+    offsets. Keep ``control_dir`` with the checkpoint so a restart finds it again.
+    """
+    check_source_name(name)
+    if isinstance(spec, SparkSource):
+        return _open_spark_source(spark, spec, name)
+    if type(spec) not in READERS:
+        raise SourceError(f"source {name!r}: cannot open a {type(spec).__name__}")
+    control_dir = os.path.abspath(control_dir)
+    os.makedirs(control_dir, exist_ok=True)
+    spark.dataSource.register(SluiceDataSource)
+    return (
+        spark.readStream.format(FORMAT)
+        .option("spec", encode_spec(spec))
+        .option("name", name)
+        .option("control_dir", control_dir)
+        .option("parallelism", str(spark.sparkContext.defaultParallelism))
+        .load()
+    )
+
+
+def _open_spark_source(spark, spec: SparkSource, name: str):
+    from pyspark.sql import functions as F
+
+    try:
+        df = spec.factory(spark)
+    except Exception as e:
+        raise SourceError(f"source {name!r}: the SparkSource factory failed: {e}") from e
+    if not getattr(df, "isStreaming", False):
+        raise SourceError(
+            f"source {name!r}: the SparkSource factory must return a streaming DataFrame "
+            f"(spark.readStream...), got {type(df).__name__}"
+            + ("" if not hasattr(df, "isStreaming") else " that is not streaming")
+        )
+    if INGEST_TS not in df.columns:
+        # Spark's own sources carry no arrival time: the batch's start is the best we know.
+        df = df.withColumn(INGEST_TS, F.current_timestamp())
+    return df

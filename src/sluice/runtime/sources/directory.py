@@ -1,0 +1,130 @@
+"""The stream reader of a DirectorySource: new files in a directory, each read once, whole.
+
+Offsets count admitted files (and, for backlog, their rows): ``{"source": name, "files": k,
+"rows": r}`` means the first k files of the source's file log, r rows in all. The file log
+(``<control_dir>/<name>.files.json``) records every file in the order it was found: files
+found at one look are sorted by name (or mtime, then name) and appended. It is written
+before the offset that admits them is returned, so a batch replayed after a crash reads the
+same files. ``__ingest_ts`` of a file's rows is when the source found the file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from sluice.graph.sources import TIMESTAMP, data_files
+from sluice.runtime.sources.admission import admission_cap, default_read_limit
+from sluice.runtime.sources.control import (
+    control_path,
+    read_json,
+    write_backlog,
+    write_json_atomic,
+)
+from sluice.runtime.sources.files import count_rows, read_data_file
+
+FILE_CHUNK_ROWS = 65536
+
+
+class FileSlice(InputPartition):
+    """One whole file of a batch, with the time the source found it (picklable)."""
+
+    def __init__(self, path: str, found_us: int):
+        self.path, self.found_us = path, found_us
+
+    def __repr__(self) -> str:
+        return f"FileSlice({self.path!r})"
+
+
+class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, spec, name: str, control_dir: str, schema: StructType, parallelism: int):
+        self.spec = spec
+        self.name = name
+        self.control_dir = control_dir
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self._log_path = control_path(control_dir, name, "files")
+        self.files: list[dict] = (read_json(self._log_path) or {}).get("files", [])
+        self._available_now = False
+        self._target: int | None = None
+        self._last_start: dict | None = None
+
+    def _discover(self) -> None:
+        """Append files not seen before to the file log, in the spec's order."""
+        known = {f["path"] for f in self.files}
+        new = [p for p in data_files(self.spec.path) if p not in known]
+        if not new:
+            return
+        if self.spec.order == "mtime":
+            new.sort(key=lambda p: (os.stat(p).st_mtime_ns, os.path.basename(p)))
+        found_us = time.time_ns() // 1000
+        for path in new:
+            self.files.append({"path": path, "rows": count_rows(path, self.spec.format),
+                               "found_us": found_us})
+        write_json_atomic(self._log_path, {"source": self.name, "files": self.files})
+
+    def _rows_through(self, k: int) -> int:
+        return sum(f["rows"] for f in self.files[:k])
+
+    def initialOffset(self) -> dict:
+        return {"source": self.name, "files": 0, "rows": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return default_read_limit()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._discover()
+        self._available_now = True
+        self._target = len(self.files)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._last_start = start
+        if not self._available_now:
+            self._discover()
+        available = len(self.files) if self._target is None else self._target
+        cap = admission_cap(limit, self.control_dir, self.name, self.spec.max_rows_per_batch)
+        first = start["files"]
+        end, rows = first, start["rows"]
+        # Whole files only; at least one file per batch so a file bigger than the cap
+        # still gets in.
+        while end < available:
+            size = self.files[end]["rows"]
+            if cap is not None and end > first and rows + size - start["rows"] > cap:
+                break
+            end, rows = end + 1, rows + size
+        all_rows = rows + self._rows_through(available) - self._rows_through(end)
+        write_backlog(self.control_dir, self.name, {
+            "source": self.name, "kind": "DirectorySource",
+            "planned_rows": rows, "available_rows": all_rows,
+            "backlog_rows": all_rows - rows, "batch_rows": rows - start["rows"],
+            "planned_files": end, "available_files": available, "max_rows": cap,
+            "total_rows": None, "exhausted": False, "time": time.time(),
+        })
+        if end == first:
+            return start
+        return {"source": self.name, "files": end, "rows": rows}
+
+    def reportLatestOffset(self) -> dict | None:
+        if self._last_start is None:
+            return None
+        n = len(self.files)
+        return {"source": self.name, "files": n, "rows": self._rows_through(n)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [FileSlice(f["path"], f["found_us"])
+                for f in self.files[start["files"]:end["files"]]]
+
+    def read(self, partition: FileSlice) -> Iterator[pa.RecordBatch]:
+        table = read_data_file(partition.path, self.spec.format, self.spec.schema())
+        for batch in table.to_batches(FILE_CHUNK_ROWS):
+            ingest = pa.array(np.full(batch.num_rows, partition.found_us, dtype=np.int64),
+                              type=TIMESTAMP)
+            yield pa.RecordBatch.from_arrays(list(batch.columns) + [ingest],
+                                             schema=self.arrow_schema)
