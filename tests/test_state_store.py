@@ -300,3 +300,27 @@ def test_index_of_another_operator_is_rejected(store, tmp_path):
 
 def test_state_index_type():
     assert StateIndex("x", 0, {}).key_groups_with_state() == []
+
+
+def test_gc_removes_unfinished_snapshots_and_temp_files(store, tmp_path):
+    write_and_commit(store, 0, {0: ({1: 10}, [])})
+    write_and_commit(store, 1, {0: ({1: 11}, [])})
+    base = tmp_path / "ckpt" / "state" / "counts"
+    (base / "snapshots" / "000000000000").mkdir(parents=True)  # a compaction that crashed
+    (base / "snapshots" / "000000000000" / "part-00000.arrow").write_bytes(b"partial")
+    (base / "commits" / "000000000002.json.tmp-dead").write_bytes(b"{")
+    removed = store.gc()
+    assert "snapshots/000000000000" in removed
+    assert "commits/000000000002.json.tmp-dead" in removed
+    assert read_all(store, 2) == {1: 11}
+
+
+def test_latest_committed_and_compaction_policy(store):
+    assert store.latest_committed() is None
+    for b in range(3):
+        write_and_commit(store, b, {0: ({b: b}, [])})
+    assert store.latest_committed() == 2 and store.committed_batches() == [0, 1, 2]
+    assert KeyGroupStore.compaction_due(store.index(3), max_delta_batches=2)
+    assert not KeyGroupStore.compaction_due(store.index(3), max_delta_batches=5, max_delta_ratio=10)
+    store.compact(2)
+    assert not KeyGroupStore.compaction_due(store.index(3))

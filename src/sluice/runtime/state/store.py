@@ -330,7 +330,9 @@ class KeyGroupStore:
                 try:
                     files.append(DeltaFile.from_dict(json.loads(self._read_bytes(rel))))
                 except (ValueError, KeyError, TypeError) as exc:
-                    raise StateCorruptionError(f"delta descriptor {self._abs(rel)} is unreadable: {exc}") from exc
+                    raise StateCorruptionError(
+                        f"delta descriptor {self._abs(rel)} is unreadable: {exc}"
+                    ) from exc
         return sorted(files, key=lambda f: f.path)
 
     written_files = committed_files
@@ -391,7 +393,10 @@ class KeyGroupStore:
         real = sorted((f for f in files if f is not None), key=lambda f: f.path)
         for f in real:
             if f.batch_id != batch_id or f.kind != "delta":
-                raise StateError(f"file {f.path} (batch {f.batch_id}, {f.kind}) cannot be committed as batch {batch_id}")
+                raise StateError(
+                    f"file {f.path} (batch {f.batch_id}, {f.kind}) cannot be committed as "
+                    f"batch {batch_id} of operator {self.operator_id!r}"
+                )
         removed: list[str] = []
         for snap in sorted(self._list_records("snapshots")):
             if snap >= batch_id:
@@ -405,7 +410,12 @@ class KeyGroupStore:
         return self.fs.get_file_info(self._abs(self._commit_rel(batch_id))).type == pafs.FileType.File
 
     def committed_batches(self) -> list[int]:
+        """Batch ids with a commit record (those gc has not collected), ascending."""
         return sorted(self._list_records("commits"))
+
+    def latest_committed(self) -> int | None:
+        """The newest committed batch id, or None if nothing is committed (or kept)."""
+        return max(self._list_records("commits"), default=None)
 
     def _list_records(self, rel_dir: str) -> dict[int, pafs.FileInfo]:
         records = {}
@@ -492,6 +502,18 @@ class KeyGroupStore:
         return {kg: sum(f.kg_rows(kg) for f in fs) for kg, fs in index.files_by_kg.items()}
 
     # ------------------------------------------------------------------ compaction and gc
+
+    @staticmethod
+    def compaction_due(index: StateIndex, max_delta_batches: int = 10, max_delta_ratio: float = 1.0) -> bool:
+        """A policy for the driver: compact when a read would apply more than
+        ``max_delta_batches`` delta batches, or when the delta rows outnumber
+        ``max_delta_ratio`` times the snapshot rows (reads then cost more than twice the
+        live state)."""
+        files = index.files()
+        delta_batches = {f.batch_id for f in files if f.kind == "delta"}
+        delta_rows = sum(f.rows for f in files if f.kind == "delta")
+        snapshot_rows = sum(f.rows for f in files if f.kind == "snapshot")
+        return len(delta_batches) > max_delta_batches or delta_rows > max_delta_ratio * max(snapshot_rows, 1)
 
     def compact(self, up_to_batch: int) -> list[DeltaFile] | None:
         """Write a snapshot of every key group as of ``up_to_batch`` (all commits <= it).
