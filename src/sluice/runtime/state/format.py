@@ -43,10 +43,8 @@ def build_state_table(
 ) -> pa.Table:
     """One table of tombstones and upserts, sorted by ``__kg``, ready to be written.
 
-    Within a key group the deletions come first and the upserts after, so if a task both
-    deletes and upserts one key in the same batch, the upsert wins (the key is reset to its
-    new state). Rows of one key group otherwise keep their input order (the sort is stable),
-    so of two upserts of one key the later wins.
+    If a task both deletes and upserts one key in the same batch, the upsert wins (the key is
+    reset to its new state); of two upserts of one key the later (in input order) wins.
     """
     parts: list[pa.Table] = []
     needed = [KEY_GROUP, *key_columns]
@@ -72,7 +70,15 @@ def build_state_table(
         raise StateError(f"deletes and upserts of {where} have incompatible key columns: {exc}") from exc
     if table.column(KEY_GROUP).null_count:
         raise StateError(f"{KEY_GROUP} of {where} has nulls; every state row needs its key group")
-    order = pc.sort_indices(table, sort_keys=[(KEY_GROUP, "ascending")])  # stable sort
+    # Canonical order: by key group, then key, tombstone before upsert (the sort is stable,
+    # so duplicates of one key keep their input order). The bytes then depend only on the
+    # set of changes, not on the order a shuffle delivered the rows in: a retried task
+    # writes the very file (and checksum) its earlier attempt wrote.
+    sort_keys = [(KEY_GROUP, "ascending"), *[(k, "ascending") for k in key_columns]]
+    try:
+        order = pc.sort_indices(table, sort_keys=[*sort_keys, (DELETED, "descending")])
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # keys of an unsortable type
+        order = pc.sort_indices(table, sort_keys=[(KEY_GROUP, "ascending")])
     return table.take(order).combine_chunks()
 
 
