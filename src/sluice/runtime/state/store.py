@@ -289,7 +289,9 @@ class KeyGroupStore:
         """Latest committed state of ``key_groups`` as seen by ``index``.
 
         Result: ``__kg`` + key columns + state columns, one row per live key, ordered
-        deterministically (by key group, then by the position of each key's latest row).
+        deterministically (by key group, then by the position of each key's latest row in
+        the files, which are themselves sorted by key), so a replayed task sees the same
+        table.
         Later files override earlier rows of the same key; deletions remove keys.
 
         ``schema`` (optional): the state schema (key columns first, as a kernel's
