@@ -1,0 +1,94 @@
+"""Greedy descent on the MILP's own objective: the MILP's warm start.
+
+From the start placement (units where they are, pinned units on their pin), repeatedly make
+the single unit move that lowers eps - alpha * (eps_u + eps_l) + tie-break the most, while
+the budget allows; each unit moves at most once (its cost is counted from where it is now).
+Every candidate move is scored at once with numpy: a move changes two nodes, so the new
+extremes are those two nodes against the best of the other nodes (the top three values
+suffice to exclude any two nodes).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sluice.plan.balancing.model import MigrationBudget
+from sluice.plan.balancing.units import UnitModel
+
+
+def _best_excluding(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """max(values[j] for j not in {a, b}), for arrays of (a, b) pairs."""
+    if len(values) < 3:
+        values = np.concatenate([values, np.full(3 - len(values), -np.inf)])
+    top = np.argsort(-values, kind="stable")[:3]
+    out = np.full(np.broadcast(a, b).shape, values[top[2]])
+    for idx in (top[1], top[0]):  # the highest free one wins, so write it last
+        free = (a != idx) & (b != idx)
+        out = np.where(free, values[idx], out)
+    return out
+
+
+def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.ndarray | None:
+    if um.start is None:
+        return None
+    place = um.start.copy()
+    units = np.arange(um.num_units)
+    spent_cost = float(um.move_cost[units, place].sum())
+    spent_count = int(um.move_count[units, place].sum())
+    if not budget.allows(spent_cost, spent_count):
+        return None  # the pins alone exceed the budget
+    w, mean, staying = um.capacity, um.mean, ~um.removing
+    load = np.bincount(place, weights=um.unit_load, minlength=um.num_nodes)
+    res = None
+    if um.unit_res is not None:
+        res = np.zeros((um.num_nodes, um.unit_res.shape[1]))
+        np.add.at(res, place, um.unit_res)
+    movable = um.allowed.sum(axis=1) > 1
+    current = um.objective(place, alpha)
+    tie_now = um.tie_cost[units, place]
+    while True:
+        cand = movable[:, None] & um.allowed.copy()
+        cand[units, place] = False
+        extra_cost = um.move_cost - um.move_cost[units, place][:, None]
+        extra_count = um.move_count - um.move_count[units, place][:, None]
+        if budget.max_cost is not None:
+            cand &= spent_cost + extra_cost <= budget.max_cost + 1e-9 * max(1.0, budget.max_cost)
+        if budget.max_count is not None:
+            cand &= spent_count + extra_count <= budget.max_count
+        if res is not None:
+            cand &= (res[None, :, :] + um.unit_res[:, None, :] <= um.resource_cap[None, :, :] + 1e-9).all(axis=2)
+        u_idx, n_idx = np.nonzero(cand)
+        if len(u_idx) == 0:
+            break
+        s_idx = place[u_idx]
+        l = um.unit_load[u_idx]
+        util = load / w - mean
+        new_s = (load[s_idx] - l) / w[s_idx] - mean
+        new_n = (load[n_idx] + l) / w[n_idx] - mean
+        upper = np.maximum(_best_excluding(util, s_idx, n_idx), np.maximum(new_s, new_n))
+        low_vals = np.where(staying, -util, -np.inf)
+        lower = np.maximum(
+            _best_excluding(low_vals, s_idx, n_idx),
+            np.maximum(np.where(staying[s_idx], -new_s, -np.inf), np.where(staying[n_idx], -new_n, -np.inf)),
+        )
+        eps = np.maximum(np.maximum(upper, lower), 0.0)
+        eps_u = np.minimum(eps, eps - upper)
+        eps_l = np.minimum(eps, eps - lower)
+        tie = tie_now.sum() - tie_now[u_idx] + um.tie_cost[u_idx, n_idx]
+        score = eps - alpha * (eps_u + eps_l) + tie
+        best = int(np.argmin(score))
+        if score[best] >= current - 1e-12 * max(1.0, abs(current)):
+            break
+        u, s, n = u_idx[best], s_idx[best], n_idx[best]
+        spent_cost += float(extra_cost[u, n])
+        spent_count += int(extra_count[u, n])
+        load[s] -= um.unit_load[u]
+        load[n] += um.unit_load[u]
+        if res is not None:
+            res[s] -= um.unit_res[u]
+            res[n] += um.unit_res[u]
+        place[u] = n
+        tie_now[u] = um.tie_cost[u, n]
+        movable[u] = False  # each unit moves at most once
+        current = float(score[best])
+    return place

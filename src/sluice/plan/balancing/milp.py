@@ -1,0 +1,220 @@
+"""The MILP load balancer of section 4.3.1, solved with HiGHS.
+
+RECONSTRUCTION. The paper's MILP rows were lost in extraction; only their prose survived
+("Constraint (1) ensures ... (5) ..."). The rows below are rebuilt from that prose and from
+the proofs of Lemma 1 and Lemma 4.2. With x'_{k,n} = 1 iff key group k goes to node n,
+x_{k,n} its current placement, w_n the capacity weight, r_n = 1 iff n is in N_r, and
+L-bar = sum_k L_k / sum_{n in N_s} w_n:
+
+    min   eps - alpha * (eps_u + eps_l)                                         (objective)
+    (1)   sum_n x'_{k,n} = 1                                for every key group k
+    (2)   sum_k sum_n m_k * x'_{k,n} * (1 - x_{k,n}) <= maxMigrCost       (and/or a count)
+    (3)   sum_k L_k x'_{k,n} <= w_n * (L-bar + eps - eps_u) for every node n
+    (4)   sum_k L_k x'_{k,n} >= (1 - r_n) * w_n * (L-bar - eps + eps_l)   for every node n
+    (5)   0 <= eps_u <= eps,  0 <= eps_l <= eps
+
+Choices and why:
+* (2) is linear because x is a constant; a key group costs m_k only if it leaves its node.
+* (5): the prose says (5) keeps eps_l from pushing the lower bound past L-bar; we bound both
+  slacks by eps, which keeps the upper bound >= L-bar >= the lower bound.
+* alpha (the lost "w1 >> w2" constants): 1e-3. For alpha < 1/2 the LP always sets eps to the
+  assignment's load distance, so eps is minimized first; maximizing eps_u + eps_l then
+  minimizes the spread (max - min utilization) among plans of (almost) equal eps.
+* A third, tiny tie-break (gamma, 1e-7 of L-bar per migration) that the paper does not have:
+  it penalizes migrations out of N_s and rewards migrations out of N_r. It only decides
+  between plans with equal eps, eps_u and eps_l: it stops pointless moves, and makes the
+  drain of N_r proceed at the budget's pace when draining is neutral for eps (Lemma 4.2 only
+  says the *final* optimum has N_r empty).
+* Moves *into* N_r are not offered to the solver: Lemma 1 proves they are never preferred,
+  so the optimum is unchanged (tests check this against brute force over all moves), the
+  model shrinks, and a time-limited, non-optimal plan can never break Lemma 1.
+* Heterogeneous nodes: L-bar multiplied by w_n in (3) and (4), as in the paper.
+* Multi-dimensional load: optional rows sum_k R_{k,r} x'_{k,n} <= cap_{n,r}.
+* Warm start: HiGHS's own heuristics find poor incumbents on this model within seconds (the
+  LP relaxation splits key groups and says almost nothing), where the paper's CPLEX did well.
+  So the solver starts from a greedy descent on the same objective (descent.py); the MILP
+  can only improve on it, and the time limit covers both.
+
+ALBIC reuses this model with *units* (indivisible sets of collocated key groups) in place of
+single key groups, and with *pins* (a unit forced onto a node).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import highspy
+import numpy as np
+import scipy.sparse as sp
+
+from sluice.errors import PlanError
+from sluice.plan.balancing.descent import greedy_descent
+from sluice.plan.balancing.model import BalancePlan, BalancingProblem, MigrationBudget, make_plan
+from sluice.plan.balancing.units import UnitModel, unit_model
+
+
+@dataclass(frozen=True)
+class MilpSettings:
+    """Solver knobs. ``time_limit`` seconds; the best plan found by then is returned."""
+
+    time_limit: float = 5.0
+    mip_rel_gap: float = 1e-4
+    secondary_weight: float = 1e-3  # alpha: eps first, then eps_u + eps_l
+    tie_weight: float = 1e-7  # gamma, times L-bar per migration (see module docstring)
+    forbid_moves_into_removing: bool = True
+
+
+def solve_milp(
+    problem: BalancingProblem,
+    budget: MigrationBudget,
+    settings: MilpSettings = MilpSettings(),
+    units: Sequence[np.ndarray] | None = None,
+    pins: Mapping[int, int] | None = None,
+) -> BalancePlan:
+    """Balance ``problem`` under ``budget``; returns the new routing table and its migrations.
+
+    ``units`` partitions the key groups into indivisible sets (default: one per key group);
+    ``pins`` maps a unit's index to the node id it must end on. The whole call (greedy start,
+    model building, solving) stays within ``settings.time_limit`` plus HiGHS's own overshoot;
+    on time-out the best plan found is returned (``status`` says so).
+    Raises PlanError when the constraints admit no plan (e.g. a pin beyond the budget).
+    """
+    started = time.perf_counter()
+    um = unit_model(problem, budget, units, pins or {}, settings.forbid_moves_into_removing, settings.tie_weight)
+    start = greedy_descent(um, budget, settings.secondary_weight)
+    lp, col_unit, col_node = _build_lp(um, budget, settings)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    remaining = settings.time_limit - (time.perf_counter() - started)
+    h.setOptionValue("time_limit", float(max(remaining, 0.05)))
+    h.setOptionValue("mip_rel_gap", float(settings.mip_rel_gap))
+    h.setOptionValue("threads", 1)
+    h.passModel(lp)
+    if start is not None:
+        h.setSolution(lp.num_col_, np.arange(lp.num_col_, dtype=np.int32), _columns_of(um, start, col_unit, col_node, settings))
+    h.run()
+    status = h.getModelStatus()
+    solution = np.asarray(h.getSolution().col_value)
+    has_solution = h.getInfo().primal_solution_status == 2 and len(solution) == lp.num_col_
+    seconds = time.perf_counter() - started
+    if has_solution:
+        place = _decode(um, solution, col_unit, col_node)
+    elif start is not None:  # HiGHS gave up before accepting anything: the greedy plan stands
+        place = start
+    elif status == highspy.HighsModelStatus.kInfeasible:
+        raise PlanError(
+            f"MILP balancer: infeasible for {problem.num_key_groups} key groups on {problem.num_nodes} nodes "
+            f"(budget {budget}, {len(pins or {})} pins, resource caps: {problem.resource_cap is not None})"
+        )
+    else:
+        raise PlanError(f"MILP balancer: no plan within {settings.time_limit} s (HiGHS: {h.modelStatusToString(status)})")
+    name = "optimal" if status == highspy.HighsModelStatus.kOptimal else h.modelStatusToString(status).lower()
+    return make_plan(
+        problem,
+        um.assignment_of(place),
+        status=name,
+        solve_seconds=seconds,
+        notes={
+            "objective": um.objective(place, settings.secondary_weight),
+            "start_objective": None if start is None else um.objective(start, settings.secondary_weight),
+            "mip_gap": float(h.getInfo().mip_gap),
+        },
+    )
+
+
+def _decode(um: UnitModel, solution: np.ndarray, col_unit: np.ndarray, col_node: np.ndarray) -> np.ndarray:
+    """Node position of each unit: the column with the largest value (they are 0/1)."""
+    x = solution[: len(col_unit)]
+    place = np.zeros(um.num_units, dtype=np.int64)
+    order = np.argsort(x, kind="stable")  # ascending: each unit's largest value is written last
+    place[col_unit[order]] = col_node[order]
+    return place
+
+
+def _columns_of(um: UnitModel, place: np.ndarray, col_unit, col_node, settings: MilpSettings) -> np.ndarray:
+    x = (place[col_unit] == col_node).astype(float)
+    eps, eps_u, eps_l = um.deviations(place)
+    return np.concatenate([x, [eps, eps_u, eps_l]])
+
+
+def _build_lp(um: UnitModel, budget: MigrationBudget, settings: MilpSettings):
+    col_unit, col_node = np.nonzero(um.allowed)
+    nx = len(col_unit)
+    n_count, u_count = um.num_nodes, um.num_units
+    i_eps, i_up, i_lo = nx, nx + 1, nx + 2
+    num_col = nx + 3
+    w, mean, removing = um.capacity, um.mean, um.removing
+
+    col_cost = np.zeros(num_col)
+    col_cost[:nx] = um.tie_cost[col_unit, col_node]
+    col_cost[i_eps] = 1.0
+    col_cost[i_up] = col_cost[i_lo] = -settings.secondary_weight
+
+    rows, cols, vals, lower, upper = [], [], [], [], []
+    row = 0
+
+    def add_rows(r, c, v, lo, hi):
+        nonlocal row
+        rows.append(np.asarray(r) + row)
+        cols.append(np.asarray(c))
+        vals.append(np.asarray(v, dtype=float))
+        lower.append(np.asarray(lo, dtype=float))
+        upper.append(np.asarray(hi, dtype=float))
+        row += len(lo)
+
+    xs = np.arange(nx)
+    # (1) every unit on exactly one node
+    add_rows(col_unit, xs, np.ones(nx), np.ones(u_count), np.ones(u_count))
+    # (2) migration budget, by cost and/or by count
+    if budget.max_cost is not None:
+        add_rows(np.zeros(nx, int), xs, um.move_cost[col_unit, col_node], [-np.inf], [budget.max_cost])
+    if budget.max_count is not None:
+        add_rows(np.zeros(nx, int), xs, um.move_count[col_unit, col_node], [-np.inf], [budget.max_count])
+    # (3) upper load bound, every node: L_n - w_n eps + w_n eps_u <= w_n L-bar
+    load_vals = um.unit_load[col_unit]
+    n_idx = np.arange(n_count)
+    add_rows(
+        np.concatenate([col_node, n_idx, n_idx]),
+        np.concatenate([xs, np.full(n_count, i_eps), np.full(n_count, i_up)]),
+        np.concatenate([load_vals, -w, w]),
+        np.full(n_count, -np.inf),
+        w * mean,
+    )
+    # (4) lower load bound, N_s only (disabled for N_r): L_n + w_n eps - w_n eps_l >= w_n L-bar
+    staying = np.flatnonzero(~removing)
+    s_pos = np.full(n_count, -1)
+    s_pos[staying] = np.arange(len(staying))
+    in_s = ~removing[col_node]
+    add_rows(
+        np.concatenate([s_pos[col_node[in_s]], np.arange(len(staying)), np.arange(len(staying))]),
+        np.concatenate([xs[in_s], np.full(len(staying), i_eps), np.full(len(staying), i_lo)]),
+        np.concatenate([load_vals[in_s], w[staying], -w[staying]]),
+        w[staying] * mean,
+        np.full(len(staying), np.inf),
+    )
+    # (5) eps_u <= eps, eps_l <= eps
+    add_rows([0, 0, 1, 1], [i_up, i_eps, i_lo, i_eps], [1, -1, 1, -1], [-np.inf, -np.inf], [0, 0])
+    # optional caps on the other resources
+    if um.unit_res is not None:
+        for r in range(um.unit_res.shape[1]):
+            add_rows(col_node, xs, um.unit_res[col_unit, r], np.full(n_count, -np.inf), um.resource_cap[:, r])
+
+    a = sp.csc_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row, num_col))
+    lp = highspy.HighsLp()
+    lp.num_col_ = num_col
+    lp.num_row_ = row
+    lp.col_cost_ = col_cost
+    lp.col_lower_ = np.zeros(num_col)
+    col_upper = np.ones(num_col)
+    col_upper[nx:] = np.inf
+    lp.col_upper_ = col_upper
+    lp.row_lower_ = np.concatenate(lower)
+    lp.row_upper_ = np.concatenate(upper)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = a.indices.astype(np.int32)
+    lp.a_matrix_.value_ = a.data
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * nx + [highspy.HighsVarType.kContinuous] * 3
+    return lp, col_unit, col_node
