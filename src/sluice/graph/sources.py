@@ -437,7 +437,14 @@ def rows_arrived(start_us: int, rate: float, now_us: int) -> int:
     """How many rows (0, 1, ..) of a ``rate`` rows/s source have arrived by ``now_us``."""
     if now_us < start_us:
         return 0
-    return int(math.floor((now_us - start_us) * rate / 1e6)) + 1
+    k = int(math.floor((now_us - start_us) * rate / 1e6)) + 1
+    # Nudge by a row where float rounding disagrees with arrival_us, which is the truth.
+    due = lambda i: int(arrival_us(start_us, rate, np.array([i]))[0])  # noqa: E731
+    while due(k) <= now_us:
+        k += 1
+    while k > 0 and due(k - 1) > now_us:
+        k -= 1
+    return k
 
 
 @dataclass(frozen=True, kw_only=True)
