@@ -58,6 +58,7 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .config("spark.driver.memory", os.environ.get("SLUICE_DRIVER_MEMORY", "2g"))
         .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

@@ -81,9 +81,13 @@ class AggregateKernel(KeyedKernel):
                 specs.append((agg.column, "list"))
                 labels.append(f"{name}__values")
         grouped = rows.group_by(keys, use_threads=False).aggregate(specs)
-        # pyarrow puts the aggregates first, in order, then the keys
+        # the key columns keep their names; the aggregates are the other columns, in order
+        # (pyarrow has put them before the keys in some versions and after in others)
+        names = grouped.column_names
+        key_positions = [names.index(k) for k in keys]
+        agg_positions = [i for i in range(len(names)) if i not in key_positions]
         partial = pa.table(
-            [grouped.column(len(specs) + i) for i in range(len(keys))] + [grouped.column(i) for i in range(len(specs))],
+            [grouped.column(i) for i in key_positions] + [grouped.column(i) for i in agg_positions],
             names=keys + [f"__new__{label}" for label in labels],
         )
 

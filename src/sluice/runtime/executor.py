@@ -1,0 +1,264 @@
+"""One micro-batch, exactly once (DESIGN.md section 4).
+
+Inside ``foreachBatch(df, batch_id)``:
+1. take the Plan for ``batch_id`` from the plan log (a replay uses the plan it ran with);
+2. build the batch's DataFrame lineage: native expressions, fused Python chains, exchanges
+   by key group, keyed stages over the key-group store; persist at fan-out points;
+3. write every sink idempotently for ``batch_id``;
+4. commit the key-group state for ``batch_id``, then record the batch as done with its
+   metrics; a batch already done (crash after step 4, before Spark's commit log) is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from sluice.graph import JobGraph
+from sluice.graph.operators import Operator
+from sluice.graph.sinks import SinkSpec
+from sluice.plan.physical import Plan
+from sluice.runtime import metrics as metrics_log
+from sluice.runtime import sinks
+from sluice.runtime.files import filesystem, read_bytes, write_atomic
+from sluice.runtime.kernels.keyed import BatchContext
+from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.planlog import PlanLog
+from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
+from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
+from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, route
+from sluice.runtime.task_metrics import MetricsParam, split_metrics
+
+MICROS = 1_000_000
+
+
+@dataclass
+class SourceInfo:
+    op: Operator
+    index: int  # value of the hidden __src column when several sources are unioned
+    event_time: str | None
+    watermark_delay_us: int
+
+
+class BatchExecutor:
+    """Runs each micro-batch of one job; the ``foreachBatch`` function of the query."""
+
+    def __init__(self, spark, graph: JobGraph, checkpoint: str, plan_log: PlanLog, sources: list[SourceInfo],
+                 dead_letter_sink: SinkSpec | None = None, controller=None, on_batch=None, backlog=None):
+        self.spark = spark
+        self.graph = graph
+        self.checkpoint = checkpoint
+        self.plan_log = plan_log
+        self.sources = sources
+        self.dead_letter_sink = dead_letter_sink
+        self.controller = controller
+        self.on_batch = on_batch
+        self.backlog = backlog or (lambda: {})
+        self.order = graph.topological_order()
+        self.fs, self.base = filesystem(checkpoint)
+        self.accumulator = spark.sparkContext.accumulator({}, MetricsParam())
+        self.stores = {op.id: self._store(op) for op in graph.operators if op.is_keyed}
+        self.max_event_us = self._recover_event_times()
+        self.last_batch: BatchMetrics | None = None
+        self.batches_done = 0
+
+    # ---- persistence of batch records -----------------------------------------------------
+    def _record_path(self, batch_id: int, what: str) -> str:
+        return f"{self.base}/batches/{batch_id:09d}.{what}.json"
+
+    def _read_record(self, batch_id: int, what: str) -> dict | None:
+        data = read_bytes(self.fs, self._record_path(batch_id, what))
+        return json.loads(data) if data else None
+
+    def _write_record(self, batch_id: int, what: str, payload: dict) -> None:
+        write_atomic(self.fs, self._record_path(batch_id, what), json.dumps(payload).encode())
+
+    def _recover_event_times(self) -> dict[str, int]:
+        from sluice.runtime.files import list_files
+
+        latest: dict[str, int] = {}
+        for path in list_files(self.fs, f"{self.base}/batches"):
+            if path.endswith(".done.json"):
+                record = json.loads(read_bytes(self.fs, path))
+                for name, us in (record.get("max_event_us") or {}).items():
+                    latest[name] = max(latest.get(name, us), us)
+        return latest
+
+    def _store(self, op: Operator):
+        from sluice.runtime.state import KeyGroupStore
+
+        return KeyGroupStore(self.checkpoint, op.id, keyed_kernel(op).key_columns)
+
+    def _watermark(self) -> int | None:
+        """Minimum over event-time sources of (max event time seen so far - delay)."""
+        marks = []
+        for src in self.sources:
+            if src.event_time is None:
+                continue
+            seen = self.max_event_us.get(src.op.id)
+            if seen is None:
+                return None
+            marks.append(seen - src.watermark_delay_us)
+        return min(marks) if marks else None
+
+    # ---- the batch -------------------------------------------------------------------------
+    def __call__(self, df, batch_id: int) -> None:
+        if self._read_record(batch_id, "done") is not None:
+            return  # already committed before a crash: sinks and state hold it
+        started = time.time()
+        plan = self.plan_log.plan_for(batch_id)
+        start = self._read_record(batch_id, "start")
+        if start is None:  # first execution: fix time and watermark for any replay
+            start = {"processing_time": int(started * MICROS), "watermark": self._watermark(), "plan": plan.version}
+            self._write_record(batch_id, "start", start)
+        context = BatchContext(batch_id, 0, start["watermark"], start["processing_time"])
+        self.accumulator.value = {}
+
+        frames, observations, persisted = self._build(df, batch_id, plan, context)
+        sink_stats = {}
+        for op in self.graph.sinks():
+            sink_stats[op.id] = self._write_sink(op, frames[op.inputs[0]], batch_id)
+        dead = self._forward_dead_letters(batch_id)
+        for op_id, store in self.stores.items():
+            store.commit(batch_id, store.committed_files(batch_id))
+
+        m = self._metrics(batch_id, plan, started, observations, sink_stats, dead, context)
+        self._write_record(batch_id, "done", {"max_event_us": self._observed_event_times(observations)})
+        metrics_log.append(self.checkpoint, m)
+        for frame in persisted:
+            frame.unpersist()
+        self.last_batch = m
+        self.batches_done += 1
+        if self.on_batch:
+            self.on_batch(m)
+        if self.controller:
+            new_plan = self.controller(m, plan)
+            if new_plan is not None:
+                self.plan_log.write(_as_version(new_plan, batch_id + 1))
+
+    def _build(self, df, batch_id: int, plan: Plan, context: BatchContext):
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        frames: dict = {}
+        observations: dict = {}
+        persisted = []
+        chain_of = {chain[-1]: chain for chain in plan.chains}
+        for op in self.order:
+            if op.kind == "source":
+                src = next(s for s in self.sources if s.op.id == op.id)
+                frame = df if len(self.sources) == 1 else df.filter(F.col(SOURCE_ID) == src.index)
+                frame = frame.select(*op.schema.names, INGEST)
+                exprs = [F.count(F.lit(1)).alias("rows")]
+                if src.event_time:
+                    exprs.append(F.max(F.unix_micros(F.col(src.event_time))).alias("max_event_us"))
+                obs = Observation(f"src_{op.id}_{batch_id}")
+                frame = frame.observe(obs, *exprs)
+                observations[op.id] = obs
+            elif op.kind == "sink":
+                continue
+            elif op.kind == "key_by":
+                frame = frames[op.inputs[0]]
+            elif op.kind == "union":
+                frame = frames[op.inputs[0]]
+                for other in op.inputs[1:]:
+                    frame = frame.unionByName(frames[other])
+            elif op.is_native:
+                frame = apply_native(op, frames[op.inputs[0]])
+            elif op.is_python:
+                if op.id not in chain_of:
+                    continue  # inside a fused chain: runs in its tail's pass
+                chain = [self.graph[i] for i in chain_of[op.id]]
+                upstream = self.graph[chain[0].inputs[0]]
+                frame = python_chain(frames[upstream.id], chain, upstream.schema, batch_id, self.checkpoint,
+                                     self.accumulator)
+            else:  # keyed
+                key_by = self.graph[op.inputs[0]]
+                stage = plan.keyed[op.id]
+                store = self.stores[op.id]
+                index = store.index(before_batch=batch_id)
+                routed = route(frames[key_by.id], keyed_kernel(op).key_columns, stage, plan.max_parallelism)
+                frame = keyed_stage(routed, op, key_by.schema, stage, (self.checkpoint, op.id, keyed_kernel(op).key_columns),
+                                    index, context, self.checkpoint, self.accumulator)
+            if len(self.graph.consumers(op.id)) > 1:
+                frame = frame.persist()  # fan-out: no branch recomputes the shared upstream
+                persisted.append(frame)
+            frames[op.id] = frame
+        return frames, observations, persisted
+
+    def _write_sink(self, op: Operator, frame, batch_id: int) -> dict:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        obs = Observation(f"sink_{op.id}_{batch_id}")
+        ingest_us = F.unix_micros(F.col(INGEST))
+        observed = frame.observe(
+            obs,
+            F.count(F.lit(1)).alias("rows"),
+            F.percentile_approx(ingest_us, F.array(F.lit(0.01), F.lit(0.05), F.lit(0.5)), F.lit(1000)).alias("q"),
+        )
+        t0 = time.time()
+        sinks.write(op.params["spec"], observed, batch_id)
+        done = time.time()
+        stats = obs.get
+        out = {"rows": int(stats.get("rows") or 0), "write_s": round(done - t0, 4)}
+        q = stats.get("q")
+        if q and out["rows"]:
+            # latency of a record = commit time of the sink - its ingest time; the oldest
+            # ingest times give the high percentiles
+            now_us = done * MICROS
+            out["latency_p99_ms"] = round((now_us - q[0]) / 1000, 2)
+            out["latency_p95_ms"] = round((now_us - q[1]) / 1000, 2)
+            out["latency_p50_ms"] = round((now_us - q[2]) / 1000, 2)
+        return out
+
+    def _forward_dead_letters(self, batch_id: int) -> int:
+        records = read_side_output(self.checkpoint, DEAD_LETTER, batch_id)
+        if records and self.dead_letter_sink is not None:
+            import pyarrow as pa
+
+            sinks.write_table(self.dead_letter_sink, pa.Table.from_pylist(records), batch_id, self.spark)
+        return len(records)
+
+    def _observed_event_times(self, observations) -> dict[str, int]:
+        out = {}
+        for src in self.sources:
+            if src.event_time and src.op.id in observations:
+                value = observations[src.op.id].get.get("max_event_us")
+                if value is not None:
+                    out[src.op.id] = int(value)
+                    self.max_event_us[src.op.id] = max(self.max_event_us.get(src.op.id, int(value)), int(value))
+        return out
+
+    def _metrics(self, batch_id, plan, started, observations, sink_stats, dead, context) -> BatchMetrics:
+        per_op = split_metrics(self.accumulator.value)
+        key_groups = {}
+        for op_id, store in self.stores.items():
+            rows = per_op.pop(f"{op_id}#kg", {})
+            sizes = store.key_group_sizes(store.index(before_batch=batch_id + 1))
+            key_groups[op_id] = {
+                str(kg): {"rows": int(rows.get(str(kg), 0)), "state_bytes": int(sizes.get(kg, 0))}
+                for kg in sorted(set(int(k) for k in rows) | set(sizes))
+            }
+        rows_by_source = {op_id: int(obs.get.get("rows") or 0) for op_id, obs in observations.items()}
+        return BatchMetrics(
+            batch_id=batch_id,
+            plan_version=plan.version,
+            started_at=started,
+            duration_s=round(time.time() - started, 4),
+            rows_in=sum(rows_by_source.values()),
+            rows_by_source=rows_by_source,
+            backlog=self.backlog(),
+            operators=per_op,
+            sinks=sink_stats,
+            key_groups=key_groups,
+            dead_letters=dead,
+            watermark=context.watermark,
+        )
+
+
+def _as_version(plan: Plan, version: int) -> Plan:
+    from dataclasses import replace
+
+    return plan if plan.version == version else replace(plan, version=version)

@@ -1,0 +1,130 @@
+"""Running a pipeline: validate it, plan it, start the Structured Streaming query whose
+``foreachBatch`` executes the plan, and stop when asked (or when finite input is done)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sluice.errors import ConfigError, SluiceError
+from sluice.plan.physical import Plan, initial_plan
+from sluice.runtime import metrics as metrics_log
+from sluice.runtime.executor import MICROS, BatchExecutor, SourceInfo
+from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.planlog import PlanLog
+
+
+@dataclass
+class JobResult:
+    checkpoint: str
+    batches: int  # batches this run executed (a restart counts only its own)
+    rows_in: int
+    elapsed_s: float
+    metrics: list[BatchMetrics] = field(default_factory=list)  # every batch of the checkpoint
+
+    @property
+    def throughput(self) -> float:
+        return self.rows_in / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def control_dir(checkpoint: str) -> str:
+    return os.path.join(checkpoint, "sources")
+
+
+def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=None,
+                 duration: float | None = None, trigger_interval: float = 0.0,
+                 max_rows_per_batch: int | None = None, plan: Plan | None = None,
+                 controller: Callable | None = None, on_batch: Callable[[BatchMetrics], None] | None = None,
+                 stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True) -> JobResult:
+    """Run ``pipeline`` on Spark with its state and logs under ``checkpoint``.
+
+    Stops when every source is finite and exhausted, after ``duration`` seconds, when
+    ``stop_when(executor)`` says so, or on Ctrl-C. Restarting with the same checkpoint
+    resumes exactly where the last run committed.
+    """
+    from sluice.runtime.schemas import SOURCE_ID, SparkTyper
+    from sluice.runtime.session import spark_session
+    from sluice.runtime.sources import is_exhausted, open_stream, read_backlog, set_max_rows
+
+    if duration is not None and duration <= 0:
+        raise ConfigError(f"duration must be positive seconds, got {duration}")
+    if trigger_interval < 0:
+        raise ConfigError(f"trigger_interval must be >= 0 seconds, got {trigger_interval}")
+    checkpoint = os.path.abspath(checkpoint)
+    spark = spark or spark_session(master)
+    graph = pipeline.graph
+    graph.validate(typer=SparkTyper(spark))
+
+    plan_log = PlanLog(checkpoint)
+    if plan is not None:
+        plan_log.write(plan if plan_log.latest() is None else plan)
+    elif plan_log.latest() is None:
+        plan_log.write(initial_plan(graph, pipeline.partitions, fuse=fuse))
+
+    controls = control_dir(checkpoint)
+    from pyspark.sql import functions as F
+
+    frames, infos = [], []
+    for i, op in enumerate(graph.sources()):
+        spec = op.params["spec"]
+        limit = max_rows_per_batch or getattr(spec, "max_rows_per_batch", None)
+        if limit:
+            set_max_rows(controls, op.id, limit)
+        frame = open_stream(spark, spec, controls, op.id)
+        if len(graph.sources()) > 1:
+            frame = frame.withColumn(SOURCE_ID, F.lit(i))
+        frames.append(frame)
+        delay = getattr(spec, "watermark_delay", 0) or 0
+        infos.append(SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS)))
+    stream = frames[0]
+    for frame in frames[1:]:
+        stream = stream.unionByName(frame, allowMissingColumns=True)
+
+    def backlog() -> dict:
+        out = {}
+        for info in infos:
+            status = read_backlog(controls, info.op.id) or {}
+            out[info.op.id] = status.get("backlog")
+        return out
+
+    executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
+                             controller=controller, on_batch=on_batch, backlog=backlog)
+    writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", os.path.join(checkpoint, "spark"))
+    writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
+    started = time.time()
+    query = writer.queryName(f"sluice_{graph.name}_{int(started * 1000)}").start()
+    finite = all(getattr(op.params["spec"], "finite", False) for op in graph.sources())
+    try:
+        while query.isActive:
+            if query.exception() is not None:
+                break
+            if finite and all(is_exhausted(controls, info.op.id) for info in infos):
+                query.processAllAvailable()
+                break
+            if duration is not None and time.time() - started >= duration:
+                break
+            if stop_when is not None and stop_when(executor):
+                break
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        error = query.exception()
+        query.stop()
+    if error is not None:
+        raise _unwrap(error)
+    elapsed = time.time() - started
+    all_metrics = metrics_log.read(checkpoint)
+    mine = [m for m in all_metrics if m.started_at >= started]
+    return JobResult(checkpoint, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics)
+
+
+def _unwrap(error) -> Exception:
+    """Turn Spark's wrapped exception back into the SluiceError raised in foreachBatch."""
+    text = str(error)
+    for line in text.splitlines():
+        if "sluice.errors." in line or "SluiceError" in line:
+            return SluiceError(line.strip())
+    return SluiceError(f"the streaming query failed: {text.splitlines()[0] if text else error!r}\n{text[:4000]}")

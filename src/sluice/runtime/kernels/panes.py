@@ -1,0 +1,451 @@
+"""Partial aggregates over panes: the vectorized core of sub-window combine.
+
+C-MR (section 2.1) "adopts incremental processing of each reduce window ... by decomposing
+each reduce window into sub-windows and perform[ing] a Combine operation on them". Sluice's
+sub-windows are *panes*: slices of time of length gcd(size, slide) (see
+``sluice.graph.windows.pane_length``). Each record updates exactly one pane's partial
+aggregate; a window's result combines the partials of its panes. Session windows reuse the
+same partials, one per open session.
+
+Everything here works on a :class:`PaneTable`: one row per (key, pane) with one numpy array
+per partial field, sorted by (key, pane). No Spark, no per-record Python: built-in
+aggregates are numpy reductions; a user-defined aggregate's ``add`` is called once per
+(key, pane) group with a pyarrow Array, and its ``merge`` combines pane accumulators.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluice.errors import SchemaError
+from sluice.graph.aggregates import Aggregate
+
+# Watermarks are clamped into [NO_WATERMARK, END_OF_TIME] so that time arithmetic on int64
+# never overflows (event times in microseconds since 1970 are around 2**51).
+NO_WATERMARK = -(2**62)
+END_OF_TIME = 2**62
+
+_INT_KINDS = ("rows", "n")  # partial fields that are always int64 counts
+
+
+@dataclass(frozen=True)
+class PartialField:
+    """One partial-aggregate column kept per pane (or per session)."""
+
+    name: str  # column name in the state table and key in PaneTable.parts
+    kind: str  # rows | n | sum | min | max | udaf
+    column: str | None = None  # input column (None for rows)
+    udaf: Aggregate | None = None
+
+    @property
+    def combine(self) -> np.ufunc | None:
+        """The numpy ufunc combining two partials (None for a UDAF: its merge does)."""
+        return {"rows": np.add, "n": np.add, "sum": np.add, "min": np.minimum, "max": np.maximum}.get(self.kind)
+
+
+def _value_kind(column: str, dtype: pa.DataType, what: str) -> str:
+    """'int' or 'float': how values of an input column are held in numpy partials."""
+    if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype):
+        return "int"
+    if pa.types.is_floating(dtype):
+        return "float"
+    if what in ("min", "max") and (pa.types.is_timestamp(dtype) or pa.types.is_date(dtype) or pa.types.is_duration(dtype)):
+        return "int"
+    raise SchemaError(
+        f"window aggregate {what}({column!r}): column type {dtype} is not supported "
+        "(numeric columns, and timestamps for min/max)"
+    )
+
+
+class PartialLayout:
+    """The partial fields a set of aggregates needs, shared by every aggregate that can use them.
+
+    ``rows`` (records in the pane) is always kept: it is count(*) and tells an empty pane.
+    Each column aggregated by a built-in keeps ``n:col`` (its non-null values); sum and mean
+    share ``sum:col``; min and max keep ``min:col`` / ``max:col``; each distinct UDAF keeps
+    its pickled accumulator.
+    """
+
+    def __init__(self, aggregates: list[Aggregate], input_schema: pa.Schema):
+        self.input_schema = input_schema
+        fields: dict[str, PartialField] = {"rows": PartialField("rows", "rows")}
+        self.value_kind: dict[str, str] = {}
+        self.udaf_field: dict[int, str] = {}
+        for agg in aggregates:
+            if agg.kind == "count" and agg.column is None:
+                continue
+            if agg.column not in input_schema.names:
+                raise SchemaError(
+                    f"window aggregate {agg.kind}({agg.column!r}): no such column; input has {input_schema.names}"
+                )
+            if agg.kind == "udaf":
+                key = id(agg)
+                if key not in self.udaf_field:
+                    name = f"udaf:{len(self.udaf_field)}:{agg.column}"
+                    self.udaf_field[key] = name
+                    fields[name] = PartialField(name, "udaf", agg.column, agg)
+                continue
+            fields.setdefault(f"n:{agg.column}", PartialField(f"n:{agg.column}", "n", agg.column))
+            if agg.kind == "count":
+                continue
+            dtype = input_schema.field(agg.column).type
+            kind = "sum" if agg.kind in ("sum", "mean") else agg.kind
+            self.value_kind[f"{kind}:{agg.column}"] = _value_kind(agg.column, dtype, agg.kind)
+            fields.setdefault(f"{kind}:{agg.column}", PartialField(f"{kind}:{agg.column}", kind, agg.column))
+        self.fields = list(fields.values())
+
+    # -- types ------------------------------------------------------------------------
+
+    def numpy_dtype(self, f: PartialField) -> Any:
+        if f.kind in _INT_KINDS:
+            return np.int64
+        if f.kind == "udaf":
+            return object
+        return np.int64 if self.value_kind[f.name] == "int" else np.float64
+
+    def arrow_type(self, f: PartialField) -> pa.DataType:
+        if f.kind == "udaf":
+            return pa.binary()
+        return pa.int64() if self.numpy_dtype(f) is np.int64 else pa.float64()
+
+    def identity(self, f: PartialField) -> Any:
+        """The neutral element of a field's combine (fills null inputs)."""
+        if f.kind in ("rows", "n", "sum"):
+            return 0
+        dtype = self.numpy_dtype(f)
+        big = np.iinfo(np.int64).max if dtype is np.int64 else np.inf
+        return big if f.kind == "min" else (np.iinfo(np.int64).min if dtype is np.int64 else -np.inf)
+
+    # -- from records ------------------------------------------------------------------
+
+    def field_values(self, f: PartialField, rows: pa.Table) -> np.ndarray:
+        """Per-record contribution to a numeric field, nulls replaced by the identity."""
+        if f.kind == "rows":
+            return np.ones(rows.num_rows, dtype=np.int64)
+        col = rows[f.column]
+        if f.kind == "n":
+            return np.asarray(pc.is_valid(col), dtype=np.int64) if col.null_count else np.ones(rows.num_rows, np.int64)
+        dtype = self.numpy_dtype(f)
+        arrow_type = col.type
+        if not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)):
+            col = pc.cast(col, pa.int64()) if not pa.types.is_boolean(arrow_type) else pc.cast(col, pa.int8())
+        col = pc.cast(col, pa.int64() if dtype is np.int64 else pa.float64())
+        if col.null_count:
+            col = pc.fill_null(col, self.identity(f))
+        return np.asarray(col.to_numpy() if isinstance(col, pa.Array) else col.to_numpy(), dtype=dtype)
+
+
+@dataclass
+class PaneTable:
+    """Partial aggregates, one row per (key id, pane), sorted by (key, pane).
+
+    For sessions ``pane`` holds the session start and ``end`` its end; UDAF fields hold
+    pickled accumulators (bytes) in an object array, with freshly computed accumulators
+    cached in ``live`` so they are not unpickled again in the same batch.
+    """
+
+    key: np.ndarray
+    pane: np.ndarray
+    parts: dict[str, np.ndarray]
+    end: np.ndarray | None = None
+    live: dict[str, dict[int, Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def take(self, index: np.ndarray) -> "PaneTable":
+        live = {}
+        if self.live:
+            position = {int(old): new for new, old in enumerate(index)}
+            live = {name: {position[i]: acc for i, acc in cache.items() if i in position} for name, cache in self.live.items()}
+        return PaneTable(
+            self.key[index],
+            self.pane[index],
+            {name: values[index] for name, values in self.parts.items()},
+            None if self.end is None else self.end[index],
+            live,
+        )
+
+    def accumulator(self, name: str, i: int) -> Any:
+        """The live UDAF accumulator of row ``i`` (unpickled on first use). Do not mutate it."""
+        cache = self.live.setdefault(name, {})
+        acc = cache.get(i)
+        if acc is None:
+            acc = cache[i] = pickle.loads(self.parts[name][i])
+        return acc
+
+
+def empty_pane_table(layout: PartialLayout, sessions: bool = False) -> PaneTable:
+    return PaneTable(
+        np.zeros(0, np.int64),
+        np.zeros(0, np.int64),
+        {f.name: np.zeros(0, layout.numpy_dtype(f)) for f in layout.fields},
+        np.zeros(0, np.int64) if sessions else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Sorting and grouping on (key, pane) pairs
+
+
+def sort_pairs(key: np.ndarray, pane: np.ndarray) -> np.ndarray:
+    """A stable permutation sorting rows by (key, pane)."""
+    if len(key) == 0:
+        return np.zeros(0, np.int64)
+    lo, hi = int(pane.min()), int(pane.max())
+    span = hi - lo + 1
+    n_keys = int(key.max()) + 1
+    if n_keys * span < 2**62:  # one int64 composite sorts faster than a lexsort
+        return np.argsort(key * span + (pane - lo), kind="stable")
+    return np.lexsort((pane, key))
+
+
+def group_starts(key: np.ndarray, pane: np.ndarray) -> np.ndarray:
+    """Start positions of runs of equal (key, pane) in sorted arrays."""
+    if len(key) == 0:
+        return np.zeros(0, np.int64)
+    change = np.empty(len(key), dtype=bool)
+    change[0] = True
+    change[1:] = (key[1:] != key[:-1]) | (pane[1:] != pane[:-1])
+    return np.flatnonzero(change)
+
+
+def pair_searchsorted(key: np.ndarray, pane: np.ndarray, q_key: np.ndarray, q_pane: np.ndarray) -> np.ndarray:
+    """``searchsorted`` (left) of (q_key, q_pane) pairs in arrays sorted by (key, pane)."""
+    if len(q_key) == 0:
+        return np.zeros(0, np.int64)
+    values = np.unique(np.concatenate([pane, q_pane]))
+    m = len(values)
+    table = key * m + np.searchsorted(values, pane)
+    query = q_key * m + np.searchsorted(values, q_pane)
+    return np.searchsorted(table, query, side="left")
+
+
+# ---------------------------------------------------------------------------------------
+# Combining partials over ranges of panes
+
+
+def reduce_ranges(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, ufunc: np.ufunc) -> np.ndarray:
+    """``ufunc.reduce(values[lo[i]:hi[i]])`` for every i, in one vectorized pass.
+
+    Requires lo < hi and ranges sorted by lo (so the cost is O(len(values) + sum of range
+    lengths)). Interleaving starts and ends in one ``reduceat`` index array yields each
+    range at the even positions (the odd positions, the gaps, are discarded).
+    """
+    if len(lo) == 0:
+        return np.zeros(0, values.dtype)
+    index = np.empty(2 * len(lo), dtype=np.int64)
+    index[0::2] = lo
+    index[1::2] = hi
+    padded = np.concatenate([values, values[:1]])  # hi may be len(values)
+    return ufunc.reduceat(padded, index)[0::2]
+
+
+def combine_ranges(layout: PartialLayout, table: PaneTable, lo: np.ndarray, hi: np.ndarray) -> dict[str, np.ndarray]:
+    """Combine the numeric partials of panes ``[lo, hi)`` for each window.
+
+    Counts and integer sums use prefix sums: the window total is prefix[hi] - prefix[lo],
+    the vectorized form of C-MR-style "add the entering pane, subtract the leaving one"
+    (exact in int64). Float sums are not combined by subtraction, which would accumulate
+    rounding error; they, min and max combine the window's pane partials with one
+    ``reduceat`` (never the raw records).
+    """
+    out = {}
+    for f in layout.fields:
+        if f.kind == "udaf":
+            continue
+        values = table.parts[f.name]
+        if values.dtype == np.int64 and f.kind in ("rows", "n", "sum"):
+            prefix = np.zeros(len(values) + 1, dtype=np.int64)
+            np.cumsum(values, out=prefix[1:])
+            out[f.name] = prefix[hi] - prefix[lo]
+        else:
+            out[f.name] = reduce_ranges(values, lo, hi, f.combine)
+    return out
+
+
+def sliding_udaf(table: PaneTable, name: str, agg: Aggregate, lo: np.ndarray, hi: np.ndarray) -> list[Any]:
+    """UDAF accumulators of windows ``[lo, hi)`` with the two-stacks sliding aggregation.
+
+    Windows come sorted, so lo and hi never decrease: the panes in play form a FIFO queue.
+    The queue is kept as two stacks (front: suffix aggregates of the oldest panes; back: the
+    running aggregate of the newest), so each pane is merged a constant number of times
+    however many windows it belongs to, instead of size/slide times (Tangwongsan et al.'s
+    two-stacks, as in Scotty's aggregate store).
+
+    Contract on merge: ``merge(a, b)`` may update and return ``a`` but must not modify ``b``.
+    So the first argument is always an accumulator this function owns (fresh from create()
+    or returned by such a merge).
+    """
+    create, merge = agg.create, agg.merge
+    results: list[Any] = []
+    front: list[Any] = []  # suffix aggregates; front[-1] covers [q_lo, flip point)
+    back = create()  # aggregate of panes [flip point, q_hi)
+    q_lo = q_hi = 0
+    for window_lo, window_hi in zip(lo.tolist(), hi.tolist()):
+        if window_lo >= q_hi:  # disjoint from the queue (another key or a gap): restart
+            front, back = [], create()
+            q_lo = q_hi = window_lo
+        while q_hi < window_hi:
+            back = merge(back, table.accumulator(name, q_hi))
+            q_hi += 1
+        while q_lo < window_lo:
+            if not front:  # flip: move the back stack to the front as suffix aggregates
+                suffix = None
+                for i in range(q_hi - 1, q_lo - 1, -1):
+                    own = merge(create(), table.accumulator(name, i))
+                    suffix = own if suffix is None else merge(own, suffix)
+                    front.append(suffix)
+                back = create()
+            front.pop()
+            q_lo += 1
+        acc = merge(create(), front[-1]) if front else create()
+        results.append(merge(acc, back))
+    return results
+
+
+# ---------------------------------------------------------------------------------------
+# Final values
+
+
+def finalize(
+    agg: Aggregate,
+    layout: PartialLayout,
+    combined: dict[str, np.ndarray],
+    udaf_accs: dict[str, list[Any]],
+) -> pa.Array:
+    """The output column of one aggregate from combined partials (one entry per window)."""
+    if agg.kind == "count":
+        return pa.array(combined["rows" if agg.column is None else f"n:{agg.column}"], pa.int64())
+    if agg.kind == "udaf":
+        name = layout.udaf_field[id(agg)]
+        values = [agg.result(acc) for acc in udaf_accs[name]]
+        return pa.array(values, type=agg.result_type or pa.float64())
+    n = combined[f"n:{agg.column}"]
+    empty = n == 0
+    if agg.kind == "mean":
+        total = combined[f"sum:{agg.column}"].astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return pa.array(total / np.where(empty, 1, n), pa.float64(), mask=empty)
+    kind = "sum" if agg.kind == "sum" else agg.kind
+    values = combined[f"{kind}:{agg.column}"]
+    array = pa.array(values, mask=empty)
+    if agg.kind in ("min", "max"):
+        original = layout.input_schema.field(agg.column).type
+        if original != array.type:
+            array = pc.cast(array, original) if not pa.types.is_boolean(original) else pc.not_equal(array, 0)
+    return array
+
+
+def output_type(agg: Aggregate, input_schema: pa.Schema) -> pa.DataType:
+    """Arrow type of an aggregate's output column."""
+    if agg.kind == "count":
+        return pa.int64()
+    if agg.kind == "udaf":
+        return agg.result_type or pa.float64()
+    if agg.kind == "mean":
+        return pa.float64()
+    dtype = input_schema.field(agg.column).type
+    if agg.kind == "sum":
+        return pa.int64() if _value_kind(agg.column, dtype, "sum") == "int" else pa.float64()
+    _value_kind(agg.column, dtype, agg.kind)
+    return dtype
+
+
+# ---------------------------------------------------------------------------------------
+# Building partials from records
+
+
+def partials_from_rows(
+    layout: PartialLayout,
+    rows: pa.Table,
+    key: np.ndarray,
+    pane: np.ndarray,
+    base: Callable[[str, int], Any] | None = None,
+) -> tuple[PaneTable, np.ndarray, np.ndarray]:
+    """Group records by (key, pane) and compute each group's numeric partials.
+
+    Returns the table of groups (sorted), the permutation sorting the records and the start
+    of each group in it, so UDAF values can be sliced per group.
+    """
+    order = sort_pairs(key, pane)
+    sorted_key, sorted_pane = key[order], pane[order]
+    starts = group_starts(sorted_key, sorted_pane)
+    parts = {}
+    for f in layout.fields:
+        if f.kind == "udaf":
+            parts[f.name] = np.empty(len(starts), dtype=object)
+            continue
+        values = layout.field_values(f, rows)[order]
+        parts[f.name] = f.combine.reduceat(values, starts) if len(starts) else values[:0]
+    return PaneTable(sorted_key[starts], sorted_pane[starts], parts), order, starts
+
+
+def add_udafs(
+    layout: PartialLayout,
+    table: PaneTable,
+    targets: np.ndarray,
+    rows: pa.Table,
+    order: np.ndarray,
+    starts: np.ndarray,
+    previous: list[Any | None] | None = None,
+) -> None:
+    """Apply each group's new UDAF values to ``table`` rows ``targets`` (one per group).
+
+    ``add`` gets one pyarrow Array per group (vectorizable); it starts from the row's
+    existing accumulator when the pane already had one, else from ``create()``.
+    """
+    if not layout.udaf_field:
+        return
+    ends = np.append(starts[1:], len(order)).tolist()
+    for f in layout.fields:
+        if f.kind != "udaf":
+            continue
+        values = rows[f.column].take(pa.array(order)).combine_chunks()
+        cache = table.live.setdefault(f.name, {})
+        stored = table.parts[f.name]
+        for g, (start, end) in enumerate(zip(starts.tolist(), ends)):
+            i = int(targets[g])
+            acc = pickle.loads(stored[i]) if stored[i] is not None else f.udaf.create()
+            acc = f.udaf.add(acc, values.slice(start, end - start))
+            cache[i] = acc
+            stored[i] = pickle.dumps(acc)
+
+
+def merge_tables(layout: PartialLayout, old: PaneTable, new: PaneTable) -> tuple[PaneTable, np.ndarray]:
+    """Merge new partials into old ones (both sorted, each (key, pane) at most once in each).
+
+    Returns the merged table and, per row of ``new``, its row in the merged table. Numeric
+    partials are combined with their ufunc; UDAF cells of ``new`` are left empty (None) so
+    the caller adds the new values into the old accumulator (see :func:`add_udafs`).
+    """
+    key = np.concatenate([old.key, new.key])
+    pane = np.concatenate([old.pane, new.pane])
+    order = sort_pairs(key, pane)
+    sorted_key, sorted_pane = key[order], pane[order]
+    starts = group_starts(sorted_key, sorted_pane)
+    is_start = np.zeros(len(order), dtype=bool)
+    is_start[starts] = True
+    group_of = np.empty(len(order), dtype=np.int64)
+    group_of[order] = np.cumsum(is_start) - 1
+    parts = {}
+    for f in layout.fields:
+        both = np.concatenate([old.parts[f.name], new.parts[f.name]])[order]
+        if f.kind == "udaf":
+            cells = np.empty(len(starts), dtype=object)
+            # the old accumulator of each group is the first member from ``old`` (if any)
+            from_old = order < len(old)
+            cells[group_of[order[from_old]]] = both[from_old]
+            parts[f.name] = cells
+        else:
+            parts[f.name] = f.combine.reduceat(both, starts) if len(starts) else both
+    merged = PaneTable(sorted_key[starts], sorted_pane[starts], parts)
+    if old.live:
+        merged.live = {name: {int(group_of[i]): acc for i, acc in cache.items()} for name, cache in old.live.items()}
+    return merged, group_of[len(old):]

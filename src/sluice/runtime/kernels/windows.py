@@ -1,0 +1,513 @@
+"""Window aggregation kernels: sliding and tumbling windows over shared panes, and sessions.
+
+A :class:`WindowAggregateKernel` computes one or more fixed-size window queries (C-MR's
+windows with a size and a slide) over the same keyed stream from ONE set of panes of length
+gcd of all sizes and slides (C-MR's sub-window combine and shared input streams; Scotty's
+stream slicing). Its state per key is plain Arrow: the list of live panes and, per partial
+aggregate, the list of the panes' partials.
+
+The rules, for a batch with watermark W (event time: computed by the driver from earlier
+batches; processing time: the batch's processing time) and a query with allowed lateness L:
+
+1. A window ``[start, end)`` is *open* while ``end + L > W`` and *closed* after.
+2. A record belongs to the windows of each query that contain its time; it contributes to
+   those that are open. A record that contributes to no window of a query (every window it
+   belongs to has closed) is *late* for that query: it goes to the ``late`` side output,
+   once per such query, with the query's name in ``late_for``. (Flink's rule: an element is
+   late when all its windows are late.) A record with a null event time is late.
+3. Append mode: a window is emitted once when W first reaches its end (if it holds any
+   record), and again in each later batch in which records contribute to it while it is
+   still open (late firings; only possible when L > 0). Update mode: a window is emitted in
+   every batch in which records contribute to it.
+4. Panes no open window of any query needs are evicted; a key with no live pane has no state.
+
+The kernel runs the rules per batch in this order, so a window closing in this batch never
+sees this batch's (late) records: (A) emit windows that are due and closed, from the panes
+before the batch; (B) add the batch's contributing records to their panes; (C) emit the
+open windows that are due (append) or that the batch changed; (D) evict dead panes.
+
+Each key's state remembers the watermark of the last batch that changed it (``__wm``) so
+that a window is emitted on time exactly once even if the key group is not processed in
+every batch; the state of a key whose batch changed nothing is not rewritten.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluice.errors import PipelineError, SchemaError
+from sluice.graph.aggregates import Aggregate
+from sluice.graph.windows import (
+    QUERY_COLUMN,
+    WINDOW_END,
+    WINDOW_START,
+    EventTime,
+    WindowQuery,
+    check_shared,
+    pane_length,
+)
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
+from sluice.runtime.kernels.panes import (
+    END_OF_TIME,
+    NO_WATERMARK,
+    PaneTable,
+    PartialLayout,
+    combine_ranges,
+    empty_pane_table,
+    group_starts,
+    merge_tables,
+    add_udafs,
+    output_type,
+    finalize,
+    pair_searchsorted,
+    partials_from_rows,
+    sliding_udaf,
+    sort_pairs,
+)
+
+LATE = "late"  # name of the side output of late records
+LATE_FOR = "late_for"  # side-output column: the query the record was late for
+LATE_WATERMARK = "watermark"  # side-output column: the watermark it was judged against
+WATERMARK_STATE = "__wm"
+PANE_STATE = "__pane"
+PARTIAL_PREFIX = "__p:"
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers shared by the fixed-window and the session kernel
+
+
+def key_ids(state: pa.Table, rows: pa.Table, key_columns: list[str]) -> tuple[np.ndarray, np.ndarray, pa.Table]:
+    """Dense ids for the keys of the state rows followed by the batch rows.
+
+    Returns (id per row of state then rows, position of each id's first row, the key
+    columns of state then rows). Ids are numbered in order of first appearance, so state row
+    i (one row per key) has id i.
+    """
+    n = state.num_rows + rows.num_rows
+    keys = pa.table({c: _concat_column(state, rows, c) for c in key_columns}) if key_columns else pa.table({})
+    if not key_columns:
+        ids = np.zeros(n, dtype=np.int64)
+    else:
+        ids = None
+        for c in key_columns:
+            encoded = pc.dictionary_encode(keys[c].combine_chunks(), null_encoding="encode")
+            codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+            if ids is None:
+                ids = codes
+            else:  # mixed radix, then re-densify so codes stay < n
+                combined = ids * (len(encoded.dictionary) + 1) + codes
+                ids = np.asarray(pc.dictionary_encode(pa.array(combined)).indices.to_numpy(zero_copy_only=False), np.int64)
+    if n == 0:
+        return ids, np.zeros(0, np.int64), keys
+    running_max = np.maximum.accumulate(ids)
+    is_first = np.empty(n, dtype=bool)
+    is_first[0] = True
+    is_first[1:] = running_max[1:] > running_max[:-1]
+    return ids, np.flatnonzero(is_first), keys
+
+
+def _concat_column(state: pa.Table, rows: pa.Table, name: str) -> pa.ChunkedArray:
+    target = rows.schema.field(name).type
+    parts = []
+    if state.num_rows:
+        column = state[name]
+        parts += (column.cast(target) if column.type != target else column).chunks
+    parts += rows[name].chunks
+    return pa.chunked_array(parts, type=target)
+
+
+def time_type(query: WindowQuery, input_schema: pa.Schema) -> pa.DataType:
+    """Type of window_start/window_end: the event-time column's timestamp type (in us)."""
+    if isinstance(query.time, EventTime):
+        column = query.time.column
+        if column not in input_schema.names:
+            raise SchemaError(f"window {query.display_name!r}: no event-time column {column!r}; input has {input_schema.names}")
+        dtype = input_schema.field(column).type
+        if pa.types.is_timestamp(dtype):
+            return pa.timestamp("us", tz=dtype.tz)
+        if pa.types.is_integer(dtype):
+            return pa.int64()
+        raise SchemaError(
+            f"window {query.display_name!r}: event-time column {column!r} has type {dtype}; "
+            "use a timestamp or an integer of microseconds since the epoch"
+        )
+    return pa.timestamp("us", tz="UTC")
+
+
+def record_times(query: WindowQuery, rows: pa.Table, ctx: BatchContext) -> tuple[np.ndarray, np.ndarray]:
+    """(time in microseconds, has-time mask) per record, in the query's time domain."""
+    if not isinstance(query.time, EventTime):
+        return np.full(rows.num_rows, ctx.processing_time, dtype=np.int64), np.ones(rows.num_rows, dtype=bool)
+    column = rows[query.time.column]
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(pc.cast(column, pa.timestamp("us", tz=column.type.tz)), pa.int64())
+    elif column.type != pa.int64():
+        column = pc.cast(column, pa.int64())
+    valid = np.asarray(pc.is_valid(column), dtype=bool) if column.null_count else np.ones(rows.num_rows, dtype=bool)
+    if column.null_count:
+        column = pc.fill_null(column, 0)
+    return np.asarray(column.to_numpy(), dtype=np.int64), valid
+
+
+def batch_watermark(query: WindowQuery, ctx: BatchContext) -> int:
+    """The watermark the batch is judged against, clamped to a safe int64 range."""
+    if isinstance(query.time, EventTime):
+        wm = NO_WATERMARK if ctx.watermark is None else int(ctx.watermark)
+    else:
+        wm = int(ctx.processing_time)
+    return min(max(wm, NO_WATERMARK), END_OF_TIME)
+
+
+def to_time_array(micros: np.ndarray, dtype: pa.DataType) -> pa.Array:
+    array = pa.array(micros, pa.int64())
+    return array if dtype == pa.int64() else array.cast(dtype)
+
+
+def late_table(rows: pa.Table, mask: np.ndarray, query_name: str, watermark: int) -> pa.Table:
+    late = rows.filter(pa.array(mask))
+    if KEY_GROUP in late.column_names:
+        late = late.drop_columns([KEY_GROUP])
+    late = late.append_column(LATE_FOR, pa.array([query_name] * late.num_rows, pa.string()))
+    return late.append_column(LATE_WATERMARK, pa.array(np.full(late.num_rows, watermark, np.int64), pa.int64()))
+
+
+def late_schema(input_schema: pa.Schema) -> pa.Schema:
+    fields = [f for f in input_schema if f.name != KEY_GROUP]
+    return pa.schema(fields + [pa.field(LATE_FOR, pa.string()), pa.field(LATE_WATERMARK, pa.int64())])
+
+
+def output_columns(key_columns: list[str], queries: list[WindowQuery], input_schema: pa.Schema) -> pa.Schema:
+    """Output schema: [query,] keys, window_start, window_end, then every aggregate column.
+
+    With several queries the aggregate columns are the union of theirs (null for a query
+    that does not compute one); a name used twice must mean the same type.
+    """
+    fields = []
+    if len(queries) > 1:
+        fields.append(pa.field(QUERY_COLUMN, pa.string()))
+    for c in key_columns:
+        if c not in input_schema.names:
+            raise SchemaError(f"window: key column {c!r} not in input {input_schema.names}")
+        fields.append(input_schema.field(c))
+    wtype = time_type(queries[0], input_schema)
+    fields += [pa.field(WINDOW_START, wtype), pa.field(WINDOW_END, wtype)]
+    taken = {f.name for f in fields}
+    agg_types: dict[str, pa.DataType] = {}
+    for q in queries:
+        for name, agg in q.aggregates:
+            dtype = output_type(agg, input_schema)
+            if name in taken and name not in agg_types:
+                raise PipelineError(f"window {q.display_name!r}: aggregate name {name!r} clashes with an output column")
+            if name in agg_types and agg_types[name] != dtype:
+                raise PipelineError(
+                    f"window {q.display_name!r}: aggregate {name!r} has type {dtype} here and {agg_types[name]} in another query"
+                )
+            agg_types[name] = dtype
+            taken.add(name)
+    return pa.schema(fields + [pa.field(n, t) for n, t in agg_types.items()])
+
+
+def distinct_aggregates(queries: list[WindowQuery]) -> list[Aggregate]:
+    seen: dict[int, Aggregate] = {}
+    for q in queries:
+        for _, agg in q.aggregates:
+            seen.setdefault(id(agg), agg)
+    return list(seen.values())
+
+
+def list_column(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType) -> pa.Array:
+    if value_type == pa.binary():
+        flat = pa.array(list(values), pa.binary())
+    else:
+        flat = pa.array(values, value_type)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat)
+
+
+# ---------------------------------------------------------------------------------------
+# Fixed-size windows on shared panes
+
+
+class WindowAggregateKernel(KeyedKernel):
+    """Tumbling and sliding window queries over one keyed stream, sharing one set of panes."""
+
+    wants_timers = True  # windows fire on the watermark, also for keys without new rows
+
+    def __init__(self, key_columns: list[str], queries: list[WindowQuery]):
+        super().__init__(key_columns)
+        queries = list(queries)
+        check_shared(queries)
+        self.queries = queries
+        self.pane = pane_length(queries)  # C-MR sub-window length: gcd of all sizes and slides
+        self.aggregates = distinct_aggregates(queries)
+        self._layouts: dict[pa.Schema, PartialLayout] = {}
+
+    # -- schemas ----------------------------------------------------------------------
+
+    def layout(self, input_schema: pa.Schema) -> PartialLayout:
+        layout = self._layouts.get(input_schema)
+        if layout is None:
+            layout = self._layouts[input_schema] = PartialLayout(self.aggregates, input_schema)
+        return layout
+
+    def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        layout = self.layout(input_schema)
+        fields = [input_schema.field(c) for c in self.key_columns]
+        fields += [pa.field(WATERMARK_STATE, pa.int64()), pa.field(PANE_STATE, pa.list_(pa.int64()))]
+        fields += [pa.field(PARTIAL_PREFIX + f.name, pa.list_(layout.arrow_type(f))) for f in layout.fields]
+        return pa.schema(fields)
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        return output_columns(self.key_columns, self.queries, input_schema)
+
+    # -- one batch --------------------------------------------------------------------
+
+    def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
+        schema = rows.schema
+        layout = self.layout(schema)
+        out_schema = self.output_schema(schema)
+        wm = batch_watermark(self.queries[0], ctx)
+        n_state = state.num_rows
+
+        ids, first, all_keys = key_ids(state, rows, self.key_columns)
+        n_keys = len(first)
+        row_key = ids[n_state:]
+        last_wm = np.full(n_keys, NO_WATERMARK, dtype=np.int64)
+        if n_state:
+            last_wm[:n_state] = np.asarray(state[WATERMARK_STATE].to_numpy(), np.int64)
+        old = self._panes_from_state(layout, state)
+
+        # Rule 2: which queries each record contributes to; late records to the side output.
+        times, has_time = record_times(self.queries[0], rows, ctx)
+        panes = np.floor_divide(times, self.pane)
+        accepted = np.zeros(rows.num_rows, dtype=bool)
+        late_parts = []
+        for q in self.queries:
+            contributes = has_time & (self._last_end(q, panes) > wm - q.allowed_lateness)
+            accepted |= contributes
+            if not contributes.all():
+                late_parts.append(late_table(rows, ~contributes, q.display_name, wm))
+
+        outputs = []
+        emitted_keys = []
+        # (A) windows due and closed: from the panes before this batch
+        for q in self.queries:
+            if q.mode != "append" or len(old) == 0:
+                continue
+            j_lo = self._first_unfired(q, last_wm[old.key])
+            j_hi = np.full(len(old), _floor_div(wm - q.allowed_lateness - q.window.size, q.window.slide))
+            wk, wj = self._windows_with_data(q, old, np.ones(len(old), bool), j_lo, j_hi)
+            if len(wk):
+                outputs.append(self._emit(q, layout, old, wk, wj, all_keys, first, out_schema))
+                emitted_keys.append(wk)
+
+        # (B) each contributing record updates exactly one pane's partial aggregate
+        kept_rows = rows.filter(pa.array(accepted)) if not accepted.all() else rows
+        new, order, starts = partials_from_rows(layout, kept_rows, row_key[accepted], panes[accepted])
+        merged, target = merge_tables(layout, old, new)
+        add_udafs(layout, merged, target, kept_rows, order, starts)
+        touched = np.zeros(len(merged), dtype=bool)
+        touched[target] = True
+
+        # (C) open windows that are due (append) or that this batch changed
+        for q in self.queries:
+            if len(merged) == 0:
+                break
+            z, s, lateness = q.window.size, q.window.slide, q.allowed_lateness
+            first_open = _floor_div(wm - lateness - z, s) + 1
+            last_due = _floor_div(wm - z, s)
+            changed_hi = last_due if q.mode == "append" else _floor_div(END_OF_TIME, s)
+            wk_t, wj_t = self._windows_with_data(
+                q, merged, touched, np.full(len(merged), first_open), np.full(len(merged), changed_hi)
+            )
+            if q.mode == "append":
+                j_lo = np.maximum(self._first_unfired(q, last_wm[merged.key]), first_open)
+                wk_d, wj_d = self._windows_with_data(
+                    q, merged, np.ones(len(merged), bool), j_lo, np.full(len(merged), last_due)
+                )
+                wk_t, wj_t = _union_pairs(wk_t, wj_t, wk_d, wj_d)
+            if len(wk_t):
+                outputs.append(self._emit(q, layout, merged, wk_t, wj_t, all_keys, first, out_schema))
+                emitted_keys.append(wk_t)
+
+        # (D) evict panes no open window of any query needs
+        keep = np.zeros(len(merged), dtype=bool)
+        for q in self.queries:
+            keep |= self._last_end(q, merged.pane) > wm - q.allowed_lateness
+        changed = np.zeros(n_keys, dtype=bool)
+        changed[merged.key[touched | ~keep]] = True
+        for wk in emitted_keys:
+            changed[wk] = True
+        final = merged.take(np.flatnonzero(keep))
+
+        upserts, deletes = self._state_changes(layout, schema, final, changed, n_state, all_keys, first, state, rows, wm)
+        output = pa.concat_tables(outputs).cast(out_schema) if outputs else out_schema.empty_table()
+        side = {LATE: pa.concat_tables(late_parts) if late_parts else late_schema(schema).empty_table()}
+        return KeyedResult(output=output, upserts=upserts, deletes=deletes, side_outputs=side)
+
+    # -- pieces -----------------------------------------------------------------------
+
+    def _last_end(self, q: WindowQuery, panes: np.ndarray) -> np.ndarray:
+        """End of the last window of ``q`` containing each pane."""
+        s = q.window.slide
+        return np.floor_divide(panes * self.pane, s) * s + q.window.size
+
+    @staticmethod
+    def _first_unfired(q: WindowQuery, last_wm: np.ndarray) -> np.ndarray:
+        """Index of the first window whose end is after the key's last watermark."""
+        return np.floor_divide(last_wm - q.window.size, q.window.slide) + 1
+
+    def _windows_with_data(
+        self, q: WindowQuery, table: PaneTable, rows: np.ndarray, j_lo: np.ndarray, j_hi: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(key, window index) of every window in [j_lo, j_hi] containing a selected pane.
+
+        Window j is [j*slide, j*slide + size). Pane p (time [p*P, (p+1)*P)) lies in windows
+        floor((p*P - size)/slide) + 1 .. floor(p*P/slide); along a key's sorted panes both
+        bounds never decrease, so each pane adds the windows after its predecessor's last.
+        """
+        z, s = q.window.size, q.window.slide
+        key, pane = table.key[rows], table.pane[rows]
+        if len(key) == 0:
+            return key, key
+        start = pane * self.pane
+        lo = np.maximum(np.floor_divide(start - z, s) + 1, j_lo[rows])
+        hi = np.minimum(np.floor_divide(start, s), j_hi[rows])
+        previous_hi = np.empty_like(hi)
+        previous_hi[0] = NO_WATERMARK
+        previous_hi[1:] = hi[:-1]
+        previous_hi[1:][key[1:] != key[:-1]] = NO_WATERMARK
+        lo = np.maximum(lo, previous_hi + 1)
+        count = np.maximum(hi - lo + 1, 0)
+        total = int(count.sum())
+        if total == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        offsets = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+        return np.repeat(key, count), np.repeat(lo, count) + offsets
+
+    def _emit(
+        self,
+        q: WindowQuery,
+        layout: PartialLayout,
+        table: PaneTable,
+        wk: np.ndarray,
+        wj: np.ndarray,
+        all_keys: pa.Table,
+        first: np.ndarray,
+        out_schema: pa.Schema,
+    ) -> pa.Table:
+        """Result rows of windows (wk, wj), combining each window's panes."""
+        z, s = q.window.size, q.window.slide
+        lo = pair_searchsorted(table.key, table.pane, wk, (wj * s) // self.pane)
+        hi = pair_searchsorted(table.key, table.pane, wk, (wj * s + z) // self.pane)
+        combined = combine_ranges(layout, table, lo, hi)
+        udafs = {}
+        for _, agg in q.aggregates:
+            if agg.kind == "udaf":
+                name = layout.udaf_field[id(agg)]
+                if name not in udafs:
+                    udafs[name] = sliding_udaf(table, name, agg, lo, hi)
+        columns: dict[str, pa.Array] = {}
+        if QUERY_COLUMN in out_schema.names:
+            columns[QUERY_COLUMN] = pa.array([q.display_name] * len(wk), pa.string())
+        keys = all_keys.take(pa.array(first[wk]))
+        for c in self.key_columns:
+            columns[c] = keys[c]
+        wtype = out_schema.field(WINDOW_START).type
+        columns[WINDOW_START] = to_time_array(wj * s, wtype)
+        columns[WINDOW_END] = to_time_array(wj * s + z, wtype)
+        mine = {name: finalize(agg, layout, combined, udafs) for name, agg in q.aggregates}
+        for f in out_schema:
+            if f.name in columns:
+                continue
+            columns[f.name] = mine.get(f.name, pa.nulls(len(wk), f.type))
+        return pa.table(columns).cast(out_schema)
+
+    def _panes_from_state(self, layout: PartialLayout, state: pa.Table) -> PaneTable:
+        """Flatten the state's pane lists into a PaneTable (state row i has key id i)."""
+        if state.num_rows == 0:
+            return empty_pane_table(layout)
+        pane_lists = state[PANE_STATE].combine_chunks()
+        parents = np.asarray(pc.list_parent_indices(pane_lists).to_numpy(), np.int64)
+        panes = np.asarray(pc.list_flatten(pane_lists).to_numpy(), np.int64)
+        parts = {}
+        for f in layout.fields:
+            flat = pc.list_flatten(state[PARTIAL_PREFIX + f.name].combine_chunks())
+            if f.kind == "udaf":
+                parts[f.name] = np.array(flat.to_pylist(), dtype=object).reshape(-1)
+            else:
+                parts[f.name] = np.asarray(flat.to_numpy(zero_copy_only=False), layout.numpy_dtype(f))
+        return PaneTable(parents, panes, parts)
+
+    def _state_changes(
+        self,
+        layout: PartialLayout,
+        schema: pa.Schema,
+        final: PaneTable,
+        changed: np.ndarray,
+        n_state: int,
+        all_keys: pa.Table,
+        first: np.ndarray,
+        state: pa.Table,
+        rows: pa.Table,
+        wm: int,
+    ) -> tuple[pa.Table, pa.Table | None]:
+        """New state rows of changed keys that still have panes; deletes for the others."""
+        n_keys = len(changed)
+        remaining = np.bincount(final.key, minlength=n_keys) if len(final) else np.zeros(n_keys, np.int64)
+        upsert_ids = np.flatnonzero(changed & (remaining > 0))
+        in_state = np.arange(n_keys) < n_state
+        delete_ids = np.flatnonzero(changed & (remaining == 0) & in_state)
+        kg = _concat_column(state, rows, KEY_GROUP).combine_chunks() if (state.num_rows + rows.num_rows) else None
+
+        state_schema = self.state_schema(schema).append(pa.field(KEY_GROUP, pa.int32()))
+        if len(upsert_ids):
+            selected = final.take(np.flatnonzero(changed[final.key]))
+            offsets = np.zeros(len(upsert_ids) + 1, dtype=np.int64)
+            np.cumsum(remaining[upsert_ids], out=offsets[1:])
+            keys = all_keys.take(pa.array(first[upsert_ids]))
+            columns = {c: keys[c] for c in self.key_columns}
+            columns[WATERMARK_STATE] = pa.array(np.full(len(upsert_ids), wm, np.int64))
+            columns[PANE_STATE] = list_column(selected.pane, offsets, pa.int64())
+            for f in layout.fields:
+                columns[PARTIAL_PREFIX + f.name] = list_column(selected.parts[f.name], offsets, layout.arrow_type(f))
+            columns[KEY_GROUP] = kg.take(pa.array(first[upsert_ids])).cast(pa.int32())
+            upserts = pa.table(columns).cast(state_schema)
+        else:
+            upserts = state_schema.empty_table()
+        deletes = None
+        if len(delete_ids):
+            keys = all_keys.take(pa.array(first[delete_ids]))
+            columns = {c: keys[c] for c in self.key_columns}
+            columns[KEY_GROUP] = kg.take(pa.array(first[delete_ids])).cast(pa.int32())
+            deletes = pa.table(columns)
+        return upserts, deletes
+
+
+def _floor_div(a: int, b: int) -> int:
+    return a // b  # Python ints: exact, floor semantics, no overflow
+
+
+def _union_pairs(k1: np.ndarray, j1: np.ndarray, k2: np.ndarray, j2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted union of two sets of (key, window) pairs."""
+    k = np.concatenate([k1, k2])
+    j = np.concatenate([j1, j2])
+    if len(k) == 0:
+        return k, j
+    order = sort_pairs(k, j)
+    k, j = k[order], j[order]
+    starts = group_starts(k, j)
+    return k[starts], j[starts]
+
+
+def window_kernel(key_columns: list[str], queries: list[WindowQuery]) -> KeyedKernel:
+    """The kernel computing ``queries`` over one keyed stream (sessions get their own)."""
+    queries = list(queries)
+    check_shared(queries)
+    if queries[0].is_session:
+        from sluice.runtime.kernels.sessions import SessionWindowKernel
+
+        return SessionWindowKernel(key_columns, queries[0])
+    return WindowAggregateKernel(key_columns, queries)

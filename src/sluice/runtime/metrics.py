@@ -1,0 +1,71 @@
+"""Per-batch metrics: recorded as JSON lines in the checkpoint and readable from Python.
+
+One record per micro-batch: rows in and out and time per operator (sum and max over
+tasks), batch size, source backlog, end-to-end latency percentiles per sink (from the hidden
+ingest-timestamp column), per key group rows and state size, dead letters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+from sluice.runtime.files import filesystem
+
+
+@dataclass
+class BatchMetrics:
+    batch_id: int
+    plan_version: int
+    started_at: float  # epoch seconds
+    duration_s: float
+    rows_in: int  # rows admitted from all sources
+    rows_by_source: dict[str, int] = field(default_factory=dict)
+    backlog: dict[str, int | None] = field(default_factory=dict)
+    operators: dict[str, dict[str, float]] = field(default_factory=dict)
+    sinks: dict[str, dict[str, float]] = field(default_factory=dict)  # rows, write_s, latency_p50/p95/p99_ms
+    key_groups: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # op -> kg -> {rows, state_bytes}
+    dead_letters: int = 0
+    watermark: int | None = None
+    skipped: bool = False  # a replay of a batch that had already committed
+
+    @property
+    def latency_ms(self) -> dict[str, float]:
+        """Worst sink's latency percentiles (p50, p95, p99) in milliseconds."""
+        out: dict[str, float] = {}
+        for sink in self.sinks.values():
+            for p in ("p50", "p95", "p99"):
+                v = sink.get(f"latency_{p}_ms")
+                if v is not None:
+                    out[p] = max(out.get(p, v), v)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), default=str)
+
+
+def metrics_path(checkpoint: str) -> str:
+    return os.path.join(checkpoint, "metrics.jsonl")
+
+
+def append(checkpoint: str, metrics: BatchMetrics) -> None:
+    fs, base = filesystem(checkpoint)
+    fs.create_dir(base, recursive=True)
+    # append-only JSON lines; a replayed batch appends again and readers keep the last
+    with open(metrics_path(base), "a") as f:
+        f.write(metrics.to_json() + "\n")
+
+
+def read(checkpoint: str) -> list[BatchMetrics]:
+    """Every batch's metrics, one per batch id (the latest record wins), in batch order."""
+    path = metrics_path(checkpoint)
+    if not os.path.exists(path):
+        return []
+    by_batch: dict[int, BatchMetrics] = {}
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                d = json.loads(line)
+                by_batch[d["batch_id"]] = BatchMetrics(**d)
+    return [by_batch[b] for b in sorted(by_batch)]

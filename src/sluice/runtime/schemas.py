@@ -1,0 +1,62 @@
+"""Arrow <-> Spark schemas, and the typer that lets the pure graph validation ask Spark for
+the result types of SQL expressions without running anything."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+from pyspark.sql.utils import AnalysisException
+
+from sluice.errors import SchemaError
+from sluice.graph.operators import Operator
+
+INGEST = "__ingest_ts"
+KEY_GROUP = "__kg"
+PARTITION = "__part"
+SOURCE_ID = "__src"
+
+
+def to_spark(schema: pa.Schema) -> StructType:
+    return from_arrow_schema(schema)
+
+
+def to_arrow(schema: StructType) -> pa.Schema:
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def with_hidden(schema: pa.Schema, *names: str) -> pa.Schema:
+    types = {INGEST: pa.timestamp("us", tz="UTC"), KEY_GROUP: pa.int32(), PARTITION: pa.int32()}
+    for name in names:
+        schema = schema.append(pa.field(name, types[name]))
+    return schema
+
+
+def apply_native(op: Operator, df):
+    """The DataFrame transformation of a native operator (no Python involved)."""
+    from pyspark.sql import functions as F
+
+    if op.kind == "filter_expr":
+        return df.filter(op.params["expr"])
+    if op.kind == "select":
+        hidden = [c for c in df.columns if c.startswith("__")]
+        return df.selectExpr(*op.params["exprs"], *hidden)
+    if op.kind == "with_columns":
+        return df.withColumns({name: F.expr(e) for name, e in op.params["columns"].items()})
+    raise ValueError(f"{op.kind} is not a single-input native operator")
+
+
+class SparkTyper:
+    """Resolves native operators' output schemas with Spark's analyzer on an empty frame."""
+
+    def __init__(self, spark):
+        self.spark = spark
+
+    def __call__(self, op: Operator, schema: pa.Schema) -> pa.Schema:
+        empty = self.spark.createDataFrame([], to_spark(schema))
+        try:
+            out = apply_native(op, empty).schema
+        except AnalysisException as exc:
+            first = str(exc).splitlines()[0]
+            raise SchemaError(f"Spark cannot resolve it: {first}", op.name, op.location) from None
+        return to_arrow(out)

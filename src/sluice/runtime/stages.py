@@ -1,0 +1,161 @@
+"""DataFrame stages of a Plan: a fused Python chain, and a keyed stage (exchange by key
+group, then a stateful kernel over the key-group store).
+
+The functions returned here run inside Spark's Python workers; everything they need is in
+their closure (pickled once per task), and they never touch the driver.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluice.graph.operators import Operator
+from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.kernels.aggregate import AggregateKernel
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
+from sluice.runtime.kernels.process import ProcessKernel
+from sluice.runtime.kernels.reduce import ReduceKernel
+from sluice.runtime.kernels.stateless import KernelContext, make_kernel, run_chain
+from sluice.runtime.schemas import INGEST, PARTITION, to_arrow, to_spark, with_hidden
+from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
+from sluice.runtime.task_metrics import TaskMetrics
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+# ---- fused Python chains ---------------------------------------------------------------------
+def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str, accumulator):
+    """One mapInArrow pass running every operator of the chain in turn."""
+    schemas = [in_schema]
+    for op in ops:
+        schemas.append(op.schema or schemas[-1])
+    kernels = [make_kernel(op, schemas[i]) for i, op in enumerate(ops)]
+    out_schema = with_hidden(schemas[-1], INGEST)
+    stage = ops[0].id
+
+    def run(batches):
+        metrics = TaskMetrics(accumulator)
+        dead = SideOutputWriter(root, DEAD_LETTER, batch_id, stage, _partition_id())
+        ctx = KernelContext(dead=dead, metrics=metrics)
+        yield from run_chain(kernels, batches, ctx)
+        errors = dead.flush()
+        if errors:
+            metrics.add(stage, "dead_letters", errors)
+        metrics.flush()
+
+    return df.mapInArrow(run, to_spark(out_schema))
+
+
+# ---- keyed stages ----------------------------------------------------------------------------
+def keyed_kernel(op: Operator) -> KeyedKernel:
+    """The kernel of a keyed operator: built-ins here; others bring their own (``kernel``)."""
+    if "kernel" in op.params:
+        return op.params["kernel"]
+    keys = op.params["keys"]
+    if op.kind == "aggregate":
+        return AggregateKernel(keys, op.params["aggregates"])
+    if op.kind == "reduce":
+        return ReduceKernel(keys, op.params["fn"])
+    if op.kind == "process":
+        return ProcessKernel(keys, op.params["fn"], op.schema)
+    raise ValueError(f"no kernel for keyed operator kind {op.kind!r}")
+
+
+def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int):
+    """Add the key group and the partition it is routed to, then exchange by partition.
+
+    Both columns are native expressions: the hash is Spark's xxhash64 (stable across runs
+    and machines), and the routing table is a literal array indexed by key group.
+    """
+    from pyspark.sql import functions as F
+
+    kg = F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(max_parallelism)).cast("int")
+    table = F.array(*[F.lit(p) for p in stage.routing])
+    routed = df.withColumn(KEY_GROUP, kg).withColumn(PARTITION, F.element_at(table, F.col(KEY_GROUP) + 1).cast("int"))
+    return routed.repartitionById(stage.partitions, PARTITION)
+
+
+def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
+                context: BatchContext, root: str, accumulator):
+    """Run a keyed operator over routed rows, reading and writing the key-group store."""
+    from sluice.runtime.state import KeyGroupStore
+
+    kernel = keyed_kernel(op)
+    keys = kernel.key_columns
+    routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP, PARTITION)
+    out_schema = with_hidden(kernel.output_schema(in_schema.append(pa.field(KEY_GROUP, pa.int32()))), INGEST)
+    kernel_state = kernel.state_schema(in_schema)
+    state_schema = kernel_state.append(pa.field(KEY_GROUP, pa.int32()))
+    routing = stage.routing
+    with_state = set(index.key_groups_with_state()) if index is not None else set()
+
+    def run(batches):
+        start = time.perf_counter()
+        partition = _partition_id()
+        metrics = TaskMetrics(accumulator)
+        received = list(batches)
+        rows = pa.Table.from_batches(received).cast(routed_schema) if received else routed_schema.empty_table()
+        kgs = set(pc.unique(rows.column(KEY_GROUP)).to_pylist()) if rows.num_rows else set()
+        if kernel.wants_timers:
+            kgs |= {kg for kg in with_state if routing[kg] == partition}
+        if not kgs:
+            metrics.flush()
+            return
+        store = KeyGroupStore(*store_args)
+        state = store.read(index, sorted(kgs), schema=kernel_state) if index is not None else None
+        if state is None:
+            state = state_schema.empty_table()
+        ctx = BatchContext(context.batch_id, partition, context.watermark, context.processing_time)
+        data = rows.drop_columns([INGEST, PARTITION])
+        result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
+        if result.upserts.num_rows or (result.deletes is not None and result.deletes.num_rows):
+            store.write_delta(context.batch_id, partition, result.upserts, result.deletes)
+        for name, side in result.side_outputs.items():
+            writer = SideOutputWriter(root, f"side/{op.id}/{name}", context.batch_id, op.id, partition)
+            writer.add_table(op.name, side, name)
+            metrics.add(op.id, f"side_{name}", writer.flush())
+        output = _attach_ingest(result.output, rows, keys, context.processing_time)
+        for kg, n in zip(*_counts(rows)):
+            metrics.add(f"{op.id}#kg", f"{kg}", n)
+        metrics.op_timing(op.id, rows.num_rows, output.num_rows, time.perf_counter() - start)
+        metrics.flush()
+        yield from output.select(out_schema.names).cast(out_schema).to_batches()
+
+    return df.mapInArrow(run, to_spark(out_schema))
+
+
+def _counts(rows: pa.Table):
+    if rows.num_rows == 0:
+        return [], []
+    vc = pc.value_counts(rows.column(KEY_GROUP))
+    return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
+
+
+def _attach_ingest(output: pa.Table, rows: pa.Table, keys: list[str], processing_time: int) -> pa.Table:
+    """Charge each output row the ingest time of the oldest input record of its key in this
+    batch; rows fired by time alone (no input this batch) get the batch's processing time."""
+    ts_type = pa.timestamp("us", tz="UTC")
+    if output.num_rows == 0:
+        return output.append_column(INGEST, pa.array([], ts_type))
+    if rows.num_rows and all(k in output.column_names for k in keys):
+        oldest = rows.group_by(keys, use_threads=False).aggregate([(INGEST, "min")])  # -> "__ingest_ts_min"
+        joined = output.join(oldest, keys=keys, join_type="left outer", use_threads=False)
+        ingest = pc.fill_null(joined.column(f"{INGEST}_min").cast(ts_type), pa.scalar(processing_time, ts_type))
+        return joined.drop_columns([f"{INGEST}_min"]).append_column(INGEST, ingest)
+    if rows.num_rows:
+        fill = pc.min(rows.column(INGEST)).cast(ts_type)
+    else:
+        fill = pa.scalar(processing_time, ts_type)
+    return output.append_column(INGEST, pa.array([fill.as_py()] * output.num_rows, ts_type))
+
+
+def arrow_schema_of(df) -> pa.Schema:
+    return to_arrow(df.schema)
