@@ -131,7 +131,9 @@ class Placement:
         self.bandwidth = np.zeros(0)      # bytes/s
         self.ids: list[str | None] = []   # None for a VM this plan starts
         self.started_s = np.zeros(0)
-        self._new = 0
+        self.cores = np.zeros(0, dtype=int)   # per-VM class attributes, kept as arrays for speed
+        self.rated_speed = np.zeros(0)
+        self.price = np.zeros(0)
 
     # -- building ---------------------------------------------------------------------
     @classmethod
@@ -154,6 +156,9 @@ class Placement:
         self.bandwidth = np.append(self.bandwidth, vm_class.bandwidth if bandwidth is None else bandwidth)
         self.ids.append(vm_id)
         self.started_s = np.append(self.started_s, started_s)
+        self.cores = np.append(self.cores, vm_class.cores)
+        self.rated_speed = np.append(self.rated_speed, vm_class.core_speed)
+        self.price = np.append(self.price, vm_class.price_per_hour)
         return len(self.classes) - 1
 
     def copy(self) -> "Placement":
@@ -164,6 +169,9 @@ class Placement:
         p.bandwidth = self.bandwidth.copy()
         p.ids = list(self.ids)
         p.started_s = self.started_s.copy()
+        p.cores = self.cores.copy()
+        p.rated_speed = self.rated_speed.copy()
+        p.price = self.price.copy()
         return p
 
     # -- reading ----------------------------------------------------------------------
@@ -172,21 +180,13 @@ class Placement:
         return len(self.classes)
 
     @property
-    def cores(self) -> np.ndarray:
-        return np.array([c.cores for c in self.classes], dtype=int)
-
-    @property
     def free_cores(self) -> np.ndarray:
         return self.cores - self.counts.sum(axis=1) if self.n_vms else np.zeros(0, dtype=int)
 
     @property
     def core_speed(self) -> np.ndarray:
         """Current normalised core speed of each VM: rated pi times the observed factor."""
-        return np.array([c.core_speed for c in self.classes]) * self.speed
-
-    @property
-    def price(self) -> np.ndarray:
-        return np.array([c.price_per_hour for c in self.classes])
+        return self.rated_speed * self.speed
 
     @property
     def used(self) -> np.ndarray:
@@ -201,7 +201,7 @@ class Placement:
 
     def estimate(self, external_rate, dt: float, queue=None, speed=None, active=None) -> Throughput:
         """Eq. 4.4 to 4.7 for this mapping (``speed`` overrides the observed factors)."""
-        core_speed = self.core_speed if speed is None else np.array([c.core_speed for c in self.classes]) * speed
+        core_speed = self.core_speed if speed is None else self.rated_speed * speed
         if self.n_vms:
             cap = operator_capacity(self.counts, core_speed)
             local, remote = edge_network(self.dataflow, self.counts, core_speed, self.bandwidth)
@@ -232,6 +232,9 @@ class Placement:
         self.bandwidth = self.bandwidth[keep]
         self.ids = [i for i, k in zip(self.ids, keep) if k]
         self.started_s = self.started_s[keep]
+        self.cores = self.cores[keep]
+        self.rated_speed = self.rated_speed[keep]
+        self.price = self.price[keep]
 
     # -- answering --------------------------------------------------------------------
     def decision(self, inp: SchedulerInput, elapsed_s: float = 0.0, stop_empty: str = "all") -> Decision:

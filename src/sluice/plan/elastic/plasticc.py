@@ -1,0 +1,259 @@
+"""PLAStiCC: predictive look-ahead scheduling (thesis chapter 5, Algorithm 5).
+
+Given forecasts of the input rates and of every VM's speed over the next ``h`` steps (the
+prediction interval), PLAStiCC plans adaptation actions at *cross-over* steps: working back
+from the end of the interval it finds the farthest step up to which the aggregate (cumulative)
+Omega of the current plan stays within [Omega-hat - eps, Omega-hat + eps]; the step after it
+is a cross-over, where one incremental action is planned for the rest of the interval:
+
+* ScaleUpOrDecAppValue: for the bottleneck PE (lowest cumulative operator Omega), either add
+  an instance (free if some VM has a spare core, else the price of a new VM-hour) or switch to
+  the alternate with the next lower processing need (losing value) - whichever changes Theta
+  less (Theta's sigma converts cost to value, Eq. 4.9);
+* ScaleDownOrIncAppValue: for the most over-provisioned PE, either remove an instance (from the
+  lightest VM, Eq. 4.10; saving a VM-hour if the VM empties) or switch to the alternate with the
+  next higher value - whichever gains more, provided the rest of the interval still meets
+  Omega-hat.
+
+and the search resumes from that step until the plan meets the constraint to the end of the
+interval. Only the actions due now are enacted - plus VM starts due within the start-up
+latency, which is how the look-ahead launches VMs *before* the load arrives. The plan is
+recomputed whenever a new forecast arrives (sliding window), retracting planned actions for
+free.
+
+Fixes to the printed Algorithm 5: line 26 passes ``bpe`` (the bottleneck of the scale-up
+branch) to ScaleDown; the over-provisioned ``ope`` computed on line 25 is meant. And when no
+scale-down action keeps Omega-hat, the printed loop would re-plan the same cross-over forever;
+we stop there (the plan is as lean as it can be).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from sluice.errors import PlanError
+from sluice.models.dynamic import required_capacity, throughput, vm_weight
+from sluice.plan.elastic.base import Decision, SchedulerInput, largest_class, seconds_left_in_hour
+from sluice.plan.elastic.base import _hour_ends_within
+from sluice.plan.elastic.greedy import GreedyScheduler
+
+
+class _Plan:
+    """Per-step deployment over the prediction interval: counts[v, j, i] and active[j, i]."""
+
+    def __init__(self, inp: SchedulerInput):
+        fc = inp.forecast
+        self.inp = inp
+        self.df = inp.dataflow
+        self.h = fc.steps
+        self.dt = inp.step_s
+        self.now = inp.now_s
+        n = self.df.n_ops
+        self.rates = np.asarray(fc.rates, dtype=float)
+        self.active = np.tile(np.array(inp.active, dtype=int), (self.h, 1))
+        self.classes = [vm.vm_class for vm in inp.vms]
+        self.ids: list[str | None] = [vm.vm_id for vm in inp.vms]
+        self.started = np.array([vm.started_s for vm in inp.vms], dtype=float)
+        self.ready = np.array([vm.ready_s for vm in inp.vms], dtype=float)
+        self.start_step = np.zeros(len(inp.vms), dtype=int)
+        self.speed = np.array([np.asarray(fc.speeds.get(vm.vm_id, np.full(self.h, vm.speed)), dtype=float)
+                               for vm in inp.vms]).reshape(len(inp.vms), self.h)
+        self.counts = np.array([np.tile(np.array(vm.instances, dtype=int), (self.h, 1)) for vm in inp.vms],
+                               dtype=int).reshape(len(inp.vms), self.h, n)
+
+    # -- structure --------------------------------------------------------------------
+    @property
+    def cores(self) -> np.ndarray:
+        return np.array([c.cores for c in self.classes], dtype=int)
+
+    @property
+    def price(self) -> np.ndarray:
+        return np.array([c.price_per_hour for c in self.classes])
+
+    def eff_speed(self) -> np.ndarray:
+        """(V, h): rated pi x forecast speed x the share of each step the VM is up."""
+        if not self.classes:
+            return np.zeros((0, self.h))
+        ends = self.now + (np.arange(self.h) + 1) * self.dt
+        up = np.clip((ends[None, :] - self.ready[:, None]) / self.dt, 0.0, 1.0)
+        pi = np.array([c.core_speed for c in self.classes])
+        return pi[:, None] * self.speed * up
+
+    def add_vm(self, vm_class, at_step: int, lead: int) -> int:
+        s = max(at_step - lead, 0)
+        start = self.now + s * self.dt
+        self.classes.append(vm_class)
+        self.ids.append(None)
+        self.started = np.append(self.started, start)
+        self.ready = np.append(self.ready, start + vm_class.startup_s)
+        self.start_step = np.append(self.start_step, s)
+        self.speed = np.vstack([self.speed, np.ones((1, self.h))])
+        self.counts = np.concatenate([self.counts, np.zeros((1, self.h, self.df.n_ops), dtype=int)])
+        return len(self.classes) - 1
+
+    # -- evaluation -------------------------------------------------------------------
+    def evaluate(self):
+        cap = np.einsum("vjn,vj->jn", self.counts.astype(float), self.eff_speed()) if self.classes \
+            else np.zeros((self.h, self.df.n_ops))
+        thr = throughput(self.df, self.active, cap, self.rates, self.dt)
+        need = required_capacity(self.df, self.active, thr.input_rate)
+        return thr, cap, need
+
+    def window_omega(self, thr, start: int, end: int) -> float:
+        """CumulativeThroughput over steps start..end (inclusive): messages out / ideal."""
+        outs = list(self.df.outputs)
+        got = thr.output_rate[start:end + 1, outs].sum(axis=0)
+        ideal = thr.ideal_output_rate[start:end + 1, outs].sum(axis=0)
+        return float(np.mean(np.where(ideal > 0, np.minimum(got / np.where(ideal > 0, ideal, 1), 1.0), 1.0)))
+
+
+@dataclass
+class PlasticcScheduler:
+    name: str = "PLASTICC"
+    max_actions: int = 2000
+
+    def deploy(self, inp: SchedulerInput) -> Decision:
+        # "we retain our earlier initial deployment algorithm" (section 5.3)
+        return GreedyScheduler(centralized=True).deploy(inp)
+
+    def adapt(self, inp: SchedulerInput) -> Decision:
+        if inp.forecast is None:
+            return GreedyScheduler(centralized=True).adapt(inp)
+        if inp.active is None:
+            raise PlanError("PLAStiCC: adapt() needs a deployed dataflow")
+        t0 = time.perf_counter()
+        plan = _Plan(inp)
+        lo, hi = inp.omega_target - inp.epsilon, inp.omega_target + inp.epsilon
+        h = plan.h
+        big = largest_class(inp.vm_classes)
+        lead = int(math.ceil(big.startup_s / inp.step_s))
+        start = 0
+        for _ in range(self.max_actions):
+            thr, cap, need = plan.evaluate()
+            ft = h - 1
+            while ft >= start:                                   # lines 5-13
+                if lo < plan.window_omega(thr, start, ft) < hi:
+                    break
+                ft -= 1
+            if ft == h - 1:                                      # line 14: met at the end
+                break
+            ot = ft + 1                                          # the cross-over step
+            rest = plan.window_omega(thr, ot, h - 1)
+            if rest < inp.omega_target:
+                self._scale_up(plan, thr, ot, big, lead)
+            elif not self._scale_down(plan, thr, cap, need, ot):
+                break
+            start = ot
+        return self._decision(plan, inp, time.perf_counter() - t0)
+
+    # -- actions ----------------------------------------------------------------------
+    def _delta_value(self, plan: _Plan, op: int, new_alt: int, ot: int) -> float:
+        df = plan.df
+        d_gamma = df.value_table[op, new_alt] - df.value_table[op, plan.active[ot, op]]
+        return float(d_gamma / df.n_ops * (plan.h - ot) * plan.dt / plan.inp.period_s)
+
+    def _scale_up(self, plan: _Plan, thr, ot: int, big, lead: int) -> None:
+        df = plan.df
+        offered = thr.input_rate[ot:].sum(axis=0)
+        done = thr.processed[ot:].sum(axis=0) / plan.dt
+        omega_i = np.where(offered > 0, done / np.where(offered > 0, offered, 1), 1.0)
+        bpe = int(np.argmin(omega_i))
+        sigma = plan.inp.profit.sigma
+        # option A: one more instance
+        free = plan.cores[:, None] - plan.counts[:, ot:, :].sum(axis=2) if plan.classes else np.zeros((0, 1))
+        exists = plan.start_step <= ot
+        ok = np.flatnonzero((free.min(axis=1) > 0) & exists) if len(free) else np.array([], dtype=int)
+        gain_instance = 0.0 if len(ok) else -sigma * big.price_per_hour
+        # option B: the alternate with the next lower processing need
+        cur = plan.active[ot, bpe]
+        n_alt = int(df.n_alternates[bpe])
+        costs = df.cost_table[bpe, :n_alt]
+        lighter = [a for a in range(n_alt) if costs[a] < costs[cur]]
+        if lighter:
+            alt = max(lighter, key=lambda a: costs[a])
+            if self._delta_value(plan, bpe, alt, ot) > gain_instance:
+                plan.active[ot:, bpe] = alt
+                return
+        if len(ok):
+            hosts = plan.counts[ok, ot, :]
+            near = hosts[:, list(df.predecessors[bpe]) + list(df.successors[bpe]) + [bpe]].sum(axis=1) > 0
+            v = int(ok[np.argmax(near)]) if near.any() else int(ok[0])
+        else:
+            v = plan.add_vm(big, ot, lead)
+        plan.counts[v, ot:, bpe] += 1
+
+    def _scale_down(self, plan: _Plan, thr, cap, need, ot: int) -> bool:
+        df = plan.df
+        inp = plan.inp
+        sigma = inp.profit.sigma
+        c = cap[ot:].sum(axis=0)
+        nd = need[ot:].sum(axis=0)
+        over = np.where(nd > 0, c / np.where(nd > 0, nd, 1), np.inf)
+        per_op = plan.counts[:, ot:, :].sum(axis=0).min(axis=0)     # instances held at every step
+        for ope in np.argsort(-over):
+            if not over[ope] > 1.0:
+                break
+            options = []
+            # option A: remove an instance from the lightest VM hosting it at every step >= ot
+            hosts = np.flatnonzero(plan.counts[:, ot:, ope].min(axis=1) > 0) if per_op[ope] > 1 else []
+            if len(hosts):
+                age = plan.now + ot * plan.dt - plan.started[hosts]
+                used = plan.counts[hosts, ot, :].sum(axis=1)
+                w = vm_weight(seconds_left_in_hour(age), plan.cores[hosts] - used, plan.cores[hosts],
+                              plan.counts[hosts, ot, ope], per_op[ope],
+                              np.array([plan.classes[v].core_speed for v in hosts]), plan.price[hosts])
+                v = int(hosts[np.argmin(w)])
+                empties = plan.counts[v, ot:, :].sum(axis=1).max() == 1
+                options.append((sigma * plan.price[v] if empties else 0.0, "remove", v))
+            # option B: the alternate with the next higher value
+            cur = plan.active[ot, ope]
+            n_alt = int(df.n_alternates[ope])
+            better = [a for a in range(n_alt) if df.value_table[ope, a] > df.value_table[ope, cur]]
+            if better:
+                alt = min(better, key=lambda a: df.value_table[ope, a])
+                options.append((self._delta_value(plan, int(ope), alt, ot), "switch", alt))
+            for gain, kind, arg in sorted(options, key=lambda o: -o[0]):
+                if kind == "remove":
+                    plan.counts[arg, ot:, ope] -= 1
+                else:
+                    old = plan.active[ot:, ope].copy()
+                    plan.active[ot:, ope] = arg
+                thr2, _, _ = plan.evaluate()
+                if plan.window_omega(thr2, ot, plan.h - 1) >= inp.omega_target:
+                    return True
+                if kind == "remove":
+                    plan.counts[arg, ot:, ope] += 1
+                else:
+                    plan.active[ot:, ope] = old
+        return False
+
+    # -- enacting ---------------------------------------------------------------------
+    def _decision(self, plan: _Plan, inp: SchedulerInput, elapsed: float) -> Decision:
+        mapping: dict[str, tuple[int, ...]] = {}
+        start = {}
+        stop = []
+        k = 0
+        for v in range(len(plan.classes)):
+            vid = plan.ids[v]
+            if vid is None:
+                if plan.start_step[v] > 0:
+                    continue  # planned for later: decided again with fresher forecasts
+                used = np.flatnonzero(plan.counts[v].sum(axis=1) > 0)
+                if not len(used):
+                    continue
+                vid = f"new-{k}"
+                k += 1
+                start[vid] = plan.classes[v]
+                mapping[vid] = tuple(int(x) for x in plan.counts[v, used[0]])
+                continue
+            row = plan.counts[v, 0]
+            if not row.any() and not plan.counts[v].any() and \
+                    _hour_ends_within(inp.now_s - plan.started[v], inp.step_s):
+                stop.append(vid)
+                continue
+            mapping[vid] = tuple(int(x) for x in row)
+        return Decision(tuple(int(a) for a in plan.active[0]), mapping, start, tuple(stop), elapsed)
