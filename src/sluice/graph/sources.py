@@ -503,6 +503,12 @@ class GeneratorSource(SourceSpec):
         self._validate_common(where)
         self._validate_event_time(where, self.schema())
 
+    def __hash__(self) -> int:
+        # ``fields`` is a dict (friendly to write), so hash its items.
+        return hash((tuple(self.fields.items()), self.rate, self.seed, self.total_rows,
+                     self.start_time, self.event_time, self.watermark_delay,
+                     self.max_rows_per_batch))
+
     def schema(self) -> pa.Schema:
         return pa.schema([pa.field(n, g.arrow_type()) for n, g in self.fields.items()])
 
