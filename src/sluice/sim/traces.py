@@ -78,21 +78,28 @@ class VMTraces:
 
 
 def random_walk_rates(mean: float, n_steps: int, seed: int, bound: float = 0.5, step_sd: float = 0.08,
-                      stream: str = "rate") -> np.ndarray:
-    """Section 4.9: 'the instantaneous data rate is obtained using a random walk between
-    +-50 % of that value'. Multiplicative steps, reflected at the bounds."""
+                      stream: str = "rate", reversion: float = 0.05) -> np.ndarray:
+    """Section 4.9: 'the given data rate is considered as an average value and the
+    instantaneous data rate is obtained using a random walk between +-50 % of that value'.
+
+    Multiplicative steps reflected at the bounds, with a weak pull back to the mean, then
+    rescaled so that the run *averages* ``mean`` (a free walk's average over 144 steps wanders
+    far from its start, which would turn 'the average rate' into a different load per seed);
+    the rescaled series is clipped to the bounds again.
+    """
     rng = _rng(seed, stream)
     steps = rng.normal(0.0, step_sd, n_steps)
     lo, hi = 1.0 - bound, 1.0 + bound
     level = np.empty(n_steps)
     x = 1.0
     for t in range(n_steps):
-        x = x + steps[t]
+        x = x + steps[t] - reversion * (x - 1.0)
         if x > hi:
             x = 2 * hi - x
         if x < lo:
             x = 2 * lo - x
         level[t] = x
+    level = np.clip(level / level.mean(), lo, hi)
     return mean * level
 
 

@@ -139,8 +139,13 @@ class GeneticScheduler:
             counts = np.concatenate(new_counts + [child_counts])
 
         fit, omega, theta = fitness(alts, counts, self.generations)
-        feasible = omega >= inp.omega_target - inp.epsilon
-        score = np.where(feasible, theta, -np.inf) if feasible.any() else fit
+        # the fittest deployment meeting Omega-hat; failing that, within the tolerance
+        score = fit
+        for floor in (inp.omega_target, inp.omega_target - inp.epsilon):
+            feasible = omega >= floor - 1e-12
+            if feasible.any():
+                score = np.where(feasible, theta, -np.inf)
+                break
         k = int(np.argmax(score))
         out = slots.copy()
         out.active = alts[k].copy()

@@ -1,0 +1,193 @@
+"""The elastic schedulers (BR, GA, CE, SH, PLAStiCC, averaging estimators) on plain inputs,
+without the simulator: the interface the live engine will call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sluice.errors import PlanError
+from sluice.models.dynamic import ProfitModel, ec2_m1_classes
+from sluice.plan.elastic.base import Forecast, Placement, RunningVM, SchedulerInput, estimated_profit
+from sluice.plan.elastic.brute import BruteForceScheduler
+from sluice.plan.elastic.forecast import ESTIMATORS, horizon_errors, perturb
+from sluice.plan.elastic.genetic import GeneticScheduler
+from sluice.plan.elastic.greedy import GreedyScheduler, alternate_costs, cheapest_cover
+from sluice.plan.elastic.plasticc import PlasticcScheduler
+from sluice.sim.dataflows import linear_road, lrb_input_rates
+
+CLASSES = ec2_m1_classes()
+
+
+def lrb_input(rate=50.0, **kw) -> SchedulerInput:
+    df = linear_road()
+    return SchedulerInput(df, CLASSES, ProfitModel.thesis_lrb(df, 12, rate), lrb_input_rates(rate), **kw)
+
+
+def as_placement(inp: SchedulerInput, decision) -> Placement:
+    p = Placement(inp.dataflow, decision.active)
+    running = {vm.vm_id: vm for vm in inp.vms}
+    for vid, row in decision.mapping.items():
+        c = decision.start[vid] if vid in decision.start else running[vid].vm_class
+        p.add_vm(c, counts=row)
+    return p
+
+
+def running_from(decision, speed=1.0) -> tuple[RunningVM, ...]:
+    out = []
+    for k, (vid, row) in enumerate(decision.mapping.items()):
+        c = decision.start.get(vid)
+        out.append(RunningVM(f"vm-{k}", c, 0.0, row, speed=speed))
+    return tuple(out)
+
+
+def test_alternate_selection_differs_between_ce_and_sh():
+    df = linear_road()
+    # SH: own cost only. P2: 1/0.12, 0.8/0.08, 0.5/0.08 -> the second alternate
+    _, sh = alternate_costs(df, centralized=False)
+    assert sh[2] == 1
+    # CE: c + s * downstream (P4 0.05 + P5 0.03 + P6 0.03, P7 0.05 = 0.16):
+    # 1/0.28 = 3.57 > 0.8/0.24 = 3.33 > 0.5/(0.08 + 0.08) = 3.13 -> the first
+    costs, ce = alternate_costs(df, centralized=True)
+    assert costs[2, 0] == pytest.approx(0.28)
+    assert costs[2, 2] == pytest.approx(0.16)
+    assert ce[2] == 0
+    # P7's alternates tie on value/cost (2.0): ">= best" keeps the later one
+    assert sh[7] == ce[7] == 1
+
+
+def test_cheapest_cover_uses_variable_sized_bins():
+    pi2 = [c for c in CLASSES if c.core_speed == 2.0]
+    three = cheapest_cover(pi2, 3)
+    # three m1.medium ($0.261/h) beat m1.large + m1.medium ($0.262) and one m1.xlarge ($0.35)
+    assert sorted(c.name for c in three) == ["m1.medium"] * 3
+    assert sum(c.cores for c in cheapest_cover(pi2, 5)) >= 5
+    assert cheapest_cover(pi2, 0) == []
+
+
+@pytest.mark.parametrize("scheduler", [BruteForceScheduler(), GeneticScheduler(generations=20),
+                                       GreedyScheduler(True), GreedyScheduler(False)], ids=lambda s: s.name)
+def test_deployment_meets_omega_hat_and_fits_the_vms(scheduler):
+    inp = lrb_input(50.0)
+    d = scheduler.deploy(inp)
+    assert set(d.mapping) == set(d.start)                # everything is new at deployment
+    for vid, row in d.mapping.items():
+        assert 0 < sum(row) <= d.start[vid].cores
+    p = as_placement(inp, d)
+    assert float(p.estimate(inp.external_rate, inp.step_s).omega) >= inp.omega_target - inp.epsilon
+
+
+def test_static_profit_ordering_br_ga_ce_sh():
+    """Table 4.2's ordering of the deployments' profit at 50 msg/s: BR >= GA > CE > SH."""
+    inp = lrb_input(50.0)
+    theta = {}
+    for s in [BruteForceScheduler(), GeneticScheduler(generations=40), GreedyScheduler(True), GreedyScheduler(False)]:
+        theta[s.name] = estimated_profit(inp, as_placement(inp, s.deploy(inp)))
+    assert theta["BR"] >= theta["GA"] - 1e-9
+    assert theta["GA"] >= theta["CE"] - 1e-9
+    assert theta["CE"] > theta["SH"]
+
+
+def test_sharded_scheduler_never_shares_a_vm():
+    d = GreedyScheduler(False).deploy(lrb_input(500.0))
+    for row in d.mapping.values():
+        assert sum(1 for x in row if x) == 1
+
+
+def test_brute_force_refuses_large_cases():
+    with pytest.raises(PlanError, match="small cases"):
+        BruteForceScheduler(max_leaves=1000).deploy(lrb_input(2000.0))
+
+
+def test_adapt_keeps_a_deployment_inside_the_band():
+    inp = lrb_input(50.0)
+    d = GreedyScheduler(True).deploy(inp)
+    vms = running_from(d)
+    p = as_placement(inp, d)
+    omega = float(p.estimate(inp.external_rate, inp.step_s).omega)
+    assert 0.75 < omega < 0.85
+    again = GreedyScheduler(True).adapt(lrb_input(50.0, active=d.active, vms=vms, now_s=300))
+    assert again.start == {} and again.stop == ()
+    assert list(again.mapping.values()) == [vm.instances for vm in vms]
+
+
+def test_adapt_scales_out_when_the_rate_doubles_and_in_when_it_halves():
+    d = GreedyScheduler(True).deploy(lrb_input(100.0))
+    vms = running_from(d)
+    before = sum(sum(vm.instances) for vm in vms)
+    up = lrb_input(200.0, active=d.active, vms=vms, now_s=300)
+    d_up = GreedyScheduler(True).adapt(up)
+    assert d_up.start, "a doubled rate needs new VMs"
+    assert float(as_placement(up, d_up).estimate(up.external_rate, 300).omega) >= 0.8 - 1e-9
+    down = lrb_input(40.0, active=d.active, vms=vms, now_s=300)
+    d_down = GreedyScheduler(True).adapt(down)
+    after = int(np.sum(d_down.instances))
+    assert after < before
+    assert float(as_placement(down, d_down).estimate(down.external_rate, 300).omega) >= 0.8 - 1e-9
+    # idle VMs are released only at the end of their paid hour (section 4.8.2)
+    assert d_down.stop == ()
+    late = GreedyScheduler(True).adapt(lrb_input(40.0, active=d.active, vms=vms, now_s=3500))
+    assert late.stop
+
+
+def test_adapt_switches_to_a_lighter_alternate_when_resources_fall_short():
+    inp = lrb_input(100.0)
+    d = GreedyScheduler(True).deploy(inp)
+    assert d.active[2] == 0                              # the heavy, best-value P2 alternate
+    slow = running_from(d, speed=0.7)                    # the VMs run at 70 % of rated speed
+    d2 = GreedyScheduler(True).adapt(lrb_input(100.0, active=d.active, vms=slow, now_s=300))
+    assert d2.active[2] != 0
+
+
+def test_estimators_summarise_forecasts():
+    rates = np.array([[0, 10.0], [0, 30.0], [0, 20.0]])
+    fc = Forecast(rates, {"vm-0": np.array([0.9, 0.5, 0.7])})
+    vm = RunningVM("vm-0", CLASSES[0], 0.0, (1, 1, 1, 1, 1, 1, 1, 1), speed=0.8)
+    df = linear_road()
+    base = dict(dataflow=df, vm_classes=CLASSES, profit=ProfitModel.thesis_lrb(df, 12, 20),
+                external_rate=np.array([0, 15.0] + [0] * 6), vms=(vm,))
+    inp = SchedulerInput(**{**base, "forecast": Forecast(np.pad(rates, ((0, 0), (0, 6))), fc.speeds)})
+    r, s = ESTIMATORS["WPO"](inp)
+    assert r[1] == 10.0 and s["vm-0"] == 0.9
+    r, s = ESTIMATORS["WPP"](inp)
+    assert r[1] == 30.0 and s["vm-0"] == 0.5
+    r, s = ESTIMATORS["WPA"](inp)
+    assert r[1] == pytest.approx(20.0) and s["vm-0"] == pytest.approx(0.7)
+    r, s = ESTIMATORS["CAF"](inp)
+    assert r[1] == 15.0 and s["vm-0"] == 0.8
+
+
+def test_forecast_error_grows_over_the_horizon():
+    e = horizon_errors(0.1, 4)
+    np.testing.assert_allclose(e, [0.05, 0.1, 0.15, 0.2])
+    assert e.mean() == pytest.approx(0.125)
+    rng = np.random.default_rng(0)
+    truth = np.full((4, 20000), 100.0)
+    pred = perturb(truth, 0.1, 0.0, rng)
+    spread = (pred / truth - 1).std(axis=1)
+    np.testing.assert_allclose(spread, e, rtol=0.05)
+    assert np.allclose(perturb(truth, 0.0, 0.0, rng), truth)
+    assert perturb(truth, 0.0, 0.05, rng).mean() == pytest.approx(105.0)
+
+
+def test_plasticc_starts_vms_ahead_of_a_forecast_surge():
+    inp = lrb_input(100.0)
+    d = GreedyScheduler(True).deploy(inp)
+    vms = running_from(d)
+    # the rate holds for the next step and doubles in the one after
+    future = lrb_input_rates(np.array([100.0, 200.0, 200.0, 200.0]))
+    fc = Forecast(future, {vm.vm_id: np.ones(4) for vm in vms})
+    look = lrb_input(100.0, active=d.active, vms=vms, now_s=300, forecast=fc)
+    plan = PlasticcScheduler().adapt(look)
+    assert plan.start, "PLAStiCC launches VMs before the surge (start-up latency)"
+    react = GreedyScheduler(True).adapt(look)
+    assert not react.start, "the reactive scheduler only sees the current rate"
+
+
+def test_plasticc_without_forecast_falls_back_to_reactive():
+    inp = lrb_input(100.0)
+    d = GreedyScheduler(True).deploy(inp)
+    look = lrb_input(200.0, active=d.active, vms=running_from(d), now_s=300)
+    a = PlasticcScheduler().adapt(look)
+    b = GreedyScheduler(True).adapt(look)
+    assert a.mapping == b.mapping and a.active == b.active
