@@ -73,7 +73,7 @@ def test_admission_cap_spec_default_live_override_and_read_all(tmp_path, clock):
     o0 = reader.initialOffset()
     o1 = reader.latestOffset(o0, limit)
     assert o1["rows"] == 300
-    assert read_backlog(str(tmp_path), "src")["backlog_rows"] == 700
+    assert read_backlog(str(tmp_path), "src")["backlog"] == 700
     set_max_rows(str(tmp_path), "src", 50)
     o2 = reader.latestOffset(o1, limit)
     assert o2["rows"] - o1["rows"] == 50
@@ -90,7 +90,7 @@ def test_endless_rateless_generator_is_capped_and_unbounded(tmp_path, clock):
     o1 = reader.latestOffset(reader.initialOffset(), default_read_limit())
     assert 0 < o1["rows"] <= 100_000  # never one unbounded batch
     assert reader.reportLatestOffset()["unbounded"] is True
-    assert read_backlog(str(tmp_path), "src")["backlog_rows"] is None
+    assert read_backlog(str(tmp_path), "src")["backlog"] is None
     # Rows available when admitted: their ingest time is when the batch was planned.
     rows = read_all(reader, {"rows": 0}, o1)
     assert set(rows.column(INGEST_TS).cast(pa.int64()).to_pylist()) == {clock["us"]}

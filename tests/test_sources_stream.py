@@ -129,7 +129,7 @@ def test_admission_limit_changes_while_running_and_backlog_is_reported(spark, tm
         assert wait_for(lambda: (q.lastProgress or {}).get("sources")
                         and backlog_from_progress(q.lastProgress).get("busy", 0) > 0)
         status = read_backlog(ctl, "busy")
-        assert status["backlog_rows"] > 0 and status["max_rows"] == 1000
+        assert status["backlog"] > 0 and status["max_rows"] == 1000
         set_max_rows(ctl, "busy", 300)
         n_before = len(out.batches) + 1  # the batch maybe in flight was planned before
         assert wait_for(lambda: len(out.batches) >= n_before + 3)

@@ -392,6 +392,12 @@ class SourceSpec:
     def kind(self) -> str:
         return type(self).__name__
 
+    @property
+    def finite(self) -> bool:
+        """True if the source ends by itself (then ``runtime.sources.is_exhausted`` tells when
+        its last row has been admitted)."""
+        return False
+
     def schema(self) -> pa.Schema:
         """The user-visible columns (the hidden INGEST_TS column is not among them)."""
         raise NotImplementedError
@@ -674,6 +680,10 @@ class ReplaySource(SourceSpec):
 
     def files(self) -> list[str]:
         return data_files(self.path) if os.path.isdir(self.path) else [self.path]
+
+    @property
+    def finite(self) -> bool:
+        return True
 
     def schema(self) -> pa.Schema:
         return self.schema_

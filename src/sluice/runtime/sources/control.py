@@ -97,7 +97,7 @@ def read_backlog(control_dir: str, name: str) -> dict | None:
 
     Keys: ``source``, ``kind``, ``planned_rows`` (rows admitted so far, through the batch
     being planned), ``available_rows`` (rows that have arrived; None if unbounded),
-    ``backlog_rows`` (arrived but not admitted; None if unbounded), ``max_rows`` (the limit
+    ``backlog`` (arrived but not admitted; None if unbounded), ``max_rows`` (the limit
     in force), ``exhausted`` (a finite source admitted its last row), ``time`` (epoch s).
     """
     return read_json(control_path(control_dir, name, "backlog"))

@@ -103,7 +103,7 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         write_backlog(self.control_dir, self.name, {
             "source": self.name, "kind": "DirectorySource",
             "planned_rows": rows, "available_rows": all_rows,
-            "backlog_rows": all_rows - rows, "batch_rows": rows - start["rows"],
+            "backlog": all_rows - rows, "batch_rows": rows - start["rows"],
             "planned_files": end, "available_files": available, "max_rows": cap,
             "total_rows": None, "exhausted": False, "time": time.time(),
         })

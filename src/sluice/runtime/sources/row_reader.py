@@ -164,7 +164,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "kind": type(self.spec).__name__,
             "planned_rows": end,
             "available_rows": available,
-            "backlog_rows": None if available is None else max(available - end, 0),
+            "backlog": None if available is None else max(available - end, 0),
             "batch_rows": end - first,
             "max_rows": cap,
             "total_rows": total,
