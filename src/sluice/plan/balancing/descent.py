@@ -43,7 +43,11 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
     if um.unit_res is not None:
         res = np.zeros((um.num_nodes, um.unit_res.shape[1]))
         np.add.at(res, place, um.unit_res)
+        if (res > um.resource_cap + 1e-9).any():
+            return None  # the start breaks a resource cap: no greedy start
     movable = um.allowed.sum(axis=1) > 1
+    drained_count = float(um.drain_count[units, place].sum())
+    drained_cost = float(um.drain_cost[units, place].sum())
     current = um.objective(place, alpha)
     tie_now = um.tie_cost[units, place]
     while True:
@@ -57,6 +61,11 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
             cand &= spent_count + extra_count <= budget.max_count
         if res is not None:
             cand &= (res[None, :, :] + um.unit_res[:, None, :] <= um.resource_cap[None, :, :] + 1e-9).all(axis=2)
+        draining = drained_count < um.required_drain_count - 1e-9 or drained_cost < um.required_drain_cost - 1e-9
+        if draining:  # first meet the drain pace row, with the best moves out of N_r
+            extra_drain = um.drain_count - um.drain_count[units, place][:, None]
+            extra_drain_cost = um.drain_cost - um.drain_cost[units, place][:, None]
+            cand &= (extra_drain > 0) | (extra_drain_cost > 0)
         u_idx, n_idx = np.nonzero(cand)
         if len(u_idx) == 0:
             break
@@ -77,11 +86,13 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
         tie = tie_now.sum() - tie_now[u_idx] + um.tie_cost[u_idx, n_idx]
         score = eps - alpha * (eps_u + eps_l) + tie
         best = int(np.argmin(score))
-        if score[best] >= current - 1e-12 * max(1.0, abs(current)):
+        if not draining and score[best] >= current - 1e-12 * max(1.0, abs(current)):
             break
         u, s, n = u_idx[best], s_idx[best], n_idx[best]
         spent_cost += float(extra_cost[u, n])
         spent_count += int(extra_count[u, n])
+        drained_count += float(um.drain_count[u, n] - um.drain_count[u, place[u]])
+        drained_cost += float(um.drain_cost[u, n] - um.drain_cost[u, place[u]])
         load[s] -= um.unit_load[u]
         load[n] += um.unit_load[u]
         if res is not None:
@@ -91,4 +102,6 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
         tie_now[u] = um.tie_cost[u, n]
         movable[u] = False  # each unit moves at most once
         current = float(score[best])
+    if drained_count < um.required_drain_count - 1e-9 or drained_cost < um.required_drain_cost - 1e-9:
+        return None  # could not meet the drain pace greedily; let the solver search
     return place

@@ -28,6 +28,14 @@ Choices and why:
 * Moves *into* N_r are not offered to the solver: Lemma 1 proves they are never preferred,
   so the optimum is unchanged (tests check this against brute force over all moves), the
   model shrinks, and a time-limited, non-optimal plan can never break Lemma 1.
+* Drain pace (our addition). Lemma 4.2 holds for finely divisible load only: with whole key
+  groups the eps-optimum may keep the last ones on N_r. Example: 4 nodes with two key groups
+  of load 1 each and one more on a node of N_r: L-bar = 2.25, eps = 0.25 if it stays, 0.75
+  if it moves, so the pure MILP never drains it. While N_r holds key groups we therefore add
+  a row "at least ``drain_share`` of the budget (count or cost) moves out of N_r" (capped by
+  what is left and reachable), so N_r drains within ceil(K_r / (drain_share * B)) rounds
+  and the rest of the budget stays free for urgent balancing (integrated scale-in).
+  ``drain_share=0`` gives the paper's pure MILP.
 * Heterogeneous nodes: L-bar multiplied by w_n in (3) and (4), as in the paper.
 * Multi-dimensional load: optional rows sum_k R_{k,r} x'_{k,n} <= cap_{n,r}.
 * Warm start: HiGHS's own heuristics find poor incumbents on this model within seconds (the
@@ -64,6 +72,7 @@ class MilpSettings:
     secondary_weight: float = 1e-3  # alpha: eps first, then eps_u + eps_l
     tie_weight: float = 1e-7  # gamma, times L-bar per migration (see module docstring)
     forbid_moves_into_removing: bool = True
+    drain_share: float = 0.5  # drain pace row, see the module docstring; 0 = the paper's pure MILP
 
 
 def solve_milp(
@@ -82,7 +91,10 @@ def solve_milp(
     Raises PlanError when the constraints admit no plan (e.g. a pin beyond the budget).
     """
     started = time.perf_counter()
-    um = unit_model(problem, budget, units, pins or {}, settings.forbid_moves_into_removing, settings.tie_weight)
+    um = unit_model(
+        problem, budget, units, pins or {}, settings.forbid_moves_into_removing, settings.tie_weight,
+        settings.drain_share,
+    )
     start = greedy_descent(um, budget, settings.secondary_weight)
     lp, col_unit, col_node = _build_lp(um, budget, settings)
     h = highspy.Highs()
@@ -101,13 +113,13 @@ def solve_milp(
     seconds = time.perf_counter() - started
     if has_solution:
         place = _decode(um, solution, col_unit, col_node)
-    elif start is not None:  # HiGHS gave up before accepting anything: the greedy plan stands
-        place = start
     elif status == highspy.HighsModelStatus.kInfeasible:
         raise PlanError(
             f"MILP balancer: infeasible for {problem.num_key_groups} key groups on {problem.num_nodes} nodes "
             f"(budget {budget}, {len(pins or {})} pins, resource caps: {problem.resource_cap is not None})"
         )
+    elif start is not None:  # HiGHS stopped before accepting anything: the greedy plan stands
+        place = start
     else:
         raise PlanError(f"MILP balancer: no plan within {settings.time_limit} s (HiGHS: {h.modelStatusToString(status)})")
     name = "optimal" if status == highspy.HighsModelStatus.kOptimal else h.modelStatusToString(status).lower()
@@ -172,6 +184,11 @@ def _build_lp(um: UnitModel, budget: MigrationBudget, settings: MilpSettings):
         add_rows(np.zeros(nx, int), xs, um.move_cost[col_unit, col_node], [-np.inf], [budget.max_cost])
     if budget.max_count is not None:
         add_rows(np.zeros(nx, int), xs, um.move_count[col_unit, col_node], [-np.inf], [budget.max_count])
+    # drain pace (our addition, see the module docstring)
+    if um.required_drain_count > 0:
+        add_rows(np.zeros(nx, int), xs, um.drain_count[col_unit, col_node], [um.required_drain_count], [np.inf])
+    if um.required_drain_cost > 0:
+        add_rows(np.zeros(nx, int), xs, um.drain_cost[col_unit, col_node], [um.required_drain_cost], [np.inf])
     # (3) upper load bound, every node: L_n - w_n eps + w_n eps_u <= w_n L-bar
     load_vals = um.unit_load[col_unit]
     n_idx = np.arange(n_count)

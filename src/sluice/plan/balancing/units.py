@@ -31,6 +31,10 @@ class UnitModel:
     allowed: np.ndarray  # (U, N) bool
     start: np.ndarray | None  # (U,) node position to start from (pin, or the unit's one node)
     mean: float
+    drain_count: np.ndarray  # (U, N) members leaving N_r if the unit goes to n
+    drain_cost: np.ndarray  # (U, N) their migration cost
+    required_drain_count: float = 0.0  # the drain pace row (milp.py); 0 = no row
+    required_drain_cost: float = 0.0
 
     @property
     def num_units(self) -> int:
@@ -77,6 +81,28 @@ def _per_unit_node_sums(unit_of, node_idx, weights, shape) -> np.ndarray:
     return sp.coo_matrix((weights, (unit_of, node_idx)), shape=shape).toarray()
 
 
+def required_drain(problem: BalancingProblem, budget: MigrationBudget, drain_share: float) -> tuple[float, float]:
+    """What the drain pace row asks of this round: (count, cost) to move out of N_r.
+
+    ``drain_share`` of the budget while N_r holds key groups, capped by what is left there and
+    by what one round can reach (cheapest key groups first), so the row never makes the MILP
+    infeasible on its own.
+    """
+    on_removing = problem.removing[problem.assignment_index]
+    if drain_share <= 0 or not on_removing.any():
+        return 0.0, 0.0
+    count = float(on_removing.sum())
+    if budget.max_count is not None:
+        count = min(count, max(1.0, np.floor(drain_share * budget.max_count)), float(budget.max_count))
+    cost = 0.0
+    if budget.max_cost is not None:
+        costs = np.sort(problem.migration_cost[on_removing])
+        reachable = costs[np.cumsum(costs) <= budget.max_cost * (1 + 1e-9)].sum()
+        cost = float(min(drain_share * budget.max_cost, reachable))
+        count = 0.0 if budget.max_count is None else count
+    return count, cost
+
+
 def unit_model(
     problem: BalancingProblem,
     budget: MigrationBudget,
@@ -84,6 +110,7 @@ def unit_model(
     pins: Mapping[int, int],
     forbid_moves_into_removing: bool,
     tie_weight: float,
+    drain_share: float = 0.0,
 ) -> UnitModel:
     k_count, n_count = problem.num_key_groups, problem.num_nodes
     units = [np.array([k]) for k in range(k_count)] if units is None else [np.asarray(u, dtype=np.int64) for u in units]
@@ -108,6 +135,11 @@ def unit_model(
         - _per_unit_node_sums(unit_of, cur, from_removing, shape)
     )
     out_of_staying = move_count - out_of_removing
+    cost_on_removing = cost * from_removing
+    drain_cost = (
+        np.bincount(unit_of, weights=cost_on_removing, minlength=u_count)[:, None]
+        - _per_unit_node_sums(unit_of, cur, cost_on_removing, shape)
+    )
     mean = mean_load(problem)
     tie_cost = tie_weight * max(mean, 1e-9) * (out_of_staying - out_of_removing)
 
@@ -135,4 +167,5 @@ def unit_model(
     return UnitModel(
         problem, units, unit_of, np.bincount(unit_of, weights=problem.load, minlength=u_count), unit_res,
         move_cost, move_count, tie_cost, allowed, None if (start < 0).any() else start, mean,
+        out_of_removing, drain_cost, *required_drain(problem, budget, drain_share),
     )
