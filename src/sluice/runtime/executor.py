@@ -61,6 +61,7 @@ class BatchExecutor:
         self.stores = {op.id: self._store(op) for op in graph.operators if op.is_keyed}
         self.max_event_us = self._recover_event_times()
         self.last_batch: BatchMetrics | None = None
+        self.in_batch = False
         self.batches_done = 0
 
     # ---- persistence of batch records -----------------------------------------------------
@@ -106,6 +107,13 @@ class BatchExecutor:
     def __call__(self, df, batch_id: int) -> None:
         if self._read_record(batch_id, "done") is not None:
             return  # already committed before a crash: sinks and state hold it
+        self.in_batch = True
+        try:
+            self._run(df, batch_id)
+        finally:
+            self.in_batch = False
+
+    def _run(self, df, batch_id: int) -> None:
         started = time.time()
         plan = self.plan_log.plan_for(batch_id)
         start = self._read_record(batch_id, "start")

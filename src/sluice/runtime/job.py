@@ -111,14 +111,23 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
     except KeyboardInterrupt:
         pass
     finally:
+        _stop_between_batches(query, executor)
         error = query.exception()
-        query.stop()
     if error is not None:
         raise _unwrap(error)
     elapsed = time.time() - started
     all_metrics = metrics_log.read(checkpoint)
     mine = [m for m in all_metrics if m.started_at >= started]
     return JobResult(checkpoint, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics)
+
+
+def _stop_between_batches(query, executor: BatchExecutor, patience_s: float = 120.0) -> None:
+    """Stop the query when no batch is running, so a clean stop never aborts a batch
+    half-way (a crash may, and the restart makes that good)."""
+    deadline = time.time() + patience_s
+    while executor.in_batch and query.isActive and time.time() < deadline:
+        time.sleep(0.05)
+    query.stop()
 
 
 def _unwrap(error) -> Exception:

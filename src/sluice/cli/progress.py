@@ -1,0 +1,46 @@
+"""The live progress line of ``sluice run`` and ``sluice demo``."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from sluice.runtime.metrics import BatchMetrics
+
+
+class ProgressLine:
+    """Prints batches, rows/s, latency and backlog after each batch (one updating line on a
+    terminal, one line per few seconds otherwise)."""
+
+    def __init__(self, stream=sys.stderr, every_s: float = 2.0):
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.every_s = every_s
+        self.started = time.time()
+        self.rows = 0
+        self.batches = 0
+        self.last_print = 0.0
+
+    def __call__(self, m: BatchMetrics) -> None:
+        self.rows += m.rows_in
+        self.batches += 1
+        now = time.time()
+        if not self.tty and now - self.last_print < self.every_s:
+            return
+        self.last_print = now
+        rate = self.rows / max(now - self.started, 1e-9)
+        lat = m.latency_ms
+        backlog = sum(v for v in m.backlog.values() if v) if m.backlog else 0
+        text = (f"batch {m.batch_id:>6}  batches {self.batches:>5}  rows {self.rows:>11,}  {rate:>11,.0f} rows/s  "
+                f"latency p50 {lat.get('p50', 0):>8.0f} ms  p99 {lat.get('p99', 0):>8.0f} ms  backlog {backlog:>9,}")
+        if m.dead_letters:
+            text += f"  dead letters {m.dead_letters}"
+        if self.tty:
+            self.stream.write("\r" + text)
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
