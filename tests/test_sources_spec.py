@@ -286,3 +286,20 @@ def test_backlog_from_progress():
     assert backlog_from_progress(progress) == {"a": 300, "b": math.inf}
     assert backlog_from_progress(json.dumps(progress)) == {"a": 300, "b": math.inf}
     assert backlog_from_progress({}) == {}
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_timestamps_in_text_files_with_or_without_zone(tmp_path, fmt):
+    path = tmp_path / f"t.{fmt}"
+    if fmt == "json":
+        path.write_text('{"t": "2024-01-01T00:00:00"}\n{"t": "2024-01-01 00:00:01.5"}\n')
+    else:
+        path.write_text("t\n2024-01-01T00:00:00\n2024-01-01 00:00:01.5\n")
+    got = read_data_file(str(path), fmt, pa.schema([("t", TIMESTAMP)]))
+    micros = got.column("t").cast(pa.int64()).to_pylist()
+    assert micros == [1_704_067_200_000_000, 1_704_067_201_500_000]  # read as UTC
+    zoned = tmp_path / f"z.{fmt}"
+    zoned.write_text('{"t": "2024-01-01T01:00:00+01:00"}\n' if fmt == "json"
+                     else "t\n2024-01-01T01:00:00+01:00\n")
+    got = read_data_file(str(zoned), fmt, pa.schema([("t", TIMESTAMP)]))
+    assert got.column("t").cast(pa.int64()).to_pylist() == [1_704_067_200_000_000]

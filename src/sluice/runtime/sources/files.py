@@ -25,8 +25,11 @@ def read_data_file(path: str, fmt: str, schema: pa.Schema) -> pa.Table:
         elif fmt == "csv":
             import pyarrow.csv as pacsv
 
+            # Timestamps are read as text and parsed in ``conform``, which accepts them
+            # with or without a zone offset (pyarrow's CSV reader insists on one).
             options = pacsv.ConvertOptions(
-                column_types={f.name: f.type for f in schema},
+                column_types={f.name: pa.string() if pa.types.is_timestamp(f.type) else f.type
+                              for f in schema},
                 include_columns=schema.names,
                 include_missing_columns=True,
             )
@@ -51,7 +54,7 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
             column = table.column(f.name)
             if column.type != f.type:
                 try:
-                    column = column.cast(f.type)
+                    column = _cast(column, f.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                     raise SourceError(
                         f"{where}: column {f.name!r} is {column.type}, cannot be read as "
@@ -61,6 +64,16 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
             column = pa.nulls(table.num_rows, f.type)
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _cast(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
+    """Cast, reading zone-less timestamp text as UTC."""
+    if pa.types.is_string(column.type) and pa.types.is_timestamp(target) and target.tz:
+        try:
+            return column.cast(target)
+        except pa.ArrowInvalid:  # no zone offset in the text: take it as UTC
+            return column.cast(pa.timestamp(target.unit)).cast(target)
+    return column.cast(target)
 
 
 def count_rows(path: str, fmt: str) -> int:
