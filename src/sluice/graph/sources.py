@@ -564,8 +564,21 @@ def data_files(path: str) -> list[str]:
     return [os.path.join(path, n) for n in names]
 
 
+SCHEMA_SAMPLE_BYTES = 1 << 20
+"""Schema inference of JSON lines and CSV looks at (about) the first MiB of the file."""
+
+
+def _head(path: str) -> pa.BufferReader:
+    """The file's first SCHEMA_SAMPLE_BYTES, cut after the last whole line."""
+    with open(path, "rb") as f:
+        data = f.read(SCHEMA_SAMPLE_BYTES)
+        if f.read(1):
+            data = data[: data.rfind(b"\n") + 1] or data
+    return pa.BufferReader(data)
+
+
 def read_file_schema(path: str, fmt: str) -> pa.Schema:
-    """The schema pyarrow infers for one data file."""
+    """The schema pyarrow infers for one data file (from its first MiB for JSON and CSV)."""
     try:
         if fmt == "parquet":
             import pyarrow.parquet as pq
@@ -574,10 +587,10 @@ def read_file_schema(path: str, fmt: str) -> pa.Schema:
         if fmt == "csv":
             import pyarrow.csv as pacsv
 
-            return pacsv.read_csv(path).schema
+            return pacsv.read_csv(_head(path)).schema
         import pyarrow.json as pajson
 
-        return pajson.read_json(path).schema
+        return pajson.read_json(_head(path)).schema
     except (pa.ArrowException, OSError) as e:
         raise SourceError(f"cannot read the schema of {path!r} as {fmt}: {e}") from None
 
