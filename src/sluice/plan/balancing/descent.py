@@ -1,7 +1,8 @@
 """Greedy descent on the MILP's own objective: the MILP's warm start.
 
 From the start placement (units where they are, pinned units on their pin), repeatedly make
-the single unit move that lowers eps - alpha * (eps_u + eps_l) + tie-break the most, while
+the single unit move that lowers eps - alpha * (eps_u + eps_l) + tie-break the most (then
+the load spread, to cross plateaus), while
 the budget allows; each unit moves at most once (its cost is counted from where it is now).
 Every candidate move is scored at once with numpy: a move changes two nodes, so the new
 extremes are those two nodes against the best of the other nodes (the top three values
@@ -85,8 +86,15 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
         eps_l = np.minimum(eps, eps - lower)
         tie = tie_now.sum() - tie_now[u_idx] + um.tie_cost[u_idx, n_idx]
         score = eps - alpha * (eps_u + eps_l) + tie
-        best = int(np.argmin(score))
-        if not draining and score[best] >= current - 1e-12 * max(1.0, abs(current)):
+        # Lexicographic: the objective, then the spread sum_n L_n^2 / w_n. The second key
+        # crosses plateaus the max-based objective cannot see (five nodes equally overloaded:
+        # relieving one alone leaves eps and eps_u unchanged).
+        spread = ((load[s_idx] - l) ** 2 - load[s_idx] ** 2) / w[s_idx] + ((load[n_idx] + l) ** 2 - load[n_idx] ** 2) / w[n_idx]
+        tol = 1e-6 * max(1.0, mean)
+        near = score <= score.min() + tol
+        best = int(np.flatnonzero(near)[np.argmin(spread[near])])
+        improves = score[best] < current - tol or (score[best] <= current + tol and spread[best] < -tol)
+        if not draining and not improves:
             break
         u, s, n = u_idx[best], s_idx[best], n_idx[best]
         spent_cost += float(extra_cost[u, n])

@@ -131,6 +131,7 @@ def solve_milp(
         notes={
             "objective": um.objective(place, settings.secondary_weight),
             "start_objective": None if start is None else um.objective(start, settings.secondary_weight),
+            "start_load_distance": None if start is None else um.deviations(start)[0],
             "mip_gap": float(h.getInfo().mip_gap),
         },
     )
