@@ -30,13 +30,16 @@ from typing import Literal, Mapping
 from sluice.errors import PlanError
 from sluice.models.performance import PerformanceModel, load_model
 
-TaskKind = Literal["source", "task", "sink"]
+# "native": an operator Spark runs as an expression inside a neighbouring stage (a filter, a
+# projection); it passes its rate on (with its selectivity) but needs no threads of its own.
+TaskKind = Literal["source", "task", "sink", "native"]
 
 # Sec. 8.3: "a single thread for each of these tasks is adequate, with a static allocation of
 # 10% CPU and 15% memory for the source and 10% CPU and 20% memory for the sink."
 FIXED_ALLOCATION: dict[str, tuple[int, float, float]] = {
     "source": (1, 0.10, 0.15),
     "sink": (1, 0.10, 0.20),
+    "native": (0, 0.0, 0.0),
 }
 
 # Relative tolerance when counting how many whole peak rates fit in a rate: 100 t/s at 2 t/s per
@@ -54,8 +57,8 @@ class Task:
     kind: TaskKind = "task"
 
     def __post_init__(self) -> None:
-        if self.kind not in ("source", "task", "sink"):
-            raise PlanError(f"task {self.id!r}: kind must be source, task or sink, got {self.kind!r}")
+        if self.kind not in FIXED_ALLOCATION and self.kind != "task":
+            raise PlanError(f"task {self.id!r}: kind must be source, task, sink or native, got {self.kind!r}")
         if not (self.selectivity >= 0 and math.isfinite(self.selectivity)):
             raise PlanError(f"task {self.id!r}: selectivity must be >= 0, got {self.selectivity}")
         if self.kind == "task" and self.model is None:
