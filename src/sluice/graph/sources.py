@@ -79,7 +79,7 @@ class FieldGenerator:
         raise NotImplementedError
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=4)
 def _zipf_cdf(n: int, skew: float) -> np.ndarray:
     """Cumulative probabilities of ranks 1..n with p(k) proportional to k^-skew (Zipf)."""
     weights = np.arange(1, n + 1, dtype=np.float64) ** -skew

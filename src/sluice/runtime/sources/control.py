@@ -88,8 +88,23 @@ def get_max_rows(control_dir: str, name: str) -> int | None:
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
-def write_backlog(control_dir: str, name: str, status: dict) -> None:
-    write_json_atomic(control_path(control_dir, name, "backlog"), status)
+BACKLOG_REFRESH_S = 0.25
+"""With nothing to admit Spark polls a source every few milliseconds; the backlog file is
+then refreshed at most this often (it is always written when a batch is planned)."""
+
+
+class BacklogReporter:
+    """Writes a source's ``<name>.backlog.json``, throttled while idle."""
+
+    def __init__(self, control_dir: str, name: str):
+        self.path = control_path(control_dir, name, "backlog")
+        self._last_write = 0.0
+
+    def report(self, status: dict, planned_batch: bool) -> None:
+        now = time.monotonic()
+        if planned_batch or now - self._last_write >= BACKLOG_REFRESH_S:
+            write_json_atomic(self.path, status)
+            self._last_write = now
 
 
 def read_backlog(control_dir: str, name: str) -> dict | None:

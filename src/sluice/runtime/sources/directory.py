@@ -24,9 +24,9 @@ from pyspark.sql.types import StructType
 from sluice.graph.sources import TIMESTAMP, data_files
 from sluice.runtime.sources.admission import admission_cap, default_read_limit
 from sluice.runtime.sources.control import (
+    BacklogReporter,
     control_path,
     read_json,
-    write_backlog,
     write_json_atomic,
 )
 from sluice.runtime.sources.files import count_rows, read_data_file
@@ -55,6 +55,7 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._available_now = False
         self._target: int | None = None
         self._last_start: dict | None = None
+        self._backlog = BacklogReporter(control_dir, name)
 
     def _discover(self) -> None:
         """Append files not seen before to the file log, in the spec's order."""
@@ -100,13 +101,13 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 break
             end, rows = end + 1, rows + size
         all_rows = rows + self._rows_through(available) - self._rows_through(end)
-        write_backlog(self.control_dir, self.name, {
+        self._backlog.report({
             "source": self.name, "kind": "DirectorySource",
             "planned_rows": rows, "available_rows": all_rows,
             "backlog": all_rows - rows, "batch_rows": rows - start["rows"],
             "planned_files": end, "available_files": available, "max_rows": cap,
             "total_rows": None, "exhausted": False, "time": time.time(),
-        })
+        }, planned_batch=end > first)
         if end == first:
             return start
         return {"source": self.name, "files": end, "rows": rows}

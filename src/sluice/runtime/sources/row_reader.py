@@ -36,7 +36,7 @@ from sluice.runtime.sources.admission import (
     admission_cap,
     default_read_limit,
 )
-from sluice.runtime.sources.control import write_backlog
+from sluice.runtime.sources.control import BacklogReporter
 
 MIN_PARTITION_ROWS = 2 * GENERATOR_BLOCK_ROWS
 """A batch is split into parallel partitions only if each gets at least this many rows."""
@@ -87,6 +87,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._target: int | None = None
         self._last_start: dict | None = None
+        self._backlog = BacklogReporter(control_dir, name)
 
     # --- what subclasses provide -------------------------------------------------------------
 
@@ -159,7 +160,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _report(self, first: int, end: int, available: int | None, cap: int | None,
                 now: int) -> None:
         total = self.total_rows()
-        write_backlog(self.control_dir, self.name, {
+        self._backlog.report({
             "source": self.name,
             "kind": type(self.spec).__name__,
             "planned_rows": end,
@@ -170,7 +171,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "total_rows": total,
             "exhausted": total is not None and end >= total,
             "time": now / 1e6,
-        })
+        }, planned_batch=end > first)
 
     # --- reading --------------------------------------------------------------------------------
 
