@@ -2,7 +2,7 @@
 
 From the start placement (units where they are, pinned units on their pin), repeatedly make
 the single unit move that lowers eps - alpha * (eps_u + eps_l) + tie-break the most (then
-the load spread, to cross plateaus), while
+the spread of utilizations around L-bar, or zero for N_r, to cross plateaus), while
 the budget allows; each unit moves at most once (its cost is counted from where it is now).
 Every candidate move is scored at once with numpy: a move changes two nodes, so the new
 extremes are those two nodes against the best of the other nodes (the top three values
@@ -47,6 +47,7 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
         if (res > um.resource_cap + 1e-9).any():
             return None  # the start breaks a resource cap: no greedy start
     movable = um.allowed.sum(axis=1) > 1
+    target = np.where(staying, 0.0, -mean)  # in deviations from L-bar
     drained_count = float(um.drain_count[units, place].sum())
     drained_cost = float(um.drain_cost[units, place].sum())
     current = um.objective(place, alpha)
@@ -89,7 +90,10 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
         # Lexicographic: the objective, then the spread sum_n L_n^2 / w_n. The second key
         # crosses plateaus the max-based objective cannot see (five nodes equally overloaded:
         # relieving one alone leaves eps and eps_u unchanged).
-        spread = ((load[s_idx] - l) ** 2 - load[s_idx] ** 2) / w[s_idx] + ((load[n_idx] + l) ** 2 - load[n_idx] ** 2) / w[n_idx]
+        # Spread around each node's target: L-bar for N_s, zero for N_r (it is to be emptied).
+        spread = w[s_idx] * ((new_s - target[s_idx]) ** 2 - (util[s_idx] - target[s_idx]) ** 2) + w[n_idx] * (
+            (new_n - target[n_idx]) ** 2 - (util[n_idx] - target[n_idx]) ** 2
+        )
         tol = 1e-6 * max(1.0, mean)
         near = score <= score.min() + tol
         best = int(np.flatnonzero(near)[np.argmin(spread[near])])

@@ -38,8 +38,7 @@ def metis_split(members: np.ndarray, vertex_weight: np.ndarray, traffic: sp.csr_
     try:
         _, membership = pymetis.part_graph(
             parts,
-            xadj=sub.indptr.astype(np.int64),
-            adjncy=sub.indices.astype(np.int64),
+            adjacency=pymetis.CSRAdjacency(sub.indptr.astype(np.int64), sub.indices.astype(np.int64)),
             vweights=_integer_weights(vertex_weight),
             eweights=eweights,
         )
