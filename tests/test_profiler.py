@@ -100,7 +100,7 @@ def test_example_operators_do_their_work():
 @pytest.mark.spark
 def test_profile_pi_on_spark(spark, tmp_path):
     spec = OperatorSpec.parse(f"{OPERATORS / 'pi.py'}:Pi")
-    runner = SparkSlotRunner(spark, [[(spec, 1)]])
+    runner = SparkSlotRunner(spark, [[(spec, 1, 1.0)]])
     low = runner.trial(200.0, duration=1.5)
     assert low.stable and low.processed > 0.8 * low.offered
     model = profile_on_spark(spark, spec, "pi_here", thread_counts=(1,), duration=1.0)

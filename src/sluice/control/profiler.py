@@ -113,87 +113,91 @@ def _rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-# ---- one slot: a long-running Spark task running a chain of thread pools -----------------------
+# ---- one slot: a long-running Spark task running groups of worker threads ----------------------
 #
 # A Spark job per micro-batch costs 0.1-0.5 s of scheduling on this (shared, 2-core) machine,
 # which would swamp the rates of fast operators. So a trial runs as ONE long-lived Spark task
-# per slot, the way Spark's continuous processing runs long-lived tasks: inside it a source
-# thread emits tuples at the trial's rate into a queue, each operator's pool of worker threads
-# takes chunks of tuples from its input queue and passes them on, and the last stage records
-# every chunk's latency (completion minus arrival). This is the paper's trial topology (source,
-# task, sink; Sec. 5.1) inside one core, and, for a chain, its picture of a slot hosting threads
-# of several tasks at once.
+# per slot, the way Spark's continuous processing runs long-lived tasks. The task hosts one or
+# more *groups*: k worker threads of one operator, fed by their own source thread at the group's
+# share of the trial's rate, taking chunks of tuples from a queue and recording each chunk's
+# latency (completion minus arrival). One group is the paper's trial topology (source, task,
+# sink; Sec. 5.1) on one core; several groups are its picture of a slot hosting threads of
+# several tasks at once, each receiving what the mapping routes to it.
 
 _CHUNK = 64  # tuples per queue item at most: a worker thread takes one chunk at a time
-_TICK = 0.005  # the source emits what arrived every 5 ms
+_TICK = 0.005  # a source emits what arrived every 5 ms
 _IDLE_RSS: list[int] = []
 
+Group = tuple[OperatorSpec, int, float]  # (operator, threads, share of the trial's rate)
 
-def _slot_pipeline(stages: Sequence[tuple[OperatorSpec, int]], rate: float | None, duration: float, warmup: float) -> dict:
-    """Run ``stages`` (operator, threads) fed at ``rate`` tuples/s (None: as fast as they go) for
-    ``duration`` s in this process. Returns tuples offered/processed, latency samples, CPU s, RSS."""
+
+def _slot_pipeline(groups: Sequence[Group], rate: float | None, duration: float, warmup: float) -> dict:
+    """Run ``groups`` on this process for ``duration`` s, group g fed at ``rate * share_g``
+    tuples/s (``rate=None``: as fast as the threads go). Returns tuples offered and processed,
+    the worst latency slope over groups, CPU seconds of the process and its RSS."""
     import queue
 
     if not _IDLE_RSS:
         _IDLE_RSS.append(_rss_bytes())
-    ops = [_operator(spec) for spec, _ in stages]
-    queues = [queue.Queue() for _ in range(len(stages) + 1)]
+    ops = [_operator(spec) for spec, _, _ in groups]
+    queues = [queue.Queue() for _ in groups]
     stop = threading.Event()
     t0 = time.monotonic()
     deadline = t0 + duration
-    samples_t: list[float] = []
-    samples_lat: list[float] = []
+    samples: list[tuple[list[float], list[float]]] = [([], []) for _ in groups]
     counts = {"offered": 0, "processed": 0}
     lock = threading.Lock()
 
-    def source() -> None:
+    def source(g: int) -> None:
+        q, threads, share = queues[g], groups[g][1], groups[g][2]
         next_id = 0
         while not stop.is_set():
             now = time.monotonic()
             if now >= deadline:
                 break
             if rate is None:  # saturate: keep enough work queued
-                if queues[0].qsize() < 4 * max(t for _, t in stages):
+                if q.qsize() < 4 * threads:
                     for _ in range(8):
-                        queues[0].put((now, list(range(next_id, next_id + _CHUNK))))
+                        q.put((now, list(range(next_id, next_id + _CHUNK))))
                         next_id += _CHUNK
                 else:
                     time.sleep(0.001)
                 continue
-            arrived = int((now - t0) * rate)
+            group_rate = rate * share
+            arrived = int((now - t0) * group_rate)
             while next_id < arrived:
                 hi = min(arrived, next_id + _CHUNK)
                 # arrival time of the chunk: when its middle tuple arrived
-                queues[0].put((t0 + (next_id + hi - 1) / 2.0 / rate, list(range(next_id, hi))))
+                q.put((t0 + (next_id + hi - 1) / 2.0 / group_rate, list(range(next_id, hi))))
                 next_id = hi
             time.sleep(_TICK)
         with lock:
-            counts["offered"] = next_id
+            counts["offered"] += next_id
 
-    def worker(i: int) -> None:
-        op, q_in, q_out = ops[i], queues[i], queues[i + 1]
-        last = i == len(stages) - 1
+    def worker(g: int) -> None:
+        op, q = ops[g], queues[g]
+        times, lats = samples[g]
         while not stop.is_set():
             try:
-                arrival, keys = q_in.get(timeout=0.05)
+                arrival, keys = q.get(timeout=0.05)
             except queue.Empty:
                 continue
             for k in keys:
                 op.process(k)
-            if not last:
-                q_out.put((arrival, keys))
-                continue
             done = time.monotonic()
             if done > deadline:
                 break
             with lock:
                 counts["processed"] += len(keys)
-                samples_t.append(arrival - t0)
-                samples_lat.append(done - arrival)
+                times.append(arrival - t0)
+                lats.append(done - arrival)
 
-    threads = [threading.Thread(target=source, daemon=True)]
-    for i, (_, n) in enumerate(stages):
-        threads += [threading.Thread(target=worker, args=(i,), daemon=True) for _ in range(n)]
+    threads = []
+    for g, (_, n, share) in enumerate(groups):
+        if rate is not None and share <= 0:
+            continue
+        threads.append(threading.Thread(target=source, args=(g,), daemon=True))
+        threads += [threading.Thread(target=worker, args=(g,), daemon=True) for _ in range(n)]
     cpu0 = time.process_time()
     for t in threads:
         t.start()
@@ -203,18 +207,20 @@ def _slot_pipeline(stages: Sequence[tuple[OperatorSpec, int]], rate: float | Non
     rss = _rss_bytes()
     for t in threads:
         t.join(timeout=5)
+    active = [g for g, grp in enumerate(groups) if rate is None or grp[2] > 0]
+    slopes = [latency_slope(*samples[g], warmup) for g in active] if rate is not None else [0.0]
+    all_lats = [x for g in active for x in samples[g][1]]
     return {
         "offered": counts["offered"], "processed": counts["processed"], "cpu": cpu,
         "rss": rss, "idle_rss": _IDLE_RSS[0],
-        "slope": latency_slope(samples_t, samples_lat, warmup) if rate is not None else 0.0,
-        "latency": float(np.median(samples_lat)) if samples_lat else math.inf,
-        "backlog": sum(len(k) for q in queues[:-1] for _, k in list(q.queue)),
+        "slope": max(slopes, default=0.0),
+        "latency": float(np.median(all_lats)) if all_lats else math.inf,
+        "backlog": sum(len(k) for q in queues for _, k in list(q.queue)),
     }
 
 
-def slot_task(slots: Sequence[Sequence[tuple[OperatorSpec, int]]], rate: float | None, duration: float, warmup: float):
-    """The ``mapInArrow`` function: partition p runs the pipeline of slot p at rate / len(slots)."""
-    per_slot_rate = None if rate is None else rate / len(slots)
+def slot_task(slots: Sequence[Sequence[Group]], rate: float | None, duration: float, warmup: float):
+    """The ``mapInArrow`` function: partition p runs the groups of slot p."""
 
     def run(batches):
         import pyarrow as pa
@@ -224,7 +230,8 @@ def slot_task(slots: Sequence[Sequence[tuple[OperatorSpec, int]]], rate: float |
             pass
         ctx = TaskContext.get()
         part = ctx.partitionId() if ctx else 0
-        out = _slot_pipeline(slots[part], per_slot_rate, duration, warmup)
+        out = _slot_pipeline(slots[part], rate, duration, warmup)
+        out["slot"] = part
         yield pa.RecordBatch.from_pylist([out])
 
     return run
@@ -243,6 +250,7 @@ class TrialResult:
     processed: int
     offered: int
     median_latency: float = 0.0
+    slot_cpu: tuple[float, ...] = ()  # fraction of a core used by each slot's process
 
 
 def latency_slope(times: Sequence[float], latencies: Sequence[float], warmup: float) -> float:
@@ -261,11 +269,11 @@ def latency_slope(times: Sequence[float], latencies: Sequence[float], warmup: fl
 
 @dataclass
 class SparkSlotRunner:
-    """Runs trials of a mapping on Spark: slot p (one Spark partition, one core) hosts a chain of
-    (operator, threads) groups. The profiler uses a single slot with a single operator."""
+    """Runs trials of a mapping on Spark: slot p (one Spark partition, one core) hosts groups of
+    (operator, threads, share of the rate). The profiler uses one slot with one group."""
 
     spark: object
-    slots: Sequence[Sequence[tuple[OperatorSpec, int]]]
+    slots: Sequence[Sequence[Group]]
     slot_memory_bytes: int = 1 << 30
     max_latency_slope: float = 0.05
     warmup_fraction: float = 0.3
@@ -274,9 +282,9 @@ class SparkSlotRunner:
         n = len(self.slots)
         fn = slot_task(self.slots, rate, duration, self.warmup_fraction * duration)
         schema = ("offered long, processed long, cpu double, rss long, idle_rss long, "
-                  "slope double, latency double, backlog long")
+                  "slope double, latency double, backlog long, slot long")
         rows = self.spark.range(0, n, 1, numPartitions=n).mapInArrow(fn, schema).collect()
-        return [r.asDict() for r in rows]
+        return sorted((r.asDict() for r in rows), key=lambda r: r["slot"])
 
     def probe(self, duration: float = 1.0) -> float:
         """Saturated throughput (tuples/s): a first guess of the peak rate."""
@@ -298,6 +306,7 @@ class SparkSlotRunner:
             processed=sum(r["processed"] for r in rows),
             offered=sum(r["offered"] for r in rows),
             median_latency=float(np.median([r["latency"] for r in rows])),
+            slot_cpu=tuple(r["cpu"] / duration for r in rows),
         )
 
 
@@ -410,7 +419,7 @@ def profile_on_spark(
 
     def runner(tau: int) -> SparkSlotRunner:
         return SparkSlotRunner(
-            spark, [[(spec, tau)]], slot_memory_bytes=slot_memory_bytes, max_latency_slope=max_latency_slope
+            spark, [[(spec, tau, 1.0)]], slot_memory_bytes=slot_memory_bytes, max_latency_slope=max_latency_slope
         )
 
     return profile_operator(
