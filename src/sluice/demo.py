@@ -72,7 +72,7 @@ def build_pipeline(output_dir: str, rate: float | None = 20_000, meters: int = 1
             "status": sources.Choice(["ok", "corrupt"], weights=[0.9999, 0.0001]),
             "ts": sources.EventTime(),
         },
-        rate=rate, seed=seed, total_rows=total_rows,
+        rate=rate, seed=seed, total_rows=total_rows, max_rows_per_batch=100_000,
     ), name="readings")
     valid = readings.map_batches(parse_readings, schema={
         "meter": "string", "ts": "timestamp", "kwh": "double", "wh": "double", "voltage": "double",

@@ -128,6 +128,15 @@ class Stream:
         op = self._then("key_by", name, params={"keys": list(keys)})
         return KeyedStream(self.pipeline, op, list(keys))
 
+    # ---- windows (see sluice.api.windows) ------------------------------------------------
+    def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append"):
+        """Windows over the whole stream (one global key): ``.window(sluice.windows.tumbling("1m"))
+        .aggregate(n=agg.count())``. ``time``: the sources' event-time column (default when
+        declared), or ``"processing"``."""
+        from sluice.api.windows import window_of_stream
+
+        return window_of_stream(self, window, time, allowed_lateness, mode)
+
     # ---- sinks -----------------------------------------------------------------------------
     def sink(self, spec: SinkSpec, *, name: str | None = None) -> Stream:
         """Write the stream to a sink. Call several times (or keep using the stream) to fan out."""
@@ -177,3 +186,23 @@ class KeyedStream:
         """
         _require_callable(fn, "process", name)
         return self._then("process", name, params={"keys": self.keys, "fn": fn}, schema=as_schema(schema))
+
+    def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append"):
+        """Windows per key: ``.window(sluice.windows.sliding("15m", "1m")).aggregate(avg=agg.mean("kwh"))``.
+
+        ``window``: ``tumbling(size)``, ``sliding(size, slide)`` or ``session(gap)`` from
+        :mod:`sluice.windows`; ``time``: the sources' event-time column (the default when they
+        declare one) or ``"processing"``; ``allowed_lateness``: how long a window stays open
+        after the watermark passes its end; ``mode``: ``"append"`` (emit when the watermark
+        passes the end) or ``"update"`` (early results every batch).
+        """
+        from sluice.api.windows import WindowedStream
+
+        return WindowedStream(self, window, time, allowed_lateness, mode)
+
+    def windows(self, *queries, time=None, name: str | None = None) -> Stream:
+        """Several window queries (``sluice.windows.query(...)``) over this stream sharing one
+        set of panes, so each record is processed once; rows carry the query's name in ``query``."""
+        from sluice.api.windows import add_window_operator
+
+        return add_window_operator(self, list(queries), time, name)

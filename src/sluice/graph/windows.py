@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Union
 
-from sluice.errors import PipelineError
+import pyarrow as pa
+
+from sluice.errors import PipelineError, SchemaError
 from sluice.graph import aggregates as agg_mod
 from sluice.graph.aggregates import Aggregate
 
@@ -362,3 +364,93 @@ def check_shared(queries: list[WindowQuery] | tuple[WindowQuery, ...]) -> None:
             f"session window {sessions[0].display_name!r} cannot share panes with other window queries: "
             "sessions have no fixed panes; use a separate window() for it"
         )
+
+
+# ---------------------------------------------------------------------------------------
+# Output schema (pure: the job graph validates windows with it before anything runs)
+
+
+def value_kind(column: str, dtype: pa.DataType, what: str) -> str:
+    """'int' or 'float': how values of an aggregated column are held in partial aggregates."""
+    if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype):
+        return "int"
+    if pa.types.is_floating(dtype):
+        return "float"
+    if what in ("min", "max") and (pa.types.is_timestamp(dtype) or pa.types.is_duration(dtype)):
+        return "int"
+    raise SchemaError(
+        f"window aggregate {what}({column!r}): column type {dtype} is not supported "
+        "(numeric columns, and timestamps for min/max)"
+    )
+
+
+def aggregate_output_type(agg: Aggregate, input_schema: pa.Schema) -> pa.DataType:
+    """Arrow type of a windowed aggregate's output column."""
+    if agg.column is not None and agg.column not in input_schema.names:
+        raise SchemaError(f"window aggregate {agg.kind}({agg.column!r}): no such column; input has {input_schema.names}")
+    if agg.kind == "count":
+        return pa.int64()
+    if agg.kind == "udaf":
+        return agg.result_type or pa.float64()
+    if agg.kind == "mean":
+        value_kind(agg.column, input_schema.field(agg.column).type, "mean")
+        return pa.float64()
+    dtype = input_schema.field(agg.column).type
+    kind = value_kind(agg.column, dtype, agg.kind)
+    if agg.kind == "sum":
+        return pa.int64() if kind == "int" else pa.float64()
+    return dtype
+
+
+def window_time_type(query: WindowQuery, input_schema: pa.Schema) -> pa.DataType:
+    """Type of window_start/window_end: the event-time column's timestamp type (in us)."""
+    if isinstance(query.time, EventTime):
+        column = query.time.column
+        if column not in input_schema.names:
+            raise SchemaError(f"window {query.display_name!r}: no event-time column {column!r}; input has {input_schema.names}")
+        dtype = input_schema.field(column).type
+        if pa.types.is_timestamp(dtype):
+            return pa.timestamp("us", tz=dtype.tz)
+        if pa.types.is_integer(dtype):
+            return pa.int64()
+        raise SchemaError(
+            f"window {query.display_name!r}: event-time column {column!r} has type {dtype}; "
+            "use a timestamp or an integer of microseconds since the epoch"
+        )
+    return pa.timestamp("us", tz="UTC")
+
+
+def window_output_schema(
+    key_columns: list[str], queries: list[WindowQuery] | tuple[WindowQuery, ...], input_schema: pa.Schema,
+    emit_keys: bool = True,
+) -> pa.Schema:
+    """Output schema: [query,] [keys,] window_start, window_end, then every aggregate column.
+
+    With several queries the ``query`` column names each row's query, and the aggregate
+    columns are the union of theirs (null for a query that does not compute one); a name
+    used by two queries must have one type.
+    """
+    fields = []
+    if len(queries) > 1:
+        fields.append(pa.field(QUERY_COLUMN, pa.string()))
+    for c in key_columns:
+        if c not in input_schema.names:
+            raise SchemaError(f"window: key column {c!r} not in input {input_schema.names}")
+        if emit_keys:
+            fields.append(input_schema.field(c))
+    wtype = window_time_type(queries[0], input_schema)
+    fields += [pa.field(WINDOW_START, wtype), pa.field(WINDOW_END, wtype)]
+    taken = {f.name for f in fields}
+    agg_types: dict[str, pa.DataType] = {}
+    for q in queries:
+        for name, agg in q.aggregates:
+            dtype = aggregate_output_type(agg, input_schema)
+            if name in taken and name not in agg_types:
+                raise PipelineError(f"window {q.display_name!r}: aggregate name {name!r} clashes with an output column")
+            if name in agg_types and agg_types[name] != dtype:
+                raise PipelineError(
+                    f"window {q.display_name!r}: aggregate {name!r} has type {dtype} here and {agg_types[name]} in another query"
+                )
+            agg_types[name] = dtype
+            taken.add(name)
+    return pa.schema(fields + [pa.field(n, t) for n, t in agg_types.items()])

@@ -43,6 +43,11 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     Python data sources die with "Python worker failed to connect back".
     """
     check_java()
+    # Workers must import what the driver imports (user modules next to a pipeline file,
+    # test modules): hand them the driver's path. Set before the JVM starts the workers.
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    current = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(([current] if current else []) + paths))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

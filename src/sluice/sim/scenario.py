@@ -286,7 +286,7 @@ def simulate(sc: Scenario, progress: Callable[[int, int], None] | None = None, s
         for vm in observed:
             speed_hist.setdefault(vm.vm_id, []).append(vm.speed)
         forecast = None
-        if fc_cfg["horizon_steps"] > 0:
+        if fc_cfg["horizon_steps"] > 0 and getattr(sched, "uses_forecast", False):
             every = max(int(fc_cfg["every_steps"]), 1)
             if forecast_cache is None or k % every == 0:
                 forecast_cache = (k, _forecast(sc, cloud, rates, k, int(fc_cfg["horizon_steps"]),
@@ -315,12 +315,13 @@ def _forecast(sc: Scenario, cloud: Cloud, rates: np.ndarray, k: int, horizon: in
     idx = np.minimum(np.arange(k + 1, k + 1 + horizon), n - 1)
     rng = _rng(sc.seed, "forecast", k)
     fr = perturb(rates[idx], error, bias, rng)
-    speeds = {}
-    for vm in cloud.running((k + 1) * sc.step_s):
-        true = cloud.traces.speed(vm.trace)[idx]
-        # speed errors are pessimistic when rates are over-predicted: bias enters with the opposite sign
-        speeds[vm.vm_id] = np.clip(perturb(true, error, -bias, rng), 0.05, None)
-    return Forecast(fr, speeds)
+    vms = cloud.running((k + 1) * sc.step_s)
+    if not vms:
+        return Forecast(fr, {})
+    true = np.stack([cloud.traces.speed(vm.trace)[idx] for vm in vms], axis=1)   # horizon x VMs
+    # a biased oracle errs the pessimistic way on both: rates up, speeds down (bias sign flipped)
+    pred = np.clip(perturb(true, error, -bias, rng), 0.05, None)
+    return Forecast(fr, {vm.vm_id: pred[:, j] for j, vm in enumerate(vms)})
 
 
 def _shift(fc: Forecast, by: int, observed, cloud: Cloud, k: int) -> Forecast:

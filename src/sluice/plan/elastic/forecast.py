@@ -63,6 +63,7 @@ class ForecastSummary:
 
     mode: str = "mean"
     name: str = "WPA"
+    uses_forecast: bool = True
 
     def __call__(self, inp: SchedulerInput):
         rate, speeds = caf(inp)

@@ -103,6 +103,11 @@ class GreedyScheduler:
         if not self.name:
             self.name = "CE" if self.centralized else "SH"
 
+    @property
+    def uses_forecast(self) -> bool:
+        """Whether the caller should pass forecasts (only the WP* estimators read them)."""
+        return bool(getattr(self.estimator, "uses_forecast", False))
+
     # -- Alg. 3 -----------------------------------------------------------------------
     def deploy(self, inp: SchedulerInput) -> Decision:
         t0 = time.perf_counter()
@@ -144,12 +149,13 @@ class GreedyScheduler:
         """AlternateReDeploy (Alg. 4), with the fixes listed in the module docstring."""
         df = p.dataflow
         costs, _ = alternate_costs(df, self.centralized)
+        est = p.estimate(rate, dt, queue)
+        cap = p.capacity()
         for i in df.topological_order:
             n_alt = int(df.n_alternates[i])
             if n_alt == 1:
                 continue
-            est = p.estimate(rate, dt, queue)
-            alloc = float(p.capacity()[i])
+            alloc = float(cap[i])
             in_rate = float(est.input_rate[i])
             need = in_rate * df.cost_table[i, :n_alt]          # RequiredRes per alternate
             current = int(p.active[i])
@@ -161,8 +167,9 @@ class GreedyScheduler:
             pick = next((a for a in feasible if need[a] <= alloc), None)
             if pick is None and under and feasible:
                 pick = min(feasible, key=lambda a: need[a])
-            if pick is not None:
+            if pick is not None and pick != current:
                 p.active[i] = pick
+                est = p.estimate(rate, dt, queue)   # downstream input rates may change
 
     def _scale_out(self, p: Placement, inp: SchedulerInput, rate, target: float) -> None:
         """Alg. 3 lines 12-19: cores to the next PE until Omega >= target.

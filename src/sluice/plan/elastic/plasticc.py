@@ -115,6 +115,7 @@ class _Plan:
 class PlasticcScheduler:
     name: str = "PLASTICC"
     max_actions: int = 2000
+    uses_forecast: bool = True
 
     def deploy(self, inp: SchedulerInput) -> Decision:
         # "we retain our earlier initial deployment algorithm" (section 5.3)

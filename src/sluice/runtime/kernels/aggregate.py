@@ -91,15 +91,23 @@ class AggregateKernel(KeyedKernel):
             names=keys + [f"__new__{label}" for label in labels],
         )
 
-        # 2. merge with the committed state of those keys
-        old = state.select(keys + [n for n in state.column_names if n not in keys]) if state.num_rows else None
-        if old is not None:
-            joined = partial.join(old, keys=keys, join_type="left outer", use_threads=False)
+        # 2. look up the committed state of those keys, aligned row by row with ``partial``
+        #    (Arrow's join cannot carry list columns, so only keys and a position go in)
+        import numpy as np
+
+        probe = partial.select(keys).append_column("__pos", pa.array(np.arange(partial.num_rows)))
+        state_cols = [f.name for f in state_schema if f.name not in keys]
+        if state.num_rows:
+            old = probe.join(state.select(keys + state_cols), keys=keys, join_type="left outer",
+                             use_threads=False).sort_by("__pos")
         else:
-            joined = partial
+            old = probe
             for f in state_schema:
                 if f.name not in keys:
-                    joined = joined.append_column(f.name, pa.nulls(partial.num_rows, f.type))
+                    old = old.append_column(f.name, pa.nulls(partial.num_rows, f.type))
+        joined = partial
+        for name in state_cols:
+            joined = joined.append_column(name, old.column(name))
         columns = {k: joined.column(k) for k in keys}
         results = {k: joined.column(k) for k in self.key_columns}
         for name, agg in self.aggregates.items():

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from sluice.errors import SchemaError
 from sluice.graph.aggregates import Aggregate
+from sluice.graph.windows import value_kind
 
 # Watermarks are clamped into [NO_WATERMARK, END_OF_TIME] so that time arithmetic on int64
 # never overflows (event times in microseconds since 1970 are around 2**51).
@@ -47,20 +48,6 @@ class PartialField:
     def combine(self) -> np.ufunc | None:
         """The numpy ufunc combining two partials (None for a UDAF: its merge does)."""
         return {"rows": np.add, "n": np.add, "sum": np.add, "min": np.minimum, "max": np.maximum}.get(self.kind)
-
-
-def _value_kind(column: str, dtype: pa.DataType, what: str) -> str:
-    """'int' or 'float': how values of an input column are held in numpy partials."""
-    if pa.types.is_integer(dtype) or pa.types.is_boolean(dtype):
-        return "int"
-    if pa.types.is_floating(dtype):
-        return "float"
-    if what in ("min", "max") and (pa.types.is_timestamp(dtype) or pa.types.is_date(dtype) or pa.types.is_duration(dtype)):
-        return "int"
-    raise SchemaError(
-        f"window aggregate {what}({column!r}): column type {dtype} is not supported "
-        "(numeric columns, and timestamps for min/max)"
-    )
 
 
 class PartialLayout:
@@ -96,7 +83,7 @@ class PartialLayout:
                 continue
             dtype = input_schema.field(agg.column).type
             kind = "sum" if agg.kind in ("sum", "mean") else agg.kind
-            self.value_kind[f"{kind}:{agg.column}"] = _value_kind(agg.column, dtype, agg.kind)
+            self.value_kind[f"{kind}:{agg.column}"] = value_kind(agg.column, dtype, agg.kind)
             fields.setdefault(f"{kind}:{agg.column}", PartialField(f"{kind}:{agg.column}", kind, agg.column))
         self.fields = list(fields.values())
 
@@ -341,21 +328,6 @@ def finalize(
         if original != array.type:
             array = pc.cast(array, original) if not pa.types.is_boolean(original) else pc.not_equal(array, 0)
     return array
-
-
-def output_type(agg: Aggregate, input_schema: pa.Schema) -> pa.DataType:
-    """Arrow type of an aggregate's output column."""
-    if agg.kind == "count":
-        return pa.int64()
-    if agg.kind == "udaf":
-        return agg.result_type or pa.float64()
-    if agg.kind == "mean":
-        return pa.float64()
-    dtype = input_schema.field(agg.column).type
-    if agg.kind == "sum":
-        return pa.int64() if _value_kind(agg.column, dtype, "sum") == "int" else pa.float64()
-    _value_kind(agg.column, dtype, agg.kind)
-    return dtype
 
 
 # ---------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.errors import PipelineError
-from sluice.graph.windows import QUERY_COLUMN, WINDOW_END, WINDOW_START, WindowQuery
+from sluice.graph.windows import QUERY_COLUMN, WINDOW_END, WINDOW_START, WindowQuery, window_output_schema
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.panes import NO_WATERMARK, PartialLayout, finalize
 from sluice.runtime.kernels.windows import (
@@ -38,7 +38,6 @@ from sluice.runtime.kernels.windows import (
     late_schema,
     late_table,
     list_column,
-    output_columns,
     record_times,
     to_time_array,
 )
@@ -52,8 +51,9 @@ class SessionWindowKernel(KeyedKernel):
 
     wants_timers = True
 
-    def __init__(self, key_columns: list[str], query: WindowQuery):
+    def __init__(self, key_columns: list[str], query: WindowQuery, emit_keys: bool = True):
         super().__init__(key_columns)
+        self.emit_keys = emit_keys
         if not query.is_session:
             raise PipelineError(f"window {query.display_name!r}: not a session window")
         self.query = query
@@ -79,7 +79,7 @@ class SessionWindowKernel(KeyedKernel):
         return pa.schema(fields)
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        return output_columns(self.key_columns, [self.query], input_schema)
+        return window_output_schema(self.key_columns, [self.query], input_schema, self.emit_keys)
 
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         q = self.query
@@ -246,9 +246,10 @@ class SessionWindowKernel(KeyedKernel):
         columns: dict[str, pa.Array] = {}
         if QUERY_COLUMN in out_schema.names:
             columns[QUERY_COLUMN] = pa.array([self.query.display_name] * len(key), pa.string())
-        keys = all_keys.take(pa.array(first[key]))
-        for c in self.key_columns:
-            columns[c] = keys[c]
+        if self.emit_keys:
+            keys = all_keys.take(pa.array(first[key]))
+            for c in self.key_columns:
+                columns[c] = keys[c]
         wtype = out_schema.field(WINDOW_START).type
         columns[WINDOW_START] = to_time_array(start, wtype)
         columns[WINDOW_END] = to_time_array(end, wtype)

@@ -37,7 +37,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.errors import PipelineError, SchemaError
 from sluice.graph.aggregates import Aggregate
 from sluice.graph.windows import (
     QUERY_COLUMN,
@@ -47,6 +46,7 @@ from sluice.graph.windows import (
     WindowQuery,
     check_shared,
     pane_length,
+    window_output_schema,
 )
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.panes import (
@@ -59,7 +59,6 @@ from sluice.runtime.kernels.panes import (
     group_starts,
     merge_tables,
     add_udafs,
-    output_type,
     finalize,
     pair_searchsorted,
     partials_from_rows,
@@ -119,24 +118,6 @@ def _concat_column(state: pa.Table, rows: pa.Table, name: str) -> pa.ChunkedArra
     return pa.chunked_array(parts, type=target)
 
 
-def time_type(query: WindowQuery, input_schema: pa.Schema) -> pa.DataType:
-    """Type of window_start/window_end: the event-time column's timestamp type (in us)."""
-    if isinstance(query.time, EventTime):
-        column = query.time.column
-        if column not in input_schema.names:
-            raise SchemaError(f"window {query.display_name!r}: no event-time column {column!r}; input has {input_schema.names}")
-        dtype = input_schema.field(column).type
-        if pa.types.is_timestamp(dtype):
-            return pa.timestamp("us", tz=dtype.tz)
-        if pa.types.is_integer(dtype):
-            return pa.int64()
-        raise SchemaError(
-            f"window {query.display_name!r}: event-time column {column!r} has type {dtype}; "
-            "use a timestamp or an integer of microseconds since the epoch"
-        )
-    return pa.timestamp("us", tz="UTC")
-
-
 def record_times(query: WindowQuery, rows: pa.Table, ctx: BatchContext) -> tuple[np.ndarray, np.ndarray]:
     """(time in microseconds, has-time mask) per record, in the query's time domain."""
     if not isinstance(query.time, EventTime):
@@ -179,37 +160,6 @@ def late_schema(input_schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields + [pa.field(LATE_FOR, pa.string()), pa.field(LATE_WATERMARK, pa.int64())])
 
 
-def output_columns(key_columns: list[str], queries: list[WindowQuery], input_schema: pa.Schema) -> pa.Schema:
-    """Output schema: [query,] keys, window_start, window_end, then every aggregate column.
-
-    With several queries the aggregate columns are the union of theirs (null for a query
-    that does not compute one); a name used twice must mean the same type.
-    """
-    fields = []
-    if len(queries) > 1:
-        fields.append(pa.field(QUERY_COLUMN, pa.string()))
-    for c in key_columns:
-        if c not in input_schema.names:
-            raise SchemaError(f"window: key column {c!r} not in input {input_schema.names}")
-        fields.append(input_schema.field(c))
-    wtype = time_type(queries[0], input_schema)
-    fields += [pa.field(WINDOW_START, wtype), pa.field(WINDOW_END, wtype)]
-    taken = {f.name for f in fields}
-    agg_types: dict[str, pa.DataType] = {}
-    for q in queries:
-        for name, agg in q.aggregates:
-            dtype = output_type(agg, input_schema)
-            if name in taken and name not in agg_types:
-                raise PipelineError(f"window {q.display_name!r}: aggregate name {name!r} clashes with an output column")
-            if name in agg_types and agg_types[name] != dtype:
-                raise PipelineError(
-                    f"window {q.display_name!r}: aggregate {name!r} has type {dtype} here and {agg_types[name]} in another query"
-                )
-            agg_types[name] = dtype
-            taken.add(name)
-    return pa.schema(fields + [pa.field(n, t) for n, t in agg_types.items()])
-
-
 def distinct_aggregates(queries: list[WindowQuery]) -> list[Aggregate]:
     seen: dict[int, Aggregate] = {}
     for q in queries:
@@ -235,11 +185,12 @@ class WindowAggregateKernel(KeyedKernel):
 
     wants_timers = True  # windows fire on the watermark, also for keys without new rows
 
-    def __init__(self, key_columns: list[str], queries: list[WindowQuery]):
+    def __init__(self, key_columns: list[str], queries: list[WindowQuery], emit_keys: bool = True):
         super().__init__(key_columns)
         queries = list(queries)
         check_shared(queries)
         self.queries = queries
+        self.emit_keys = emit_keys  # False for a global window keyed by a constant column
         self.pane = pane_length(queries)  # C-MR sub-window length: gcd of all sizes and slides
         self.aggregates = distinct_aggregates(queries)
         self._layouts: dict[pa.Schema, PartialLayout] = {}
@@ -260,7 +211,7 @@ class WindowAggregateKernel(KeyedKernel):
         return pa.schema(fields)
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        return output_columns(self.key_columns, self.queries, input_schema)
+        return window_output_schema(self.key_columns, self.queries, input_schema, self.emit_keys)
 
     # -- one batch --------------------------------------------------------------------
 
@@ -412,9 +363,10 @@ class WindowAggregateKernel(KeyedKernel):
         columns: dict[str, pa.Array] = {}
         if QUERY_COLUMN in out_schema.names:
             columns[QUERY_COLUMN] = pa.array([q.display_name] * len(wk), pa.string())
-        keys = all_keys.take(pa.array(first[wk]))
-        for c in self.key_columns:
-            columns[c] = keys[c]
+        if self.emit_keys:
+            keys = all_keys.take(pa.array(first[wk]))
+            for c in self.key_columns:
+                columns[c] = keys[c]
         wtype = out_schema.field(WINDOW_START).type
         columns[WINDOW_START] = to_time_array(wj * s, wtype)
         columns[WINDOW_END] = to_time_array(wj * s + z, wtype)
@@ -502,12 +454,12 @@ def _union_pairs(k1: np.ndarray, j1: np.ndarray, k2: np.ndarray, j2: np.ndarray)
     return k[starts], j[starts]
 
 
-def window_kernel(key_columns: list[str], queries: list[WindowQuery]) -> KeyedKernel:
+def window_kernel(key_columns: list[str], queries: list[WindowQuery], emit_keys: bool = True) -> KeyedKernel:
     """The kernel computing ``queries`` over one keyed stream (sessions get their own)."""
     queries = list(queries)
     check_shared(queries)
     if queries[0].is_session:
         from sluice.runtime.kernels.sessions import SessionWindowKernel
 
-        return SessionWindowKernel(key_columns, queries[0])
-    return WindowAggregateKernel(key_columns, queries)
+        return SessionWindowKernel(key_columns, queries[0], emit_keys)
+    return WindowAggregateKernel(key_columns, queries, emit_keys)
