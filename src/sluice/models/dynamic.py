@@ -469,15 +469,16 @@ def edge_network(dataflow: DynamicDataflow, counts, vm_core_speed, vm_bandwidth)
     counts = np.asarray(counts, dtype=float)
     speed = np.asarray(vm_core_speed, dtype=float)
     bw = np.asarray(vm_bandwidth, dtype=float)
-    batch = counts.shape[:-2]
-    n_edges = len(dataflow.edges)
-    local = np.ones(batch + (n_edges,))
-    remote = np.zeros(batch + (n_edges,))
-    for e, (a, b) in enumerate(dataflow.edges):
-        cap_a = counts[..., a] * speed
-        hosts_b = counts[..., b] > 0
-        total = cap_a.sum(axis=-1)
-        shared = (cap_a * hosts_b).sum(axis=-1)
-        local[..., e] = np.where(total > 0, shared / np.where(total > 0, total, 1.0), 1.0)
-        remote[..., e] = (((counts[..., a] > 0) & ~hosts_b) * bw).sum(axis=-1)
+    if not dataflow.edges:
+        empty = np.zeros(counts.shape[:-2] + (0,))
+        return empty, empty
+    src = np.array([a for a, _ in dataflow.edges])
+    dst = np.array([b for _, b in dataflow.edges])
+    cap_a = counts[..., src] * speed[..., None]          # (..., V, E)
+    hosts_a = counts[..., src] > 0
+    hosts_b = counts[..., dst] > 0
+    total = cap_a.sum(axis=-2)
+    shared = (cap_a * hosts_b).sum(axis=-2)
+    local = np.where(total > 0, shared / np.where(total > 0, total, 1.0), 1.0)
+    remote = ((hosts_a & ~hosts_b) * bw[..., None]).sum(axis=-2)
     return local, remote

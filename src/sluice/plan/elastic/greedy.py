@@ -174,10 +174,10 @@ class GreedyScheduler:
     def _scale_out(self, p: Placement, inp: SchedulerInput, rate, target: float) -> None:
         """Alg. 3 lines 12-19: cores to the next PE until Omega >= target.
 
-        The thesis adds one core per iteration. When the chosen PE lacks many cores we add
-        half of its deficit at once (the same cores one-at-a-time would add, since it stays
-        the bottleneck while that deficit lasts), so the loop runs in O(PEs log cores)
-        iterations instead of O(cores); near the target it is one core at a time again.
+        The thesis adds one core per iteration. When the chosen PE lacks several cores we add
+        half of its deficit at once (cores one-at-a-time would add too, since it stays the
+        bottleneck while that deficit lasts), so the loop runs in O(PEs log cores) iterations
+        instead of O(cores); near the target it is one core at a time again.
         """
         df = p.dataflow
         dt = inp.step_s
@@ -198,7 +198,7 @@ class GreedyScheduler:
             op = self._next_pe(p, est)
             need = float(est.input_rate[op] * df.cost_table[op, p.active[op]])
             deficit = need * target - float(p.capacity()[op])
-            batch = max(1, int(deficit / 2.0 / big.core_speed)) if deficit > 8 * big.core_speed else 1
+            batch = max(1, int(deficit / 2.0 / big.core_speed)) if deficit > 2 * big.core_speed else 1
             for _ in range(batch):
                 vm = self._vm_for(p, op)
                 if vm is None:
