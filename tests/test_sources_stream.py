@@ -73,7 +73,7 @@ METER_FIELDS = {
 
 
 def test_finite_generator_streams_exactly_its_rows_in_capped_batches(spark, tmp_path):
-    spec = GeneratorSource(fields=METER_FIELDS, total_rows=50_000, max_rows_per_batch=20_000,
+    spec = GeneratorSource(fields=METER_FIELDS, total_rows=30_000, max_rows_per_batch=12_000,
                            start_time=1_700_000_000.0, seed=11)
     df = open_stream(spark, spec, str(tmp_path / "ctl"), "meters")
     assert df.isStreaming and df.columns == ["meter", "kwh", "seq", "ts", INGEST_TS]
@@ -83,9 +83,9 @@ def test_finite_generator_streams_exactly_its_rows_in_capped_batches(spark, tmp_
         assert q.awaitTermination(60)
     finally:
         q.stop()
-    assert out.sizes() == [20_000, 20_000, 10_000]
+    assert out.sizes() == [12_000, 12_000, 6_000]
     got = out.table().sort_by("seq")
-    expected = pa.Table.from_batches(spec.generate(0, 50_000, int(1_700_000_000 * 1e6)))
+    expected = pa.Table.from_batches(spec.generate(0, 30_000, int(1_700_000_000 * 1e6)))
     assert got.select(spec.schema().names).cast(spec.schema()).equals(expected)
     # Rate-less rows become available when admitted: ingest time = when the batch was planned.
     assert got.column(INGEST_TS).null_count == 0
@@ -192,18 +192,18 @@ def test_restart_continues_with_the_same_clock(spark, tmp_path):
     query produces line up with those before the stop."""
     ctl, ck = str(tmp_path / "ctl"), str(tmp_path / "ck")
     spec = GeneratorSource(fields={"seq": Sequence(), "ts": EventTime(), "k": Keys(10)},
-                           rate=5000, total_rows=6000, max_rows_per_batch=1000)
+                           rate=10_000, total_rows=4000, max_rows_per_batch=1000)
     first = Collector()
     q = start(open_stream(spark, spec, ctl, "clock"), first, ck)
     try:
-        assert wait_for(lambda: sum(first.sizes()) >= 2000)
+        assert wait_for(lambda: sum(first.sizes()) >= 1500)
     finally:
         q.stop()
     second = Collector()
     q = start(open_stream(spark, spec, ctl, "clock"), second, ck)
     try:
         assert wait_for(lambda: is_exhausted(ctl, "clock")
-                        and sum(first.sizes()) + sum(second.sizes()) >= 6000)
+                        and sum(first.sizes()) + sum(second.sizes()) >= 4000)
         q.processAllAvailable()
     finally:
         q.stop()
@@ -214,10 +214,10 @@ def test_restart_continues_with_the_same_clock(spark, tmp_path):
             assert t.equals(by_id[bid])
         by_id[bid] = t
     got = pa.concat_tables([t for t in by_id.values() if t.num_rows]).sort_by("seq")
-    assert got.column("seq").to_pylist() == list(range(6000))
+    assert got.column("seq").to_pylist() == list(range(4000))
     ts = got.column("ts").cast(pa.int64()).to_numpy()
     start_us = int(ts[0])
-    expected = pa.Table.from_batches(spec.generate(0, 6000, start_us))
+    expected = pa.Table.from_batches(spec.generate(0, 4000, start_us))
     assert got.select(["seq", "ts", "k"]).cast(expected.schema).equals(expected)
 
 
