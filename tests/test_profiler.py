@@ -47,6 +47,16 @@ def test_peak_rate_search_lands_within_resolution(guess):
     assert 100 / 1.25 <= best.rate <= 100
 
 
+@pytest.mark.parametrize("capacity", [40.0, 100.0, 290.0])
+def test_bisection_is_not_anchored_at_the_bracket(capacity):
+    from sluice.control.profiler import bisect_peak_rate
+
+    best = bisect_peak_rate(fake_trial(capacity), 33.3, 300.0, steps=7)
+    assert best is not None and capacity / 1.05 <= best.rate <= capacity
+    low = bisect_peak_rate(fake_trial(10.0), 33.3, 300.0, steps=3)  # below the bracket
+    assert low is not None and low.rate <= 10.0
+
+
 def test_peak_rate_search_gives_up_below_min_rate():
     assert find_peak_rate(fake_trial(0.01), 1.0, min_rate=0.5) is None
 

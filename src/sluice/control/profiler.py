@@ -355,6 +355,31 @@ def find_peak_rate(
     return best
 
 
+def bisect_peak_rate(
+    trial: Callable[[float], TrialResult], low: float, high: float, *, steps: int = 5
+) -> TrialResult | None:
+    """The highest stable rate in [low, high] by geometric bisection: ``steps`` trials, each
+    halving the bracket's log-width, whatever the starting guess (so a measurement is not
+    anchored at a prediction). If nothing in the bracket was stable, ``low`` itself is tried
+    and, while unstable, lowered by the bracket's ratio a few times."""
+    best: TrialResult | None = None
+    for _ in range(steps):
+        mid = math.sqrt(low * high)
+        res = trial(mid)
+        if res.stable:
+            best, low = res, mid
+        else:
+            high = mid
+    tries = 0
+    while best is None and tries < 3:
+        res = trial(low)
+        if res.stable:
+            return res
+        low /= 2.0
+        tries += 1
+    return best
+
+
 def keep_adding_threads(peaks: Sequence[float], window: int = 1, min_gain: float = 0.10) -> bool:
     """The thread stop rule (line 6, as the text states it): go on while the peak rate still
     rises by more than ``min_gain`` (relative) per step over the trailing ``window`` steps."""
