@@ -149,5 +149,11 @@ def _source_event_times(keyed: KeyedStream) -> list[str | None]:
 def window_of_stream(stream: Stream, window: WindowShape, time: str | TimeDomain | None,
                      allowed_lateness: Duration, mode: str) -> WindowedStream:
     """Windows over a whole stream: one global key (all records meet in one key group)."""
-    keyed = stream.with_columns(**{GLOBAL_KEY: "0"}).key_by(GLOBAL_KEY)
+    if stream.schema is not None:
+        # a select keeps the runtime's hidden columns after the user's (with_columns would
+        # append the key after them, an order the keyed stage does not expect)
+        names = [f"`{n}`" for n in stream.schema.names if not n.startswith("__")]
+        keyed = stream.select(*names, f"0 AS {GLOBAL_KEY}").key_by(GLOBAL_KEY)
+    else:
+        keyed = stream.with_columns(**{GLOBAL_KEY: "0"}).key_by(GLOBAL_KEY)
     return WindowedStream(keyed, window, time, allowed_lateness, mode, emit_keys=False)
