@@ -86,9 +86,15 @@ def deploy_times(rates, ga_max_rate: float, br_max_rate: float) -> dict:
             if (sched == "GA" and rate > ga_max_rate) or (sched == "BR" and rate > br_max_rate):
                 continue
             inp = SchedulerInput(df, ec2_m1_classes(), ProfitModel.thesis_lrb(df, 12, rate), lrb_input_rates(rate))
-            t0 = time.perf_counter()
-            d = make_scheduler(sched).deploy(inp)
-            elapsed = time.perf_counter() - t0
+            # CPU time, not wall time: the machine is shared, and the schedulers are single-threaded;
+            # the best of up to three runs for the quick ones
+            elapsed = float("inf")
+            for _ in range(3):
+                t0 = time.process_time()
+                d = make_scheduler(sched).deploy(inp)
+                elapsed = min(elapsed, time.process_time() - t0)
+                if elapsed > 1.0:
+                    break
             cores = sum(c.cores for c in d.start.values())
             out[sched][str(rate)] = {"seconds": elapsed, "cores": cores}
     return out
@@ -127,7 +133,7 @@ def part_b_c(rates, seeds, ga_rates) -> dict:
 # ----------------------------------------------------------------------------- (d)
 
 
-def part_d(seeds, errors, horizons, quick: bool) -> dict:
+def part_d(seeds, errors, horizons, biases) -> dict:
     base = dict(dataflow="synthetic", rate={"kind": "sinusoid", "peak": 75.0, "trough": 2.0, "noise": 0.2})
     accurate = {}
     for sched in ["PLASTICC", "CAF", "WAAF", "WPA", "WPO", "WPP"]:
@@ -146,11 +152,19 @@ def part_d(seeds, errors, horizons, quick: bool) -> dict:
                                       "forecast": {"horizon_steps": h, "error": 0.0, "bias": 0.0,
                                                    "every_steps": 2}}, seeds)
                               for s in ["PLASTICC", "CAF"]}
+    with_bias: dict[str, dict] = {}
+    if biases:
+        for sched in ["PLASTICC", "WPA", "WPO", "WPP"]:
+            with_bias[sched] = {str(b): run({**base, "name": f"pl-{sched}-b{b}", "scheduler": sched,
+                                             "forecast": {"horizon_steps": 4, "error": 0.1, "bias": b,
+                                                          "every_steps": 2}}, seeds)
+                                for b in biases}
     p_err = [with_error["PLASTICC"][str(e)]["profit"] for e in errors]
     return {
         "accurate": accurate,
         "with_error": with_error,
         "by_horizon_steps": by_horizon,
+        "error_10pct_by_bias": with_bias,
         "plasticc_profit_degrades_with_error": bool(p_err[-1] < p_err[0]),
     }
 
@@ -181,14 +195,12 @@ def plots(res: dict) -> list[str]:
         if rows:
             axes[2].plot([float(r) for r in rows], [max(v["seconds"], 1e-4) for v in rows.values()], "o-", label=sched)
     axes[2].set_yscale("log")
-    axes[2].set_title("(b) deployment time (s)", fontsize=9)
+    axes[2].set_title("(b) deployment time (CPU s)", fontsize=9)
     for sched in ["CE", "SH"]:
-        rows = b["runtime"][sched]
-        rates = [float(r) for r in rows]
-        axes[3].plot(rates, [v["cost"] for v in rows.values()], "o-", label=f"{sched} alternates")
-        axes[3].plot(rates, [v["cost"] for v in b["single_implementation"][sched].values()], "s--",
-                     label=f"{sched} single")
-    axes[3].set_title("(c) cost over 12 h ($)", fontsize=9)
+        rows = b["alternate_cost_saving_pct"][sched]
+        axes[3].plot([float(r) for r in rows], list(rows.values()), "o-", label=sched)
+    axes[3].axhspan(6.9, 27.5, color="grey", alpha=0.15, label="thesis range")
+    axes[3].set_title("(c) cost saving of alternates vs single implementation (%)", fontsize=9)
     for ax in axes:
         ax.set_xscale("log")
         ax.set_xlabel("mean input rate (msg/s)")
@@ -243,7 +255,7 @@ def markdown(res: dict) -> str:
         for rate, r in rows.items():
             L.append(f"| {s} | {rate} | {r['omega']:.3f} | {r['profit']:.4f} | {r['cost']:.1f} | {r['max_vms']:.0f} | "
                      f"{r['violations']:.0f} | {r['adapt_s_mean']:.4f} |")
-    L += ["", "Deployment time (s) by rate:", "", "| algo | " + " | ".join(res["rates"]) + " | log-log slope |",
+    L += ["", "Deployment time (CPU s) by rate:", "", "| algo | " + " | ".join(res["rates"]) + " | log-log slope |",
           "|---|" + "---|" * (len(res["rates"]) + 1)]
     for s, rows in res["deploy_times"].items():
         cells = [f"{rows[r]['seconds']:.4f}" if r in rows else "-" for r in res["rates"]]
@@ -262,24 +274,91 @@ def markdown(res: dict) -> str:
     for s, r in d["accurate"].items():
         L.append(f"| {s} | {r['profit']:.4f} | {r['omega']:.3f} | {r['cost']:.2f} | {r['gamma']:.3f} | "
                  f"{r['violations']:.1f} | {r['excursions']:.1f} |")
-    L += ["", "Profit with forecast errors (error grows linearly over the 20-minute horizon):", "",
+    L += ["", "Profit (mean Omega, steps below 0.75) with forecast errors growing linearly over the "
+          "20-minute horizon:", "",
           "| scheduler | " + " | ".join(f"{100 * float(e):.0f}%" for e in res["errors"]) + " |",
           "|---|" + "---|" * len(res["errors"])]
     for s, rows in d["with_error"].items():
-        L.append(f"| {s} | " + " | ".join(f"{rows[str(e)]['profit']:.4f}" for e in res["errors"]) + " |")
+        L.append(f"| {s} | " + " | ".join(
+            f"{rows[str(e)]['profit']:.4f} ({rows[str(e)]['omega']:.3f}, {rows[str(e)]['violations']:.0f})"
+            for e in res["errors"]) + " |")
+    if d.get("error_10pct_by_bias"):
+        L += ["", "Profit (mean Omega) at 10% forecast error with a biased predictor (Fig. 5.5 b, c):", "",
+              "| scheduler | bias -5% | bias +5% |", "|---|---|---|"]
+        for s, rows in d["error_10pct_by_bias"].items():
+            L.append(f"| {s} | " + " | ".join(f"{r['profit']:.4f} ({r['omega']:.3f})" for r in rows.values()) + " |")
     if d["by_horizon_steps"]:
         L += ["", "Profit by prediction interval (steps of 5 min), accurate forecasts:", "",
               "| horizon | PLAStiCC | CAF |", "|---|---|---|"]
         for h, r in d["by_horizon_steps"].items():
             L.append(f"| {h} | {r['PLASTICC']['profit']:.4f} | {r['CAF']['profit']:.4f} |")
     L += ["", f"**ratio** (PLAStiCC profit / CAF profit, accurate forecasts) = {res['ratio']:.3f}", ""]
+    L += notes(res)
     return "\n".join(L)
+
+
+def notes(res: dict) -> list[str]:
+    """How the reproduction compares with the thesis, from the measured figures."""
+    a, b, d = res["a"], res["b_c"], res["d"]
+    acc = d["accurate"]
+    lo, hi = b["saving_range_pct"]
+    om = b["omega_min_over_rates"]
+    pl_err = d["with_error"]["PLASTICC"]
+    errs = [str(e) for e in res["errors"]]
+    err_path = " -> ".join(f"{pl_err[e]['profit']:.3f}" for e in errs)
+    dt = res["deploy_times"]
+    ga_ratio = [dt["GA"][r]["seconds"] / max(dt["CE"][r]["seconds"], 1e-6) for r in dt["GA"] if r in dt["CE"]]
+    ga_lo, ga_hi = (min(ga_ratio), max(ga_ratio)) if ga_ratio else (float("nan"), float("nan"))
+    return [
+        "## How this compares with the thesis", "",
+        f"* (a) Profit ordering BR >= GA > CE > SH: {'reproduced' if a['ordering_BR>=GA>CE>SH'] else 'NOT reproduced'}. "
+        "Absolute profits are smaller than Table 4.2's (0.45 to 0.67): with Eq. 4.8/4.9 and the thesis's break-even "
+        "costs (0.5 and 1.0 x T x rate / 10) the largest profit any LRB deployment can reach is "
+        "sigma x C_max = 0.1125 x 2 = 0.225 (Theta = 0 on the break-even line), so the printed figures cannot come "
+        "from the printed formulas; orderings are what we compare.",
+        f"* (a) Omega of the static deployments falls with infrastructure variability "
+        f"(CE {a['table']['CE']['omega_neither']:.2f} -> {a['table']['CE']['omega_infra']:.2f}) and with both "
+        f"({a['table']['CE']['omega_both']:.2f}), as in Table 4.2, but data-rate variability alone barely moves it "
+        f"({a['table']['CE']['omega_data']:.2f}; thesis 0.59 to 0.68). Our simulator sheds what an interval cannot "
+        "process (queue_intervals = 0): Omega is capped at 1 in quiet periods and a symmetric walk around the planned "
+        "mean averages out. Carrying queues over instead makes any deployment planned for Omega-hat = 0.8 build an "
+        "unbounded backlog (Omega -> 0), so the benchmark does not.",
+        f"* (b) With run-time adaptation the mean Omega stays >= 0.75 at every rate (minimum over rates: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in om.items())
+        + "); the reactive CE/SH hover around Omega-hat, so they sit just below 0.8 at high rates where the thesis "
+        "reports >= 0.8. GA gives the highest profit where it can run, CE > SH (SH's one-VM-per-PE shards waste cores "
+        "at low rates).",
+        f"* (b) Deployment time grows near-linearly for CE and SH (log-log slopes "
+        f"{res['time_slopes'].get('CE', float('nan')):.2f} and {res['time_slopes'].get('SH', float('nan')):.2f}); GA "
+        f"takes {ga_lo:.0f}x to {ga_hi:.0f}x CE's time at the same rate, but not the thesis's >1,000 s at 8,000 msg/s "
+        "(a fixed 60 generations over a population evaluated in one numpy call). BR takes milliseconds at 50 msg/s "
+        "instead of >10,000 s: it searches per-PE capacities with an exact VM-cost DP rather than VM-level mappings.",
+        f"* (c) Alternates cut the 12-hour cost by {lo:.1f}% to {hi:.1f}% against single-implementation "
+        "dataflows (thesis: 6.9% to 27.5%), growing with the rate as in Fig. 4.7(c).",
+        f"* (d) With accurate forecasts PLAStiCC's profit is {res['ratio']:.2f}x CAF's, with "
+        f"{acc['PLASTICC']['excursions']:.0f} vs {acc['CAF']['excursions']:.0f} steps outside the QoS band and "
+        f"{acc['PLASTICC']['violations']:.0f} vs {acc['CAF']['violations']:.0f} below it. Its profit falls as the "
+        f"forecast error grows ({err_path}), "
+        "dropping below WPA's, as in Fig. 5.5. WPO earns the most profit but the most QoS violations (it plans for "
+        "the lowest predicted rate and fastest VMs), and its profit *rises* with error because a noisier minimum "
+        "under-provisions more; the thesis instead reports WPO doing poorly with unbiased errors. WPP over-provisions "
+        "and earns least, as in the thesis.",
+        "",
+    ]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rates and seeds (about 2-3 minutes)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rebuild the markdown and plots from docs/results/dynamic_scheduling.json")
     args = ap.parse_args(argv)
+    if args.report_only:
+        res = json.loads((RESULTS / f"{NAME}.json").read_text())
+        res["plots"] = plots(res)
+        (RESULTS / f"{NAME}.md").write_text(markdown(res))
+        print(f"rebuilt {NAME}.md and plots from {NAME}.json ({res['mode']} mode)")
+        return 0
     t_start = time.perf_counter()
     if args.quick:
         seeds_a, seeds_b, seeds_d = [1, 2], [1], [1, 2]
@@ -287,13 +366,15 @@ def main(argv=None) -> int:
         ga_rates = [50]
         errors = [0.0, 0.1, 0.2]
         horizons: list[int] = []
+        biases: list[float] = []
         ga_deploy_max = 2000
     else:
-        seeds_a, seeds_b, seeds_d = [1, 2, 3], [1, 2], [1, 2, 3]
+        seeds_a, seeds_b, seeds_d = [1, 2, 3], [1], [1, 2, 3]
         rates = [50, 100, 500, 1000, 2000, 4000, 8000]
         ga_rates = [50, 100, 500]
-        errors = [0.0, 0.05, 0.1, 0.15, 0.2]
+        errors = [0.0, 0.05, 0.1, 0.2]
         horizons = [2, 4, 6]
+        biases = [-0.05, 0.05]
         ga_deploy_max = 8000
     res: dict = {"benchmark": NAME, "mode": "quick" if args.quick else "full",
                  "seeds": {"a": seeds_a, "b_c": seeds_b, "d": seeds_d},
@@ -325,7 +406,7 @@ def main(argv=None) -> int:
                       for s, rows in res["b_c"]["alternate_cost_saving_pct"].items()}))
 
     t = time.perf_counter()
-    res["d"] = part_d(seeds_d, errors, horizons, args.quick)
+    res["d"] = part_d(seeds_d, errors, horizons, biases)
     print(f"(d) PLAStiCC vs reactive, synthetic 30-PE dataflow  [{time.perf_counter() - t:.1f} s]")
     for s, r in res["d"]["accurate"].items():
         print(f"   {s:8s} profit {r['profit']:.4f}  Omega {r['omega']:.3f}  cost ${r['cost']:.2f}  "
@@ -336,6 +417,7 @@ def main(argv=None) -> int:
     acc = res["d"]["accurate"]
     res["ratio"] = float(acc["PLASTICC"]["profit"] / acc["CAF"]["profit"])
     res["elapsed_s"] = time.perf_counter() - t_start
+    res["cpu_s"] = time.process_time()
     RESULTS.mkdir(parents=True, exist_ok=True)
     res["plots"] = plots(res)
     (RESULTS / f"{NAME}.json").write_text(json.dumps(res, indent=2))
@@ -355,6 +437,7 @@ def main(argv=None) -> int:
         "caf_excursions": acc["CAF"]["excursions"],
         "plasticc_profit_degrades_with_error": res["d"]["plasticc_profit_degrades_with_error"],
         "elapsed_s": round(res["elapsed_s"], 1),
+        "cpu_s": round(res["cpu_s"], 1),
     }
     print(json.dumps(final))
     return 0

@@ -180,6 +180,11 @@ def test_plasticc_starts_vms_ahead_of_a_forecast_surge():
     look = lrb_input(100.0, active=d.active, vms=vms, now_s=300, forecast=fc)
     plan = PlasticcScheduler().adapt(look)
     assert plan.start, "PLAStiCC launches VMs before the surge (start-up latency)"
+    for vid, c in plan.start.items():   # right-sized (Alg. 5 line 29), not always the largest class
+        used = sum(plan.mapping[vid])
+        assert used <= c.cores
+        assert not [o for o in CLASSES if o.core_speed == c.core_speed and o.cores >= used
+                    and o.price_per_hour < c.price_per_hour]
     react = GreedyScheduler(True).adapt(look)
     assert not react.start, "the reactive scheduler only sees the current rate"
 

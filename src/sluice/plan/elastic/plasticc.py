@@ -233,6 +233,14 @@ class PlasticcScheduler:
         return False
 
     # -- enacting ---------------------------------------------------------------------
+    @staticmethod
+    def _right_size(planned, cores_used: int, classes):
+        """RepackAndShutdownVMs (line 29) for a VM the plan starts: the cheapest class with the
+        same core speed that holds the instances the plan ever puts on it (scale-up opened it
+        as the largest class, one instance at a time)."""
+        fits = [c for c in classes if c.core_speed == planned.core_speed and c.cores >= cores_used]
+        return min(fits, key=lambda c: (c.price_per_hour, -c.cores)) if fits else planned
+
     def _decision(self, plan: _Plan, inp: SchedulerInput, elapsed: float) -> Decision:
         mapping: dict[str, tuple[int, ...]] = {}
         start = {}
@@ -248,7 +256,8 @@ class PlasticcScheduler:
                     continue
                 vid = f"new-{k}"
                 k += 1
-                start[vid] = plan.classes[v]
+                start[vid] = self._right_size(plan.classes[v], int(plan.counts[v].sum(axis=1).max()),
+                                              inp.vm_classes)
                 mapping[vid] = tuple(int(x) for x in plan.counts[v, used[0]])
                 continue
             row = plan.counts[v, 0]
