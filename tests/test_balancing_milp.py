@@ -186,3 +186,20 @@ def test_lemma_4_2_drains_within_budget_rounds_and_releases(staying, per_node, r
     released = adapt(drained, lambda p: solve_milp(p, budget, MilpSettings(time_limit=1)), NoScaling())
     assert set(released.released) == marked
     assert not released.problem.removing.any()
+
+
+@pytest.mark.parametrize("removing", [0, 3])
+def test_neighbourhood_search_on_large_models_keeps_invariants_and_improves_start(removing):
+    from sluice.sim.balancing_workloads import solver_workload
+
+    base = solver_workload(20, 300, 0.5, seed=4)  # 6000 columns: above full_model_columns
+    mask = np.zeros(20, bool)
+    mask[:removing] = True
+    problem = BalancingProblem(load=base.load, state_bytes=base.state_bytes, assignment=base.assignment,
+                               nodes=base.nodes, removing=mask, cost_per_byte=base.cost_per_byte)
+    budget = MigrationBudget(max_count=15)
+    plan = solve_milp(problem, budget, MilpSettings(time_limit=1.0))
+    assert plan.notes["neighbourhood_search"]
+    check_plan(problem, plan, budget)
+    assert plan.notes["objective"] <= plan.notes["start_objective"] + 1e-12
+    assert plan.load_distance < load_distance(problem)

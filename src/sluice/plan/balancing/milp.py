@@ -41,7 +41,9 @@ Choices and why:
 * Warm start: HiGHS's own heuristics find poor incumbents on this model within seconds (the
   LP relaxation splits key groups and says almost nothing), where the paper's CPLEX did well.
   So the solver starts from a greedy descent on the same objective (descent.py); the MILP
-  can only improve on it, and the time limit covers both.
+  can only improve on it, and the time limit covers both. Above ``full_model_columns``
+  (unit x node) columns, the MILP is solved exactly on rotating neighbourhoods of the
+  incumbent instead of whole (large-neighbourhood search, see _neighbourhood_search).
 
 ALBIC reuses this model with *units* (indivisible sets of collocated key groups) in place of
 single key groups, and with *pins* (a unit forced onto a node).
@@ -73,6 +75,8 @@ class MilpSettings:
     tie_weight: float = 1e-7  # gamma, times L-bar per migration (see module docstring)
     forbid_moves_into_removing: bool = True
     drain_share: float = 0.5  # drain pace row, see the module docstring; 0 = the paper's pure MILP
+    full_model_columns: int = 4000  # above this, solve by neighbourhood search (see _neighbourhood_search)
+    neighbourhood_nodes: int = 6
 
 
 def solve_milp(
@@ -91,50 +95,110 @@ def solve_milp(
     Raises PlanError when the constraints admit no plan (e.g. a pin beyond the budget).
     """
     started = time.perf_counter()
+    deadline = started + settings.time_limit
     um = unit_model(
         problem, budget, units, pins or {}, settings.forbid_moves_into_removing, settings.tie_weight,
         settings.drain_share,
     )
     start = greedy_descent(um, budget, settings.secondary_weight)
-    lp, col_unit, col_node = _build_lp(um, budget, settings)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    remaining = settings.time_limit - (time.perf_counter() - started)
-    h.setOptionValue("time_limit", float(max(remaining, 0.05)))
-    h.setOptionValue("mip_rel_gap", float(settings.mip_rel_gap))
-    h.setOptionValue("threads", 1)
-    h.passModel(lp)
-    if start is not None:
-        h.setSolution(lp.num_col_, np.arange(lp.num_col_, dtype=np.int32), _columns_of(um, start, col_unit, col_node, settings))
-    h.run()
-    status = h.getModelStatus()
-    solution = np.asarray(h.getSolution().col_value)
-    has_solution = h.getInfo().primal_solution_status == 2 and len(solution) == lp.num_col_
-    seconds = time.perf_counter() - started
-    if has_solution:
-        place = _decode(um, solution, col_unit, col_node)
-    elif status == highspy.HighsModelStatus.kInfeasible:
-        raise PlanError(
-            f"MILP balancer: infeasible for {problem.num_key_groups} key groups on {problem.num_nodes} nodes "
-            f"(budget {budget}, {len(pins or {})} pins, resource caps: {problem.resource_cap is not None})"
-        )
-    elif start is not None:  # HiGHS stopped before accepting anything: the greedy plan stands
-        place = start
+    large = int(um.allowed.sum()) > settings.full_model_columns
+    if large and start is not None:
+        place, status, gap = _neighbourhood_search(um, budget, settings, start, deadline)
     else:
-        raise PlanError(f"MILP balancer: no plan within {settings.time_limit} s (HiGHS: {h.modelStatusToString(status)})")
-    name = "optimal" if status == highspy.HighsModelStatus.kOptimal else h.modelStatusToString(status).lower()
+        place, status, gap = _solve(um, budget, settings, um.allowed, start, deadline)
+        if place is None:
+            place = start  # HiGHS stopped before accepting anything: the greedy plan stands
+    if place is None:
+        if status == "infeasible":
+            raise PlanError(
+                f"MILP balancer: infeasible for {problem.num_key_groups} key groups on {problem.num_nodes} nodes "
+                f"(budget {budget}, {len(pins or {})} pins, resource caps: {problem.resource_cap is not None})"
+            )
+        raise PlanError(f"MILP balancer: no plan within {settings.time_limit} s (HiGHS: {status})")
     return make_plan(
         problem,
         um.assignment_of(place),
-        status=name,
-        solve_seconds=seconds,
+        status=status,
+        solve_seconds=time.perf_counter() - started,
         notes={
             "objective": um.objective(place, settings.secondary_weight),
             "start_objective": None if start is None else um.objective(start, settings.secondary_weight),
             "start_load_distance": None if start is None else um.deviations(start)[0],
-            "mip_gap": float(h.getInfo().mip_gap),
+            "mip_gap": gap,
+            "neighbourhood_search": bool(large and start is not None),
         },
     )
+
+
+def _solve(um: UnitModel, budget, settings, allowed, start, deadline) -> tuple[np.ndarray | None, str, float]:
+    """One HiGHS run on the columns ``allowed``; returns (placement or None, status, gap)."""
+    lp, col_unit, col_node = _build_lp(um, budget, settings, allowed)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(max(deadline - time.perf_counter(), 0.05)))
+    h.setOptionValue("mip_rel_gap", float(settings.mip_rel_gap))
+    h.setOptionValue("threads", 1)
+    h.passModel(lp)
+    if start is not None:
+        h.setSolution(lp.num_col_, np.arange(lp.num_col_, dtype=np.int32), _columns_of(um, start, col_unit, col_node))
+    h.run()
+    status = h.getModelStatus()
+    solution = np.asarray(h.getSolution().col_value)
+    name = "optimal" if status == highspy.HighsModelStatus.kOptimal else h.modelStatusToString(status).lower()
+    if status == highspy.HighsModelStatus.kInfeasible:
+        return None, "infeasible", float("inf")
+    if h.getInfo().primal_solution_status != 2 or len(solution) != lp.num_col_:
+        return None, name, float("inf")
+    return _decode(um, solution, col_unit, col_node), name, float(h.getInfo().mip_gap)
+
+
+def _neighbourhood_search(um: UnitModel, budget, settings, start, deadline) -> tuple[np.ndarray, str, float]:
+    """Large models: repeatedly solve the MILP exactly on a neighbourhood of the incumbent.
+
+    HiGHS cannot improve a large model's greedy start within seconds (its LP bound is ~0, so
+    it searches blind). Restricted to the ``neighbourhood_nodes`` most over- and under-loaded
+    nodes of the incumbent, the MILP is small and solves to optimality in a fraction of a
+    second: units on those nodes may go to any of them (or back home); every other unit may
+    only stay or go back to where it is now. All rows (budget, bounds, drain pace, caps) are
+    the full model's, so every incumbent is a plan of the full MILP. Neighbourhoods rotate at
+    random among the extreme nodes until the time limit or until several fail in a row.
+    """
+    rng = np.random.default_rng(0)
+    place = start
+    best = um.objective(place, settings.secondary_weight)
+    failures, rounds = 0, 0
+    while deadline - time.perf_counter() > 0.2 and failures < 10:
+        allowed = _neighbourhood(um, place, settings.neighbourhood_nodes, rng, rounds)
+        rounds += 1
+        candidate, _, _ = _solve(um, budget, settings, allowed, place, min(deadline, time.perf_counter() + 1.0))
+        if candidate is not None:
+            value = um.objective(candidate, settings.secondary_weight)
+            if value < best - 1e-9 * max(1.0, abs(best)):
+                place, best, failures = candidate, value, 0
+                continue
+        failures += 1
+    status = "time limit reached" if deadline - time.perf_counter() <= 0.2 else "neighbourhood optimal"
+    return place, status, float("nan")
+
+
+def _neighbourhood(um: UnitModel, place: np.ndarray, size: int, rng: np.random.Generator, round_: int) -> np.ndarray:
+    util = um.utilization(place) - um.mean
+    staying = ~um.removing
+    half = max(1, size // 2)
+    pool = 2 * half if round_ else half  # first round: the most extreme; then random among the top
+    over = np.argsort(-util, kind="stable")[:pool]
+    under_order = np.argsort(np.where(staying, util, np.inf), kind="stable")
+    under = under_order[: min(pool, int(staying.sum()))]
+    chosen = np.concatenate([rng.permutation(over)[:half], rng.permutation(under)[:half], np.flatnonzero(um.removing)])
+    in_hood = np.zeros(um.num_nodes, bool)
+    in_hood[chosen] = True
+    units = np.arange(um.num_units)
+    home = np.zeros_like(um.allowed)
+    home[units, um.start if um.start is not None else place] = True
+    here = np.zeros_like(um.allowed)
+    here[units, place] = True
+    free = in_hood[place][:, None] & in_hood[None, :]
+    return um.allowed & (free | home | here)
 
 
 def _decode(um: UnitModel, solution: np.ndarray, col_unit: np.ndarray, col_node: np.ndarray) -> np.ndarray:
@@ -146,14 +210,14 @@ def _decode(um: UnitModel, solution: np.ndarray, col_unit: np.ndarray, col_node:
     return place
 
 
-def _columns_of(um: UnitModel, place: np.ndarray, col_unit, col_node, settings: MilpSettings) -> np.ndarray:
+def _columns_of(um: UnitModel, place: np.ndarray, col_unit, col_node) -> np.ndarray:
     x = (place[col_unit] == col_node).astype(float)
     eps, eps_u, eps_l = um.deviations(place)
     return np.concatenate([x, [eps, eps_u, eps_l]])
 
 
-def _build_lp(um: UnitModel, budget: MigrationBudget, settings: MilpSettings):
-    col_unit, col_node = np.nonzero(um.allowed)
+def _build_lp(um: UnitModel, budget: MigrationBudget, settings: MilpSettings, allowed: np.ndarray):
+    col_unit, col_node = np.nonzero(allowed)
     nx = len(col_unit)
     n_count, u_count = um.num_nodes, um.num_units
     i_eps, i_up, i_lo = nx, nx + 1, nx + 2
