@@ -134,6 +134,7 @@ class BatchExecutor:
         m = self._metrics(batch_id, plan, started, observations, sink_stats, dead, context)
         self._write_record(batch_id, "done", {"max_event_us": self._observed_event_times(observations)})
         metrics_log.append(self.checkpoint, m)
+        self._compact(batch_id)
         for frame in persisted:
             frame.unpersist()
         self.last_batch = m
@@ -144,6 +145,18 @@ class BatchExecutor:
             new_plan = self.controller(m, plan)
             if new_plan is not None:
                 self.plan_log.write(_as_version(new_plan, batch_id + 1))
+
+    def _compact(self, batch_id: int) -> None:
+        """Keep state reads bounded: snapshot a store once its deltas outweigh its state.
+
+        Runs after the batch is recorded done, so no replay ever needs the history it
+        collects."""
+        from sluice.runtime.state import KeyGroupStore
+
+        for store in self.stores.values():
+            if KeyGroupStore.compaction_due(store.index(before_batch=batch_id + 1), max_delta_ratio=2.0):
+                store.compact(batch_id)
+                store.gc(before_batch=batch_id + 1)
 
     def _build(self, df, batch_id: int, plan: Plan, context: BatchContext):
         from pyspark.sql import Observation
