@@ -19,8 +19,8 @@ independent mutation of the strands: S1 switches an alternate at random, S2 adds
 one PE instance on a VM.
 
 Seeding (our choice; the thesis starts from a random population): one chromosome is the CE
-deployment (or the running deployment at run time), a third of the population are mutants of
-it, the rest random. This keeps the GA from wasting generations on hopeless random fleets.
+deployment (at run time: the running deployment, plus CE's reactive decision as a second), a
+third of the population are mutants of the first, the rest random. This keeps the GA from wasting generations on hopeless random fleets.
 The whole population is evaluated in one vectorised call of Eq. 4.4 to 4.7.
 """
 
@@ -63,15 +63,20 @@ class GeneticScheduler:
         if inp.active is None:
             raise PlanError("GA: adapt() needs a deployed dataflow")
         current = Placement.from_input(inp)
-        best = self._evolve(inp, current, runtime=True)
+        reactive = GreedyScheduler(centralized=True).adapt(inp)
+        best = self._evolve(inp, current, runtime=True, also=reactive)
         return best.decision(inp, time.perf_counter() - t0, stop_empty="hour_end")
 
     # ---------------------------------------------------------------------------------
-    def _evolve(self, inp: SchedulerInput, seed: Placement, runtime: bool) -> Placement:
+    def _evolve(self, inp: SchedulerInput, seed: Placement, runtime: bool, also: Decision | None = None) -> Placement:
         df = inp.dataflow
         rng = np.random.default_rng(self.seed)
-        # slots: the seed's VMs, then extra slots of every class up to the budget
+        # slots: the seed's VMs, the VMs ``also`` would start, then extra slots of every class
         slots = seed.copy()
+        also_rows: dict[str, int] = {}
+        if also is not None:
+            for vid, c in also.start.items():
+                also_rows[vid] = slots.add_vm(c)
         extra = max(int(np.ceil(seed.n_vms * (self.budget_factor - 1.0))), 1)
         big = largest_class(inp.vm_classes)
         for c in inp.vm_classes:
@@ -94,7 +99,16 @@ class GeneticScheduler:
         alts = np.tile(seed_alt, (P, 1))
         counts = np.tile(seed_counts, (P, 1, 1))
         n_mut = P // 3
-        for k in range(1, P):
+        first = 1
+        if also is not None:  # a second seed: the reactive CE decision (our choice, see module doc)
+            row_of = {vid: v for v, vid in enumerate(slots.ids) if vid is not None}
+            row_of.update(also_rows)
+            counts[1] = 0
+            for vid, row in also.mapping.items():
+                counts[1, row_of[vid]] = row
+            alts[1] = also.active
+            first = 2
+        for k in range(first, P):
             if k <= n_mut:
                 alts[k], counts[k] = self._mutate(alts[k], counts[k], rng, cores, n_alt, rate=0.2)
             else:
