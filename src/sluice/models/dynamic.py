@@ -17,7 +17,7 @@ candidate deployments), so the schedulers and the simulator evaluate many cases 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np

@@ -280,7 +280,7 @@ class Placement:
                 new += 1
                 start[vid] = self.classes[v]
             elif not any(row):
-                if stop_empty == "all" or _hour_ends_within(inp.now_s - self.started_s[v], inp.step_s):
+                if stop_empty == "all" or hour_ends_within(inp.now_s - self.started_s[v], inp.step_s):
                     stop.append(vid)
                     continue
             mapping[vid] = row
@@ -291,7 +291,7 @@ class Placement:
         return Decision(tuple(int(a) for a in self.active), mapping, start, tuple(stop), elapsed_s)
 
 
-def _hour_ends_within(age_s: float, step_s: float) -> bool:
+def hour_ends_within(age_s: float, step_s: float) -> bool:
     """True when the VM's current paid hour ends before the next decision point."""
     left = (-age_s) % 3600.0
     return left <= step_s or age_s <= 0

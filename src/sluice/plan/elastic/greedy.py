@@ -42,13 +42,13 @@ last observed rates and VM speeds, the classic reactive scheduler), WAAF, WPA, W
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from sluice.errors import PlanError
-from sluice.models.dynamic import DynamicDataflow, VMClass, required_capacity
+from sluice.models.dynamic import DynamicDataflow, VMClass, required_capacity, vm_weight
 from sluice.plan.elastic.base import (
     Decision,
     Placement,
@@ -56,7 +56,6 @@ from sluice.plan.elastic.base import (
     largest_class,
     seconds_left_in_hour,
 )
-from sluice.models.dynamic import vm_weight
 
 Estimator = Callable[[SchedulerInput], tuple[np.ndarray, dict[str, float]]]
 

@@ -37,8 +37,13 @@ import numpy as np
 
 from sluice.errors import PlanError
 from sluice.models.dynamic import required_capacity, throughput, vm_weight
-from sluice.plan.elastic.base import Decision, SchedulerInput, largest_class, seconds_left_in_hour
-from sluice.plan.elastic.base import _hour_ends_within
+from sluice.plan.elastic.base import (
+    Decision,
+    SchedulerInput,
+    hour_ends_within,
+    largest_class,
+    seconds_left_in_hour,
+)
 from sluice.plan.elastic.greedy import GreedyScheduler
 
 
@@ -262,7 +267,7 @@ class PlasticcScheduler:
                 continue
             row = plan.counts[v, 0]
             if not row.any() and not plan.counts[v].any() and \
-                    _hour_ends_within(inp.now_s - plan.started[v], inp.step_s):
+                    hour_ends_within(inp.now_s - plan.started[v], inp.step_s):
                 stop.append(vid)
                 continue
             mapping[vid] = tuple(int(x) for x in row)
