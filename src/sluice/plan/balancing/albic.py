@@ -268,7 +268,8 @@ def albic(problem: BalancingProblem, budget: MigrationBudget, settings: AlbicSet
     while solves < settings.max_solves:
         pure = partition_load <= 0
         partitions = [] if pure else [p for s in sets for p in split_set(s, problem, traffic, budget, partition_load)]
-        units = Units.from_partitions(problem.num_key_groups, [p for p in partitions if len(p) > 1])
+        multi = [p for p in partitions if len(p) > 1]
+        units = Units.from_partitions(problem.num_key_groups, multi)
         pinned = [] if pure else pin_new_pairs(problem, pairs, units, budget, settings, rng)
         members, pins = units.compact()
         try:
@@ -276,7 +277,9 @@ def albic(problem: BalancingProblem, budget: MigrationBudget, settings: AlbicSet
         except PlanError:
             if not pins:
                 raise
-            plan = solve_milp(problem, budget, settings.milp, units=members)  # pins did not fit: keep units
+            # The pins did not fit (budget, drain pace or caps): keep the partitions, drop the pins.
+            plain, _ = Units.from_partitions(problem.num_key_groups, multi).compact()
+            plan = solve_milp(problem, budget, settings.milp, units=plain)
             pinned = []
         solves += 1
         total_seconds += plan.solve_seconds
