@@ -53,8 +53,9 @@ def small_problems(draw, max_nodes=4, max_key_groups=8):
     return problem, budget
 
 
-def brute_force(problem: BalancingProblem, budget: MigrationBudget, alpha: float, gamma: float):
-    """Best objective and best load distance over ALL assignments (moves into N_r allowed too)."""
+def brute_force(problem: BalancingProblem, budget: MigrationBudget, alpha: float, gamma: float,
+                into_removing: bool = False):
+    """Best objective and best load distance over all assignments (moves into N_r only if asked)."""
     k, n = problem.num_key_groups, problem.num_nodes
     combos = np.array(list(itertools.product(range(n), repeat=k)))
     cur = problem.assignment_index
@@ -62,6 +63,8 @@ def brute_force(problem: BalancingProblem, budget: MigrationBudget, alpha: float
     cost = (moved * problem.migration_cost[None, :]).sum(axis=1)
     count = moved.sum(axis=1)
     ok = np.ones(len(combos), bool)
+    if not into_removing:
+        ok &= ~(moved & problem.removing[combos]).any(axis=1)
     if budget.max_cost is not None:
         ok &= cost <= budget.max_cost + 1e-9
     if budget.max_count is not None:
@@ -89,7 +92,6 @@ def test_milp_matches_brute_force_optimum(case):
     plan = solve_milp(problem, budget, exact)
     check_plan(problem, plan, budget)
     best_objective, best_eps = brute_force(problem, budget, exact.secondary_weight, exact.tie_weight)
-    # Same optimum although the MILP is never offered moves into N_r: that is Lemma 1.
     assert plan.notes["objective"] == pytest.approx(best_objective, abs=1e-6)
     # eps is minimized first: the secondary terms can cost at most a factor 1/(1 - 2 alpha).
     assert plan.load_distance <= best_eps / (1 - 2 * exact.secondary_weight) + 1e-6
@@ -101,6 +103,19 @@ def test_milp_invariants_with_drain_pace(case, drain_share):
     problem, budget = case
     plan = solve_milp(problem, budget, MilpSettings(time_limit=5.0, drain_share=drain_share))
     check_plan(problem, plan, budget)
+
+
+def test_lemma_1_holds_by_construction_even_where_the_objective_would_break_it():
+    """Hypothesis-found fixture: parking the key group on the big N_r node would give eps 6, not 12."""
+    problem = BalancingProblem(load=[18.0], state_bytes=[1.0], assignment=[3], nodes=[0, 1, 2, 3],
+                               capacity=[2.0, 1.0, 1.0, 1.0], removing=[True, False, False, False])
+    budget = MigrationBudget(max_count=1)
+    exact = MilpSettings(time_limit=10, mip_rel_gap=0.0)
+    _, unrestricted_eps = brute_force(problem, budget, exact.secondary_weight, exact.tie_weight, into_removing=True)
+    assert unrestricted_eps == pytest.approx(6.0)
+    plan = solve_milp(problem, budget, exact)
+    check_plan(problem, plan, budget)
+    assert plan.load_distance == pytest.approx(12.0)
 
 
 def test_unbudgeted_milp_balances_a_skewed_cluster():

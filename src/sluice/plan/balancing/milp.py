@@ -25,9 +25,13 @@ Choices and why:
   between plans with equal eps, eps_u and eps_l: it stops pointless moves, and makes the
   drain of N_r proceed at the budget's pace when draining is neutral for eps (Lemma 4.2 only
   says the *final* optimum has N_r empty).
-* Moves *into* N_r are not offered to the solver: Lemma 1 proves they are never preferred,
-  so the optimum is unchanged (tests check this against brute force over all moves), the
-  model shrinks, and a time-limited, non-optimal plan can never break Lemma 1.
+* Moves *into* N_r are not offered to the solver. Lemma 1 argues they are never preferred;
+  with whole key groups that is not exactly true of the reconstructed model (hypothesis found
+  e.g. one key group of load 18 on a node of capacity 1, two empty nodes of capacity 1 and an
+  N_r node of capacity 2: parking it on the N_r node gives eps 6 instead of 12; and ties on
+  eps can be broken toward N_r by eps_u). Forbidding them makes Lemma 1 hold by construction
+  (also for time-limited plans) and shrinks the model; the tests compare the MILP with brute
+  force over the same moves and keep those counterexamples as fixtures.
 * Drain pace (our addition). Lemma 4.2 holds for finely divisible load only: with whole key
   groups the eps-optimum may keep the last ones on N_r. Example: 4 nodes with two key groups
   of load 1 each and one more on a node of N_r: L-bar = 2.25, eps = 0.25 if it stays, 0.75
