@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from sluice.plan.balancing import AlbicSettings, BalancingProblem, MigrationBudget, MilpSettings, Traffic, albic
 from sluice.plan.balancing.albic import Units, collocated_sets, collocation_pairs, pin_new_pairs, split_set
