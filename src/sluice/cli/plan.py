@@ -46,6 +46,8 @@ def make_plan(dag, rate: float, allocation: str = "MBA", mapping: str = "SAM",
     alloc = allocate(allocation, dag, rate, models)
     result = plan_mapping(dag, alloc, mapping, models, vm_classes=vm_classes)
     prediction = predict(dag, result.mapping, models, routing=routing, at_rate=rate)
+    other = "even" if routing == "capacity" else "capacity"
+    other_rate = predict(dag, result.mapping, models, routing=other).rate
     operators = []
     for tid, a in alloc.tasks.items():
         slots = result.mapping.slots_of(tid)
@@ -74,6 +76,8 @@ def make_plan(dag, rate: float, allocation: str = "MBA", mapping: str = "SAM",
         "executors": list(result.cluster.vm_slots),
         "placement": {slot_name(s): per for s, per in result.mapping.threads_per_slot().items()},
         "predicted_rate": prediction.rate,
+        "routing": routing,
+        f"predicted_rate_{other}_routing": other_rate,
         "bottleneck": prediction.bottleneck,
         "predicted_executor_cpu": prediction.vm_cpu,
         "predicted_executor_memory": prediction.vm_memory,
@@ -143,7 +147,10 @@ def render(report: dict) -> str:
         lines.append(f"  {slot:<8}" + ", ".join(f"{t} x{n}" for t, n in per.items()))
     lines += [
         "",
-        f"predicted sustainable rate: {report['predicted_rate']:.1f} tuples/s (limited by {report['bottleneck']})",
+        f"predicted sustainable rate: {report['predicted_rate']:.1f} tuples/s (limited by {report['bottleneck']}, "
+        f"{report['routing']} routing)",
+        *[f"  with {k.split('_')[2]} routing instead: {v:.1f} tuples/s"
+          for k, v in report.items() if k.startswith("predicted_rate_") and k.endswith("_routing")],
         "",
         "Spark settings:",
     ]
