@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sluice.errors import ConfigError, SluiceError
+from sluice.errors import ConfigError, PlanError, SluiceError
 from sluice.plan.physical import Plan, initial_plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime.executor import MICROS, BatchExecutor, SourceInfo
@@ -59,7 +59,10 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
 
     plan_log = PlanLog(checkpoint)
     if plan is not None:
-        plan_log.write(plan if plan_log.latest() is None else plan)
+        _check_plan(plan, graph)
+        # a given plan applies from the next batch on; batches already run keep theirs
+        next_batch = 0 if plan_log.latest() is None else _next_batch(checkpoint)
+        plan_log.write(replace(plan, version=next_batch))
     elif plan_log.latest() is None:
         plan_log.write(initial_plan(graph, pipeline.partitions, fuse=fuse))
 
@@ -119,6 +122,22 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
     all_metrics = metrics_log.read(checkpoint)
     mine = [m for m in all_metrics if m.started_at >= started]
     return JobResult(checkpoint, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics)
+
+
+def _check_plan(plan: Plan, graph) -> None:
+    keyed = {op.id for op in graph.operators if op.is_keyed}
+    if set(plan.keyed) != keyed:
+        raise PlanError(f"the plan routes keyed operators {sorted(plan.keyed)}, the pipeline has {sorted(keyed)}")
+    if plan.max_parallelism != graph.max_parallelism:
+        raise PlanError(f"the plan has max parallelism {plan.max_parallelism}, the pipeline {graph.max_parallelism}")
+
+
+def _next_batch(checkpoint: str) -> int:
+    """One past the last batch recorded as started (a new plan must not rewrite history)."""
+    import glob
+
+    started = [int(os.path.basename(p).split(".")[0]) for p in glob.glob(os.path.join(checkpoint, "batches", "*.json"))]
+    return max(started) + 1 if started else 0
 
 
 def _stop_between_batches(query, executor: BatchExecutor, patience_s: float = 120.0) -> None:
