@@ -8,6 +8,8 @@ speed). Pruning keeps each operator between
 * a lower bound: the capacity below which the outputs it reaches cannot average Omega-hat
   even if every other output is perfect.
 All leaves of one alternate combination are evaluated in one vectorised Eq. 4.4-4.7 call.
+With more than two core speeds among the VM classes, only the fastest and the slowest are
+used (the m1 classes have two: 1 and 2 ECU per core).
 Bandwidth is not modelled here (instances are assumed collocated or the network ample),
 which holds for the small rates BR is meant for.
 """
