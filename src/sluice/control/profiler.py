@@ -494,4 +494,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # Run the *imported* module's main: functions shipped to Spark workers must belong to an
+    # importable module (sluice.control.profiler), not to __main__, or cloudpickle copies them
+    # by value with this module's globals (locks included).
+    from sluice.control.profiler import main as _main
+
+    sys.exit(_main())
