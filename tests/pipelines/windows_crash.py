@@ -29,8 +29,8 @@ def build(out: str = OUT, rows: int = ROWS, per_batch: int = PER_BATCH) -> sluic
     readings = p.source(sources.generator(
         fields={"meter": sources.Keys(50, prefix="m"), "kwh": sources.Uniform(0.0, 2.0),
                 # 5 ms of event time per row: a batch of 2000 rows spans 10 s; records are up to
-                # 3 s out of order and the watermark waits 1 s, so some records are late
-                "ts": sources.EventTime(jitter=3.0, step=0.005)},
+                # 15 s out of order and the watermark waits 1 s, so some records are late
+                "ts": sources.EventTime(jitter=15.0, step=0.005)},
         seed=5, total_rows=rows, max_rows_per_batch=per_batch, start_time=1_750_000_000.0, watermark_delay=1.0,
     ), name="readings")
     watts = readings.map_batches(to_watts, schema={"meter": "string", "ts": "timestamp", "watts": "int64"}, name="watts")

@@ -1,0 +1,237 @@
+"""Sliding windows: Sluice's shared panes against Spark Structured Streaming's native window().
+
+    .venv/bin/python benchmarks/sliding_windows.py [--quick]
+
+The same keyed sliding-window count and mean over event time, on the same generator source
+(unthrottled, the same rows per batch, the same watermark delay), written twice:
+
+- Sluice: ``key_by("meter").window(sliding(size, slide)).aggregate(n=count(), avg=mean("value"))``:
+  each record updates one pane of length gcd(size, slide); a window combines its panes
+  (C-MR's sub-window combine);
+- Spark: ``withWatermark("ts", delay).groupBy(window("ts", size, slide), "meter")
+  .agg(count, avg)`` in append mode: Spark's native sliding window, which copies each
+  record into every one of the size/slide windows that contain it.
+
+for size/slide = 1, 4, 15 and 60 (slide fixed). Both use 2 shuffle/keyed partitions on
+local[2] and collect their output rows to the driver each batch. Throughput is sustained
+throughput: rows of the batches after the warm-up divided by the wall time from the start
+of the first of them to the end of the last.
+
+A second case runs 3 window queries over one stream: sharing one set of panes
+(``KeyedStream.windows``) against the same 3 as separate window operators.
+
+Writes docs/results/sliding_windows.json and sliding_windows.png; the last line printed is a
+JSON object whose ``ratio`` is Sluice's throughput over Spark's at size/slide = 60, with
+``ratio_1``, ``ratio_4`` and ``ratio_15`` beside it and ``shared_ratio`` for the 3 queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sluice import Pipeline, agg, sinks, sources
+from sluice import windows as W
+from sluice.runtime.session import spark_session
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+RATIOS = (1, 4, 15, 60)
+SLIDE_S = 1.0
+START = 1_760_000_000.0
+PARTITIONS = 2
+
+
+def make_spec(keys: int, rows: int, per_batch: int, span_s: float, delay_s: float, seed: int = 1):
+    """Generator: ``per_batch`` rows span ``span_s`` seconds of event time, up to ``delay_s`` out of order."""
+    return sources.generator(
+        fields={
+            "meter": sources.Keys(keys, prefix="meter-"),
+            "value": sources.Uniform(0.0, 10.0),
+            "ts": sources.EventTime(jitter=delay_s, step=span_s / per_batch),
+        },
+        total_rows=rows, seed=seed, start_time=START, max_rows_per_batch=per_batch, watermark_delay=delay_s,
+    )
+
+
+def _count_rows(counter):
+    def sink(batch_id, table):
+        counter[batch_id] = table.num_rows
+    return sink
+
+
+def sustained(batches: list[tuple[float, float, int]], warmup: int) -> float:
+    """Rows/s over batches (start, end, rows) after ``warmup``: rows / wall time they took."""
+    steady = batches[warmup:]
+    if not steady:
+        raise SystemExit("too few batches to measure: raise --batches")
+    wall = steady[-1][1] - steady[0][0]
+    return sum(rows for _, _, rows in steady) / wall
+
+
+def run_sluice(spark, spec, queries: list[list], shared: bool, workdir: str, warmup: int) -> dict:
+    """queries: [[name, size_s, slide_s], ...]; one window operator, or one per query."""
+    checkpoint = os.path.join(workdir, "sluice")
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    p = Pipeline("sliding_windows", partitions=PARTITIONS)
+    meters = p.source(spec, name="readings").key_by("meter")
+    counter: dict[int, int] = {}
+    if shared:
+        meters.windows(*[W.query(W.sliding(size, slide), name=name, n=agg.count(), avg=agg.mean("value"))
+                         for name, size, slide in queries], name="windows").sink(sinks.callback(_count_rows(counter)))
+    else:
+        for i, (name, size, slide) in enumerate(queries):
+            counters = counter if i == 0 else {}
+            meters.window(W.sliding(size, slide)).aggregate(n=agg.count(), avg=agg.mean("value"), name=f"w_{name}") \
+                .sink(sinks.callback(_count_rows(counters)), name=f"out_{name}")
+    result = p.run(checkpoint, spark=spark)
+    batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in result.metrics]
+    return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": sum(counter.values()),
+            "late": sum(m.operators.get(op, {}).get("side_late", 0) for m in result.metrics for op in m.operators)}
+
+
+def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: int) -> dict:
+    """Spark's native sliding window with a watermark, append mode, same source and batches."""
+    from pyspark.sql import functions as F
+
+    from sluice.runtime.sources import is_exhausted, open_stream, set_max_rows
+
+    controls = os.path.join(workdir, "spark-sources")
+    checkpoint = os.path.join(workdir, "spark-checkpoint")
+    for d in (controls, checkpoint):
+        shutil.rmtree(d, ignore_errors=True)
+    set_max_rows(controls, "readings", spec.max_rows_per_batch)
+    frame = open_stream(spark, spec, controls, "readings")
+    delay_ms = int(spec.watermark_delay * 1000)
+    aggregated = (
+        frame.withWatermark("ts", f"{delay_ms} milliseconds")
+        .groupBy(F.window("ts", f"{int(size_s * 1000)} milliseconds", f"{int(slide_s * 1000)} milliseconds"), "meter")
+        .agg(F.count(F.lit(1)).alias("n"), F.avg("value").alias("avg"))
+    )
+    counter: dict[int, int] = {}
+
+    def collect(df, batch_id):
+        counter[batch_id] = df.toArrow().num_rows
+
+    spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
+    query = (aggregated.writeStream.outputMode("append").foreachBatch(collect)
+             .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
+    try:
+        while query.isActive and not is_exhausted(controls, "readings"):
+            time.sleep(0.1)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    batches = []
+    for progress in query.recentProgress:
+        if progress["numInputRows"] == 0:
+            continue
+        start = _parse_time(progress["timestamp"])
+        batches.append((start, start + progress["durationMs"]["triggerExecution"] / 1000, progress["numInputRows"]))
+    return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": sum(counter.values())}
+
+
+def _parse_time(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ratios = [r["size_over_slide"] for r in results["per_ratio"]]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(ratios, [r["sluice_rows_per_s"] for r in results["per_ratio"]], "o-", label="Sluice (shared panes)")
+    ax.plot(ratios, [r["spark_rows_per_s"] for r in results["per_ratio"]], "s-", label="Spark window()")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(ratios, [str(r) for r in ratios])
+    ax.set_xlabel("window size / slide")
+    ax.set_ylabel("sustained throughput (rows/s)")
+    ax.set_title("Keyed sliding-window count and mean, local[2]")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller batches and fewer of them (a few minutes)")
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--rows-per-batch", type=int, default=None)
+    parser.add_argument("--batches", type=int, default=None)
+    args = parser.parse_args(argv)
+    per_batch = args.rows_per_batch or (100_000 if args.quick else 250_000)
+    n_batches = args.batches or (6 if args.quick else 10)
+    warmup = 2
+    span_s, delay_s = 10.0, 2.0  # event time per batch, and out-of-orderness = watermark delay
+    rows = per_batch * n_batches
+    spark = spark_session("local[2]", "sliding_windows_benchmark",
+                          conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"})
+    workdir = tempfile.mkdtemp(prefix="sluice-sliding-")
+    spec = make_spec(args.keys, rows, per_batch, span_s, delay_s)
+    mode = "quick" if args.quick else "full"
+    print(f"sliding windows: {args.keys} keys, {n_batches} batches of {per_batch:,} rows "
+          f"({span_s:g} s of event time each, watermark delay {delay_s:g} s), slide {SLIDE_S:g} s, "
+          f"{PARTITIONS} partitions on local[2], {warmup} warm-up batches ({mode} mode)")
+    print(f"{'size/slide':>10} {'Sluice rows/s':>14} {'Spark rows/s':>13} {'ratio':>7} {'windows out':>12}")
+    per_ratio = []
+    for ratio in RATIOS:
+        size = ratio * SLIDE_S
+        sluice = run_sluice(spark, spec, [[f"{ratio}", size, SLIDE_S]], True, workdir, warmup)
+        native = run_spark(spark, spec, size, SLIDE_S, workdir, warmup)
+        row = {
+            "size_over_slide": ratio, "size_s": size, "slide_s": SLIDE_S,
+            "sluice_rows_per_s": round(sluice["throughput"]), "spark_rows_per_s": round(native["throughput"]),
+            "ratio": round(sluice["throughput"] / native["throughput"], 3),
+            "sluice_windows_out": sluice["output_rows"], "spark_windows_out": native["output_rows"],
+        }
+        per_ratio.append(row)
+        print(f"{ratio:>10} {row['sluice_rows_per_s']:>14,} {row['spark_rows_per_s']:>13,} {row['ratio']:>7.2f} "
+              f"{sluice['output_rows']:>6,}/{native['output_rows']:<6,}", flush=True)
+
+    queries = [["60s/1s", 60.0, 1.0], ["30s/5s", 30.0, 5.0], ["10s/10s", 10.0, 10.0]]
+    shared = run_sluice(spark, spec, queries, True, workdir, warmup)
+    separate = run_sluice(spark, spec, queries, False, workdir, warmup)
+    shared_ratio = shared["throughput"] / separate["throughput"]
+    print(f"3 queries {', '.join(q[0] for q in queries)}: shared panes {shared['throughput']:,.0f} rows/s, "
+          f"3 separate window operators {separate['throughput']:,.0f} rows/s, ratio {shared_ratio:.2f}")
+
+    by_ratio = {r["size_over_slide"]: r["ratio"] for r in per_ratio}
+    results = {
+        "benchmark": "sliding_windows",
+        "mode": mode,
+        "setup": {"keys": args.keys, "rows_per_batch": per_batch, "batches": n_batches, "warmup_batches": warmup,
+                  "event_span_per_batch_s": span_s, "watermark_delay_s": delay_s, "slide_s": SLIDE_S,
+                  "partitions": PARTITIONS, "master": "local[2]", "aggregates": ["count", "mean(value)"]},
+        "per_ratio": per_ratio,
+        "shared": {"queries": queries, "shared_rows_per_s": round(shared["throughput"]),
+                   "separate_rows_per_s": round(separate["throughput"]), "ratio": round(shared_ratio, 3)},
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "sliding_windows.json").write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, RESULTS / "sliding_windows.png")
+    shutil.rmtree(workdir, ignore_errors=True)
+    summary = {
+        "benchmark": "sliding_windows", "ratio": by_ratio[60], "ratio_1": by_ratio[1], "ratio_4": by_ratio[4],
+        "ratio_15": by_ratio[15], "shared_ratio": round(shared_ratio, 3), "mode": mode,
+        "sluice_rows_per_s_60": per_ratio[-1]["sluice_rows_per_s"], "spark_rows_per_s_60": per_ratio[-1]["spark_rows_per_s"],
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
