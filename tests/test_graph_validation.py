@@ -132,3 +132,35 @@ def test_initial_plan_routes_every_key_group_to_one_partition():
     assert plan.from_json(moved.to_json()) == moved
     with pytest.raises(sluice.SluiceError):
         plan.with_routing(1, "agg", [0] * 3)
+
+
+def test_plan_threads_round_trip_and_run_a_kernel_on_a_pool():
+    import threading
+
+    from sluice.graph.operators import Operator
+    from sluice.runtime.kernels.stateless import KernelContext, MapBatchesKernel
+    from sluice.runtime.side_outputs import SideOutputWriter
+
+    p = sluice.Pipeline()
+    readings(p).map_batches(lambda b: b, name="io").sink(sinks.memory("x"))
+    plan = initial_plan(p.graph, 2)
+    planned = type(plan).from_json(plan.to_json().replace('"threads": {}', '"threads": {"io": 4}'))
+    assert planned.threads == {"io": 4}
+    with pytest.raises(sluice.SluiceError):
+        type(plan)(version=0, max_parallelism=8, threads={"io": 0})
+
+    seen = set()
+
+    def slow_identity(batch):
+        seen.add(threading.get_ident())
+        threading.Event().wait(0.02)
+        return batch
+
+    schema = pa.schema([("x", pa.int64())])
+    op = Operator("io", "map_batches", "io", params={"fn": slow_identity, "format": "arrow"}, threads=4)
+    kernel = MapBatchesKernel(op, schema, schema)
+    batch = pa.RecordBatch.from_pydict({"x": list(range(100))}, schema=schema)
+    ingest = pa.array([0] * 100, pa.timestamp("us", tz="UTC"))
+    out, _ = kernel.apply(batch, ingest, KernelContext(SideOutputWriter("/tmp", "dl", 0, "s", 0), None))
+    assert out.column("x").to_pylist() == list(range(100))  # order kept across threads
+    assert len(seen) == 4

@@ -159,8 +159,9 @@ def render(report: dict) -> str:
 
 
 def _write_run_plan(pipeline, report: dict, path: str) -> None:
-    """A physical plan ``sluice run --plan`` reads (keyed stages get the planned partitions),
-    with the model-driven allocation attached for reference."""
+    """A physical plan ``sluice run --plan`` reads: keyed stages get the planned partitions,
+    Python operators the planned worker threads per task; the model-driven allocation is
+    attached for reference."""
     from sluice.plan.physical import initial_plan
 
     graph = pipeline.job_graph()
@@ -170,5 +171,8 @@ def _write_run_plan(pipeline, report: dict, path: str) -> None:
         n = max(parts.get(op_id, stage["partitions"]), 1)
         stage["partitions"] = n
         stage["routing"] = [kg * n // graph.max_parallelism for kg in range(graph.max_parallelism)]
+    python_ops = {op.id for op in graph.operators if op.is_python}
+    base["threads"] = {o["id"]: max(o["threads_per_partition"] or [1]) for o in report["operators"]
+                       if o["id"] in python_ops and o.get("threads_per_partition")}
     base["model_plan"] = report
     Path(path).write_text(json.dumps(base, indent=2) + "\n")

@@ -38,6 +38,14 @@ class Plan:
     max_parallelism: int
     keyed: dict[str, KeyedStagePlan] = field(default_factory=dict)
     chains: tuple[tuple[str, ...], ...] = ()
+    # worker threads per task of a Python operator (I/O-bound operators scale with threads;
+    # the model-driven planner sets them); operators not named keep their own setting
+    threads: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        bad = {k: v for k, v in self.threads.items() if int(v) < 1}
+        if bad:
+            raise PlanError(f"threads per task must be >= 1, got {bad}")
 
     def with_routing(self, version: int, op_id: str, routing: list[int], partitions: int | None = None) -> Plan:
         """A later plan in which ``op_id``'s key groups are routed by ``routing``."""
@@ -56,6 +64,7 @@ class Plan:
             "max_parallelism": self.max_parallelism,
             "keyed": {k: {"partitions": v.partitions, "routing": list(v.routing)} for k, v in self.keyed.items()},
             "chains": [list(c) for c in self.chains],
+            "threads": dict(self.threads),
         })
 
     @staticmethod
@@ -66,6 +75,7 @@ class Plan:
             max_parallelism=d["max_parallelism"],
             keyed={k: KeyedStagePlan(v["partitions"], tuple(v["routing"])) for k, v in d["keyed"].items()},
             chains=tuple(tuple(c) for c in d["chains"]),
+            threads={k: int(v) for k, v in d.get("threads", {}).items()},
         )
 
 

@@ -190,7 +190,7 @@ class BatchExecutor:
             elif op.is_python:
                 if op.id not in chain_of:
                     continue  # inside a fused chain: runs in its tail's pass
-                chain = [self.graph[i] for i in chain_of[op.id]]
+                chain = [_with_threads(self.graph[i], plan) for i in chain_of[op.id]]
                 upstream = self.graph[chain[0].inputs[0]]
                 frame = python_chain(frames[upstream.id], chain, upstream.schema, batch_id, self.checkpoint,
                                      self.accumulator)
@@ -277,6 +277,14 @@ class BatchExecutor:
             dead_letters=dead,
             watermark=context.watermark,
         )
+
+
+def _with_threads(op: Operator, plan: Plan) -> Operator:
+    """The operator as the plan runs it (the plan may give it more worker threads)."""
+    from dataclasses import replace
+
+    threads = plan.threads.get(op.id)
+    return op if threads is None or threads == op.threads else replace(op, threads=threads)
 
 
 def _as_version(plan: Plan, version: int) -> Plan:
