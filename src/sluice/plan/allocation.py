@@ -22,6 +22,8 @@ follow Algorithm 2 exactly; ``tests/test_plan_allocation.py`` pins this choice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -192,30 +194,37 @@ def _fixed(task: Task, rate: float) -> TaskAllocation:
     return TaskAllocation(task.id, rate, threads, cpu, memory, bundle=None)
 
 
+def _allocate_each(name: str, dag: Dag, omega: float, models: Mapping[str, PerformanceModel] | None,
+                   allocate_task: Callable[[str, float, PerformanceModel], TaskAllocation]) -> Allocation:
+    """Rates through the DAG, then one allocation per task; sources and sinks get the
+    paper's fixed allocation, user tasks ``allocate_task(task id, input rate, model)``."""
+    models = dict(models) if models is not None else dag.models()
+    rates = task_rates(dag, omega)
+    out: dict[str, TaskAllocation] = {}
+    for tid in dag.topological_order():
+        task = dag.by_id[tid]
+        out[tid] = _fixed(task, rates[tid]) if task.kind != "task" else allocate_task(tid, rates[tid], models[tid])
+    return Allocation(name, omega, out)
+
+
 def allocate_lsa(dag: Dag, omega: float, models: Mapping[str, PerformanceModel] | None = None) -> Allocation:
     """Algorithm 2: linear scaling of the single-thread rate, CPU and memory.
 
     Each whole omega_bar of input adds a thread with c_bar, m_bar; the trailing rate adds one
     more thread with c_bar, m_bar scaled by residual / omega_bar.
     """
-    models = dict(models) if models is not None else dag.models()
-    rates = task_rates(dag, omega)
-    out: dict[str, TaskAllocation] = {}
-    for tid in dag.topological_order():
-        task = dag.by_id[tid]
-        if task.kind != "task":
-            out[tid] = _fixed(task, rates[tid])
-            continue
-        model = models[tid]
+
+    def lsa(tid: str, rate: float, model: PerformanceModel) -> TaskAllocation:
         w_bar, c_bar, m_bar = model.single_thread_rate, model.single_thread_cpu, model.single_thread_memory
-        n, residual = _whole_times(rates[tid], w_bar)
+        n, residual = _whole_times(rate, w_bar)
         threads, cpu, memory = n, n * c_bar, n * m_bar
         if residual > 0:
             threads += 1
             cpu += c_bar * residual / w_bar
             memory += m_bar * residual / w_bar
-        out[tid] = TaskAllocation(tid, rates[tid], threads, cpu, memory, bundle=model.peak_threads)
-    return Allocation("LSA", omega, out)
+        return TaskAllocation(tid, rate, threads, cpu, memory, bundle=model.peak_threads)
+
+    return _allocate_each("LSA", dag, omega, models, lsa)
 
 
 def allocate_mba(dag: Dag, omega: float, models: Mapping[str, PerformanceModel] | None = None) -> Allocation:
@@ -227,17 +236,10 @@ def allocate_mba(dag: Dag, omega: float, models: Mapping[str, PerformanceModel] 
     C(T(residual)), M(T(residual)); if one thread suffices, its resources are scaled down by
     residual / I(1) as in LSA (lines 16-26).
     """
-    models = dict(models) if models is not None else dag.models()
-    rates = task_rates(dag, omega)
-    out: dict[str, TaskAllocation] = {}
-    for tid in dag.topological_order():
-        task = dag.by_id[tid]
-        if task.kind != "task":
-            out[tid] = _fixed(task, rates[tid])
-            continue
-        model = models[tid]
+
+    def mba(tid: str, rate: float, model: PerformanceModel) -> TaskAllocation:
         w_hat, t_hat = model.peak_rate, model.peak_threads
-        n, residual = _whole_times(rates[tid], w_hat)
+        n, residual = _whole_times(rate, w_hat)
         threads, cpu, memory = n * t_hat, float(n), float(n)
         if residual > 0:
             t_rest = model.threads_for(residual)
@@ -248,8 +250,9 @@ def allocate_mba(dag: Dag, omega: float, models: Mapping[str, PerformanceModel] 
             else:
                 cpu += model.single_thread_cpu * residual / model.single_thread_rate
                 memory += model.single_thread_memory * residual / model.single_thread_rate
-        out[tid] = TaskAllocation(tid, rates[tid], threads, cpu, memory, bundle=t_hat, full_bundles=n)
-    return Allocation("MBA", omega, out)
+        return TaskAllocation(tid, rate, threads, cpu, memory, bundle=t_hat, full_bundles=n)
+
+    return _allocate_each("MBA", dag, omega, models, mba)
 
 
 ALLOCATORS = {"LSA": allocate_lsa, "MBA": allocate_mba}
