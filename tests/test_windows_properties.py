@@ -109,10 +109,10 @@ def queries_for(draw, window, name=""):
     return WindowQuery(window, aggregates, EventTime("ts"), lateness, mode, name)
 
 
-def check(queries, batches, delay):
+def check(queries, batches, delay, map_tasks=None):
     kernel = window_kernel(["k"], queries)
     marks = watermarks(batches, "ts", delay)
-    run = run_kernel(kernel, batches, marks)
+    run = run_kernel(kernel, batches, marks, map_tasks=map_tasks)
     assert_matches_reference(run, reference(queries, ["k"], batches, marks))
     assert_accounted(queries, batches, run)
     assert not run.state, "state must be empty once every window has closed"
@@ -153,3 +153,14 @@ def test_shared_panes_match_separate_references(data, batches):
 def test_session_window_matches_reference(data, batches):
     query = queries_for(data.draw, Session(data.draw(st.integers(1, 8))))
     check([query], batches, data.draw(st.integers(0, 6)))
+
+
+@SETTINGS
+@given(data=st.data(), batches=streams())
+def test_map_side_combine_matches_reference(data, batches):
+    """C-MR's Combine on the map side: each batch cut into map tasks whose records are
+    pre-aggregated per (key, pane) before the kernel sees them; results are unchanged."""
+    windows = data.draw(st.lists(fixed_windows(), min_size=1, max_size=2))
+    queries = [queries_for(data.draw, w, name=f"q{i}") for i, w in enumerate(windows)]
+    cuts = [data.draw(st.lists(st.integers(0, b.num_rows), max_size=3)) for b in batches]
+    check(queries, batches, data.draw(st.integers(0, 6)), map_tasks=cuts)

@@ -57,27 +57,50 @@ def run_kernel(
     state: dict | None = None,
     start_batch: int = 0,
     flush: bool = True,
+    map_tasks: list[list[int]] | None = None,
 ) -> KernelRun:
-    """Drive ``kernel`` over ``batches`` (+ a flush batch when ``flush``), like the runtime."""
+    """Drive ``kernel`` over ``batches`` (+ a flush batch when ``flush``), like the runtime.
+
+    ``map_tasks`` (one list of cut points per batch) makes the runtime's map-side combine
+    path: each batch is cut into map tasks, each task's records are combined
+    (``kernel.combine``), and the kernel processes the combined rows of all tasks.
+    """
     schema = batches[0].schema
     state = {} if state is None else state
     run = KernelRun(state=state)
     todo = list(batches) + ([schema.empty_table()] if flush else [])
     kg_schema = pa.schema(list(schema) + [pa.field(KEY_GROUP, pa.int32())])
+    if map_tasks is not None:
+        kernel.bind(schema)
     state_schema = kernel.state_schema(kg_schema).append(pa.field(KEY_GROUP, pa.int32()))
     for b, rows in enumerate(todo):
         batch_id = start_batch + b
-        rows = rows.append_column(KEY_GROUP, pa.array([0] * rows.num_rows, pa.int32()))
         state_table = pa.Table.from_pylist(list(state.values()), schema=state_schema)
         pt = processing_times[b] if processing_times else 0
         ctx = BatchContext(batch_id=batch_id, partition=0, watermark=marks[b], processing_time=pt)
+        late = None
+        if map_tasks is not None:
+            cuts = [0] + sorted(c for c in (map_tasks[b] if b < len(map_tasks) else []) if c <= rows.num_rows) + [rows.num_rows]
+            combined, lates = [], []
+            for task, (lo, hi) in enumerate(zip(cuts, cuts[1:])):
+                task_ctx = BatchContext(batch_id, task, marks[b], pt)
+                part, late_part = kernel.combine(rows.slice(lo, hi - lo), task_ctx)
+                combined.append(part)
+                lates.append(late_part)
+            late = pa.concat_tables(lates)
+            rows = pa.concat_tables(combined)
+        rows = rows.append_column(KEY_GROUP, pa.array([0] * rows.num_rows, pa.int32()))
         result = kernel.process(rows, state_table, ctx)
         if result.deletes is not None:
             for row in result.deletes.to_pylist():
                 state.pop(tuple(row[c] for c in kernel.key_columns), None)
         for row in result.upserts.to_pylist():
             state[tuple(row[c] for c in kernel.key_columns)] = row
-        run.batches.append(BatchRun(marks[b], result.output, result.side_outputs["late"]))
+        if late is None:
+            late = result.side_outputs["late"]
+        else:
+            assert result.side_outputs["late"].num_rows == 0
+        run.batches.append(BatchRun(marks[b], result.output, late))
     return run
 
 

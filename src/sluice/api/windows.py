@@ -107,7 +107,9 @@ def add_window_operator(keyed: KeyedStream, queries: list[WindowQuery], time: st
     return keyed._then(
         "window",
         name,
-        params={"keys": keyed.keys, "queries": queries, "kernel": kernel, "check": kernel.output_schema},
+        # validation binds the kernel to its input schema (its combined rows do not carry it)
+        params={"keys": keyed.keys, "queries": queries, "kernel": kernel,
+                "check": getattr(kernel, "bind", kernel.output_schema)},
     )
 
 

@@ -24,6 +24,7 @@ from sluice.runtime import sinks
 from sluice.runtime.files import filesystem, read_bytes, write_atomic
 from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.combine import combine_stage
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
@@ -199,8 +200,12 @@ class BatchExecutor:
                 stage = plan.keyed[op.id]
                 store = self.stores[op.id]
                 index = store.index(before_batch=batch_id)
-                routed = route(frames[key_by.id], keyed_kernel(op).key_columns, stage, plan.max_parallelism)
-                frame = keyed_stage(routed, op, key_by.schema, stage, (self.checkpoint, op.id, keyed_kernel(op).key_columns),
+                upstream, in_schema = frames[key_by.id], key_by.schema
+                if getattr(keyed_kernel(op), "combines_before_exchange", False):  # windows: map-side Combine
+                    upstream, in_schema = combine_stage(upstream, op, keyed_kernel(op), in_schema, context,
+                                                        self.checkpoint, self.accumulator)
+                routed = route(upstream, keyed_kernel(op).key_columns, stage, plan.max_parallelism)
+                frame = keyed_stage(routed, op, in_schema, stage, (self.checkpoint, op.id, keyed_kernel(op).key_columns),
                                     index, context, self.checkpoint, self.accumulator)
             if len(self.graph.consumers(op.id)) > 1:
                 frame = frame.persist()  # fan-out: no branch recomputes the shared upstream

@@ -207,6 +207,12 @@ def pair_searchsorted(key: np.ndarray, pane: np.ndarray, q_key: np.ndarray, q_pa
     """``searchsorted`` (left) of (q_key, q_pane) pairs in arrays sorted by (key, pane)."""
     if len(q_key) == 0:
         return np.zeros(0, np.int64)
+    if len(pane):
+        lo = min(int(pane.min()), int(q_pane.min()))
+        span = max(int(pane.max()), int(q_pane.max())) - lo + 1
+        n_keys = max(int(key.max()), int(q_key.max())) + 1
+        if n_keys * span < 2**62:  # one int64 composite, as in sort_pairs
+            return np.searchsorted(key * span + (pane - lo), q_key * span + (q_pane - lo), side="left")
     values = np.unique(np.concatenate([pane, q_pane]))
     m = len(values)
     table = key * m + np.searchsorted(values, pane)

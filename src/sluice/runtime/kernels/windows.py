@@ -33,10 +33,13 @@ every batch; the state of a key whose batch changed nothing is not rewritten.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.errors import PipelineError
 from sluice.graph.aggregates import Aggregate
 from sluice.graph.windows import (
     QUERY_COLUMN,
@@ -70,8 +73,10 @@ LATE = "late"  # name of the side output of late records
 LATE_FOR = "late_for"  # side-output column: the query the record was late for
 LATE_WATERMARK = "watermark"  # side-output column: the watermark it was judged against
 WATERMARK_STATE = "__wm"
-PANE_STATE = "__pane"
+PANE_STATE = "__pane"  # in state: list of live panes; in combined rows: the row's pane
 PARTIAL_PREFIX = "__p:"
+COMBINE_TASK = "__combine_task"  # combined rows: the map task that combined them (a stable order)
+INGEST = "__ingest_ts"  # the runtime's hidden ingest-time column (kept as the oldest per pane)
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,13 +202,31 @@ class WindowAggregateKernel(KeyedKernel):
 
     # -- schemas ----------------------------------------------------------------------
 
+    #: the runtime may run :meth:`combine` on each map task before the exchange by key
+    combines_before_exchange = True
+
     def layout(self, input_schema: pa.Schema) -> PartialLayout:
         layout = self._layouts.get(input_schema)
         if layout is None:
             layout = self._layouts[input_schema] = PartialLayout(self.aggregates, input_schema)
         return layout
 
+    def bind(self, input_schema: pa.Schema) -> pa.Schema:
+        """Remember the schema of the records (combined rows do not carry their types); returns
+        the output schema. The job graph's validation calls it."""
+        self.input_schema = pa.schema([f for f in input_schema if f.name not in (KEY_GROUP, INGEST)])
+        return self.output_schema(input_schema)
+
+    def _record_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The records' schema, also when ``schema`` is that of combined rows."""
+        if PANE_STATE not in schema.names:
+            return schema
+        if getattr(self, "input_schema", None) is None:
+            raise PipelineError("window kernel: combined rows need the records' schema (call bind first)")
+        return self.input_schema
+
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        input_schema = self._record_schema(input_schema)
         layout = self.layout(input_schema)
         fields = [input_schema.field(c) for c in self.key_columns]
         fields += [pa.field(WATERMARK_STATE, pa.int64()), pa.field(PANE_STATE, pa.list_(pa.int64()))]
@@ -211,12 +234,66 @@ class WindowAggregateKernel(KeyedKernel):
         return pa.schema(fields)
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        return window_output_schema(self.key_columns, self.queries, input_schema, self.emit_keys)
+        return window_output_schema(self.key_columns, self.queries, self._record_schema(input_schema), self.emit_keys)
+
+    def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """Schema of :meth:`combine`'s rows: keys, pane, one column per partial aggregate."""
+        input_schema = self._record_schema(input_schema)
+        layout = self.layout(input_schema)
+        fields = [input_schema.field(c) for c in self.key_columns]
+        fields += [pa.field(PANE_STATE, pa.int64()), pa.field(COMBINE_TASK, pa.int32())]
+        fields += [pa.field(PARTIAL_PREFIX + f.name, layout.arrow_type(f)) for f in layout.fields]
+        return pa.schema(fields)
+
+    # -- map side: C-MR's Combine --------------------------------------------------------
+
+    def combine(self, rows: pa.Table, ctx: BatchContext) -> tuple[pa.Table, pa.Table]:
+        """Pre-aggregate one map task's records per (key, pane) before the exchange.
+
+        C-MR combines sub-windows incrementally; running that Combine on the map side, as
+        MapReduce runs its combiner, ships one partial aggregate per (key, pane) through the
+        exchange instead of every record. Whether a record is late depends only on its pane
+        and the batch's watermark, so late records are sorted out here too. Returns the
+        combined rows (:meth:`combined_schema`, plus the oldest ingest time per pane when
+        the rows carry one) and the late records.
+        """
+        schema = self._record_schema(rows.schema)
+        layout = self.layout(schema)
+        wm = batch_watermark(self.queries[0], ctx)
+        records = rows.drop_columns([c for c in rows.column_names if c in (KEY_GROUP, INGEST)])
+        accepted, late_parts, panes = self._contributions(records, ctx, wm)
+        late = pa.concat_tables(late_parts) if late_parts else late_schema(records.schema).empty_table()
+        kept = rows.filter(pa.array(accepted)) if not accepted.all() else rows
+        ids, first, keys = key_ids(kept.slice(0, 0), kept, self.key_columns)
+        new, order, starts = partials_from_rows(layout, kept, ids, panes[accepted])
+        ends = np.append(starts[1:], len(order)).tolist()
+        for f in layout.fields:
+            if f.kind == "udaf":
+                values = kept[f.column].take(pa.array(order)).combine_chunks()
+                new.parts[f.name] = np.array(
+                    [pickle.dumps(f.udaf.add(f.udaf.create(), values.slice(a, b - a))) for a, b in zip(starts.tolist(), ends)]
+                    + [None], dtype=object)[:-1]
+        columns: dict[str, pa.Array] = {}
+        group_keys = keys.take(pa.array(first[new.key]))
+        for c in self.key_columns:
+            columns[c] = group_keys[c]
+        columns[PANE_STATE] = pa.array(new.pane, pa.int64())
+        columns[COMBINE_TASK] = pa.array(np.full(len(new), ctx.partition, np.int32))
+        for f in layout.fields:
+            values = new.parts[f.name]
+            columns[PARTIAL_PREFIX + f.name] = pa.array(list(values) if f.kind == "udaf" else values, layout.arrow_type(f))
+        if INGEST in kept.column_names and len(new):
+            ingest = pc.cast(kept[INGEST], pa.int64()).to_numpy()[order]
+            columns[INGEST] = pa.array(np.minimum.reduceat(ingest, starts)).cast(kept.schema.field(INGEST).type)
+        combined = pa.table(columns) if len(new) else self.combined_schema(schema).empty_table()
+        return combined, late
 
     # -- one batch --------------------------------------------------------------------
 
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
-        schema = rows.schema
+        """One batch of records, or of rows :meth:`combine` made of them (``__pane`` column)."""
+        combined = PANE_STATE in rows.column_names
+        schema = self._record_schema(rows.schema)
         layout = self.layout(schema)
         out_schema = self.output_schema(schema)
         wm = batch_watermark(self.queries[0], ctx)
@@ -230,16 +307,10 @@ class WindowAggregateKernel(KeyedKernel):
             last_wm[:n_state] = np.asarray(state[WATERMARK_STATE].to_numpy(), np.int64)
         old = self._panes_from_state(layout, state)
 
-        # Rule 2: which queries each record contributes to; late records to the side output.
-        times, has_time = record_times(self.queries[0], rows, ctx)
-        panes = np.floor_divide(times, self.pane)
-        accepted = np.zeros(rows.num_rows, dtype=bool)
-        late_parts = []
-        for q in self.queries:
-            contributes = has_time & (self._last_end(q, panes) > wm - q.allowed_lateness)
-            accepted |= contributes
-            if not contributes.all():
-                late_parts.append(late_table(rows, ~contributes, q.display_name, wm))
+        if combined:  # combine() already sorted out the late records
+            late_parts = []
+        else:
+            accepted, late_parts, panes = self._contributions(rows, ctx, wm)
 
         outputs = []
         emitted_keys = []
@@ -255,10 +326,15 @@ class WindowAggregateKernel(KeyedKernel):
                 emitted_keys.append(wk)
 
         # (B) each contributing record updates exactly one pane's partial aggregate
-        kept_rows = rows.filter(pa.array(accepted)) if not accepted.all() else rows
-        new, order, starts = partials_from_rows(layout, kept_rows, row_key[accepted], panes[accepted])
-        merged, target = merge_tables(layout, old, new)
-        add_udafs(layout, merged, target, kept_rows, order, starts)
+        if combined:
+            new = combined_partials(layout, rows, row_key)
+            merged, target = merge_tables(layout, old, new)
+            merge_udafs(layout, merged, target, new)
+        else:
+            kept_rows = rows.filter(pa.array(accepted)) if not accepted.all() else rows
+            new, order, starts = partials_from_rows(layout, kept_rows, row_key[accepted], panes[accepted])
+            merged, target = merge_tables(layout, old, new)
+            add_udafs(layout, merged, target, kept_rows, order, starts)
         touched = np.zeros(len(merged), dtype=bool)
         touched[target] = True
 
@@ -299,6 +375,19 @@ class WindowAggregateKernel(KeyedKernel):
         return KeyedResult(output=output, upserts=upserts, deletes=deletes, side_outputs=side)
 
     # -- pieces -----------------------------------------------------------------------
+
+    def _contributions(self, rows: pa.Table, ctx: BatchContext, wm: int) -> tuple[np.ndarray, list, np.ndarray]:
+        """Rule 2: (contributes to some query, late records per query, pane) of each record."""
+        times, has_time = record_times(self.queries[0], rows, ctx)
+        panes = np.floor_divide(times, self.pane)
+        accepted = np.zeros(rows.num_rows, dtype=bool)
+        late_parts = []
+        for q in self.queries:
+            contributes = has_time & (self._last_end(q, panes) > wm - q.allowed_lateness)
+            accepted |= contributes
+            if not contributes.all():
+                late_parts.append(late_table(rows, ~contributes, q.display_name, wm))
+        return accepted, late_parts, panes
 
     def _last_end(self, q: WindowQuery, panes: np.ndarray) -> np.ndarray:
         """End of the last window of ``q`` containing each pane."""
@@ -452,6 +541,51 @@ def _union_pairs(k1: np.ndarray, j1: np.ndarray, k2: np.ndarray, j2: np.ndarray)
     k, j = k[order], j[order]
     starts = group_starts(k, j)
     return k[starts], j[starts]
+
+
+def combined_partials(layout: PartialLayout, rows: pa.Table, row_key: np.ndarray) -> PaneTable:
+    """The PaneTable of combined rows; partials of one (key, pane) from several map tasks
+    are combined here, in the order of their map tasks whatever order the exchange delivered
+    them in (so float sums and UDAF merges are the same in a replay)."""
+    pane = np.asarray(rows[PANE_STATE].to_numpy(), np.int64)
+    task = np.asarray(rows[COMBINE_TASK].to_numpy(), np.int64)
+    order = np.lexsort((task, pane, row_key))
+    key, pane = row_key[order], pane[order]
+    starts = group_starts(key, pane)
+    parts = {}
+    for f in layout.fields:
+        column = rows[PARTIAL_PREFIX + f.name].combine_chunks()
+        if f.kind == "udaf":
+            cells = np.array(column.to_pylist() + [None], dtype=object)[:-1][order]
+            ends = np.append(starts[1:], len(order))
+            merged = np.empty(len(starts), dtype=object)
+            for g, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+                if b - a == 1:
+                    merged[g] = cells[a]
+                    continue
+                acc = f.udaf.create()
+                for cell in cells[a:b]:
+                    acc = f.udaf.merge(acc, pickle.loads(cell))
+                merged[g] = pickle.dumps(acc)
+            parts[f.name] = merged
+        else:
+            values = np.asarray(column.to_numpy(zero_copy_only=False), layout.numpy_dtype(f))[order]
+            parts[f.name] = f.combine.reduceat(values, starts) if len(starts) else values
+    return PaneTable(key[starts], pane[starts], parts)
+
+
+def merge_udafs(layout: PartialLayout, merged: PaneTable, target: np.ndarray, new: PaneTable) -> None:
+    """Merge combined UDAF accumulators into the panes' accumulators (new ones start from create())."""
+    for f in layout.fields:
+        if f.kind != "udaf":
+            continue
+        stored = merged.parts[f.name]
+        cache = merged.live.setdefault(f.name, {})
+        for g, i in enumerate(target.tolist()):
+            acc = pickle.loads(stored[i]) if stored[i] is not None else f.udaf.create()
+            acc = f.udaf.merge(acc, pickle.loads(new.parts[f.name][g]))
+            cache[i] = acc
+            stored[i] = pickle.dumps(acc)
 
 
 def window_kernel(key_columns: list[str], queries: list[WindowQuery], emit_keys: bool = True) -> KeyedKernel:
