@@ -4,17 +4,13 @@ and results stay exact."""
 
 from __future__ import annotations
 
-import glob
 import os
 import random
-import signal
-import subprocess
-import sys
-import time
 
-import pyarrow.dataset as ds
 import pytest
 
+from tests import crash_harness as harness
+from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches, state_written
 from tests.pipelines import exactly_once
 
 pytestmark = pytest.mark.spark
@@ -24,47 +20,13 @@ BATCHES = ROWS // PER_BATCH
 
 
 def batch_outputs(out: str) -> dict[str, dict[int, list]]:
-    """sink -> batch id -> sorted rows, from the complete batch directories a file sink wrote."""
-    result = {}
-    for sink, fmt in (("raw", "json"), ("stats", "parquet"), ("jumps", "parquet")):
-        per_batch = {}
-        for d in sorted(glob.glob(os.path.join(out, sink, "batch=*"))):
-            assert os.path.exists(os.path.join(d, "_SUCCESS")), f"incomplete batch directory {d}"
-            files = sorted(glob.glob(os.path.join(d, "part-*")))
-            rows = ds.dataset(files, format=fmt).to_table().to_pylist() if files else []
-            per_batch[int(d.rsplit("=", 1)[1])] = sorted(tuple(sorted(r.items())) for r in rows)
-        result[sink] = per_batch
-    return result
+    """sink -> batch id -> sorted rows."""
+    return {sink: batch_rows(out, sink, fmt) for sink, fmt in (("raw", "json"), ("stats", "parquet"), ("jumps", "parquet"))}
 
 
-def done_batches(checkpoint: str) -> set[int]:
-    return {int(os.path.basename(p).split(".")[0]) for p in glob.glob(os.path.join(checkpoint, "batches", "*.done.json"))}
-
-
-def started_batches(checkpoint: str) -> set[int]:
-    return {int(os.path.basename(p).split(".")[0]) for p in glob.glob(os.path.join(checkpoint, "batches", "*.start.json"))}
-
-
-def launch(out: str, checkpoint: str) -> subprocess.Popen:
-    env = dict(os.environ, SLUICE_TEST_OUT=out, SLUICE_TEST_ROWS=str(ROWS), SLUICE_TEST_PER_BATCH=str(PER_BATCH),
-               SLUICE_MASTER="local[2]")
-    return subprocess.Popen([sys.executable, "-m", "sluice", "run", exactly_once.__file__, "--checkpoint", checkpoint,
-                             "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
-def kill_when(proc: subprocess.Popen, condition, timeout: float = 240) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"the pipeline exited ({proc.returncode}) before the moment to kill it")
-        if condition():
-            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its Spark JVM, no goodbyes
-            proc.wait()
-            return
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    pytest.fail("the moment to kill never came")
+def launch(out: str, checkpoint: str):
+    env = dict(SLUICE_TEST_OUT=out, SLUICE_TEST_ROWS=str(ROWS), SLUICE_TEST_PER_BATCH=str(PER_BATCH))
+    return harness.launch(exactly_once.__file__, checkpoint, env)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +48,7 @@ def test_sigkill_at_several_moments_then_restart_equals_uninterrupted_run(refere
     kill_when(proc, lambda: 5 in done_batches(checkpoint))
     # 3. as soon as a keyed stage has written state for batch 8, before the commit
     proc = launch(out, checkpoint)
-    kill_when(proc, lambda: bool(glob.glob(os.path.join(checkpoint, "state", "*", "deltas", "*8", "*.arrow")))
-              and 8 not in done_batches(checkpoint))
+    kill_when(proc, lambda: state_written(checkpoint, 8) and 8 not in done_batches(checkpoint))
     # 4. restart and let it finish
     proc = launch(out, checkpoint)
     assert proc.wait(timeout=300) == 0

@@ -4,17 +4,13 @@ a run that never failed (the pattern of test_runtime_exactly_once)."""
 
 from __future__ import annotations
 
-import glob
 import os
-import signal
-import subprocess
-import sys
-import time
 
-import pyarrow.dataset as ds
 import pytest
 
 from sluice.runtime.side_outputs import read_side_output
+from tests import crash_harness as harness
+from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches, state_written
 from tests.pipelines import windows_crash
 
 pytestmark = pytest.mark.spark
@@ -27,15 +23,7 @@ WINDOW_OPS = ("sliding", "shared", "sessions")
 
 def outputs(out: str, checkpoint: str) -> dict[str, dict[int, list]]:
     """sink -> batch id -> sorted rows; and each window operator's late records per batch."""
-    result = {}
-    for sink in SINKS:
-        per_batch = {}
-        for d in sorted(glob.glob(os.path.join(out, sink, "batch=*"))):
-            assert os.path.exists(os.path.join(d, "_SUCCESS")), f"incomplete batch directory {d}"
-            files = sorted(glob.glob(os.path.join(d, "part-*")))
-            rows = ds.dataset(files, format="parquet").to_table().to_pylist() if files else []
-            per_batch[int(d.rsplit("=", 1)[1])] = sorted((tuple(sorted(r.items())) for r in rows), key=repr)
-        result[sink] = per_batch
+    result = {sink: batch_rows(out, sink) for sink in SINKS}
     for op in WINDOW_OPS:
         late: dict[int, list] = {}
         for record in read_side_output(checkpoint, f"side/{op}/late"):
@@ -44,34 +32,9 @@ def outputs(out: str, checkpoint: str) -> dict[str, dict[int, list]]:
     return result
 
 
-def done_batches(checkpoint: str) -> set[int]:
-    return {int(os.path.basename(p).split(".")[0]) for p in glob.glob(os.path.join(checkpoint, "batches", "*.done.json"))}
-
-
-def started_batches(checkpoint: str) -> set[int]:
-    return {int(os.path.basename(p).split(".")[0]) for p in glob.glob(os.path.join(checkpoint, "batches", "*.start.json"))}
-
-
-def launch(out: str, checkpoint: str) -> subprocess.Popen:
-    env = dict(os.environ, SLUICE_TEST_OUT=out, SLUICE_TEST_ROWS=str(ROWS), SLUICE_TEST_PER_BATCH=str(PER_BATCH),
-               SLUICE_MASTER="local[2]")
-    return subprocess.Popen([sys.executable, "-m", "sluice", "run", windows_crash.__file__, "--checkpoint", checkpoint,
-                             "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
-def kill_when(proc: subprocess.Popen, condition, timeout: float = 300) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"the pipeline exited ({proc.returncode}) before the moment to kill it")
-        if condition():
-            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its Spark JVM, no goodbyes
-            proc.wait()
-            return
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    pytest.fail("the moment to kill never came")
+def launch(out: str, checkpoint: str):
+    env = dict(SLUICE_TEST_OUT=out, SLUICE_TEST_ROWS=str(ROWS), SLUICE_TEST_PER_BATCH=str(PER_BATCH))
+    return harness.launch(windows_crash.__file__, checkpoint, env)
 
 
 @pytest.mark.slow
@@ -89,8 +52,7 @@ def test_open_windows_survive_sigkill_and_restart(spark, tmp_path):
     kill_when(proc, lambda: 2 in started_batches(checkpoint) and 2 not in done_batches(checkpoint))
     # 2. as soon as a window operator has written state for batch 4, before the commit
     proc = launch(out, checkpoint)
-    kill_when(proc, lambda: bool(glob.glob(os.path.join(checkpoint, "state", "*", "deltas", "*4", "*.arrow")))
-              and 4 not in done_batches(checkpoint))
+    kill_when(proc, lambda: state_written(checkpoint, 4) and 4 not in done_batches(checkpoint))
     # 3. restart and let it finish
     proc = launch(out, checkpoint)
     assert proc.wait(timeout=400) == 0
