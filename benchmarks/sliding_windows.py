@@ -14,11 +14,14 @@ The same keyed sliding-window count and mean over event time, on the same genera
 
 for size/slide = 1, 4, 15 and 60 (slide fixed). Both use 2 shuffle/keyed partitions on
 local[2] and collect their output rows to the driver each batch. Throughput is sustained
-throughput: rows of the batches after the warm-up divided by the wall time from the start
-of the first of them to the end of the last.
+throughput: the median over the batches after the warm-up of rows / batch period (from its
+start to the next batch's start, so the overhead between batches counts).
 
 A second case runs 3 window queries over one stream: sharing one set of panes
 (``KeyedStream.windows``) against the same 3 as separate window operators.
+
+The machine is shared with other work, so full mode runs each system twice per case,
+alternating (A, B, B, A), and keeps the better run of each.
 
 Writes docs/results/sliding_windows.json and sliding_windows.png; the last line printed is a
 JSON object whose ``ratio`` is Sluice's throughput over Spark's at size/slide = 60, with
@@ -67,12 +70,20 @@ def _count_rows(counter):
 
 
 def sustained(batches: list[tuple[float, float, int]], warmup: int) -> float:
-    """Rows/s over batches (start, end, rows) after ``warmup``: rows / wall time they took."""
-    steady = batches[warmup:]
-    if not steady:
+    """Rows/s of the batches (start, end, rows) after ``warmup``: the median over batches of
+    rows / period, a batch's period being from its start to the next batch's start (its end
+    for the last), so the per-batch overhead between batches counts. The median keeps one
+    batch slowed by a neighbour on this shared machine from deciding the figure."""
+    import statistics
+
+    steady = sorted(batches)[warmup:]
+    if len(steady) < 2:
         raise SystemExit("too few batches to measure: raise --batches")
-    wall = steady[-1][1] - steady[0][0]
-    return sum(rows for _, _, rows in steady) / wall
+    rates = []
+    for (start, end, rows), nxt in zip(steady, steady[1:] + [None]):
+        period = (nxt[0] if nxt is not None else end) - start
+        rates.append(rows / period)
+    return statistics.median(rates)
 
 
 def run_sluice(spark, spec, queries: list[list], shared: bool, workdir: str, warmup: int) -> dict:
@@ -172,9 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=10_000, help="distinct meters (keys)")
     parser.add_argument("--rows-per-batch", type=int, default=None)
     parser.add_argument("--batches", type=int, default=None)
+    parser.add_argument("--repeats", type=int, choices=(1, 2), default=None,
+                        help="runs of each system per case, best kept (default: 1 quick, 2 full)")
     args = parser.parse_args(argv)
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
-    n_batches = args.batches or (8 if args.quick else 14)
+    n_batches = args.batches or (8 if args.quick else 10)
+    args.repeats = args.repeats or (1 if args.quick else 2)
     warmup = 3
     span_s, delay_s = 10.0, 2.0  # event time per batch, and out-of-orderness = watermark delay
     rows = per_batch * n_batches
@@ -194,8 +208,16 @@ def main(argv: list[str] | None = None) -> int:
     per_ratio = []
     for ratio in RATIOS:
         size = ratio * SLIDE_S
-        sluice = run_sluice(spark, spec, [[f"{ratio}", size, SLIDE_S]], True, workdir, warmup)
-        native = run_spark(spark, spec, size, SLIDE_S, workdir, warmup)
+        # best of two alternating runs of each (Sluice, Spark, Spark, Sluice): load from the
+        # other tenants of this shared machine comes and goes
+        sluice_runs, spark_runs = [], []
+        for system in (["sluice", "spark", "spark", "sluice"] if args.repeats == 2 else ["sluice", "spark"]):
+            if system == "sluice":
+                sluice_runs.append(run_sluice(spark, spec, [[f"{ratio}", size, SLIDE_S]], True, workdir, warmup))
+            else:
+                spark_runs.append(run_spark(spark, spec, size, SLIDE_S, workdir, warmup))
+        sluice = max(sluice_runs, key=lambda r: r["throughput"])
+        native = max(spark_runs, key=lambda r: r["throughput"])
         row = {
             "size_over_slide": ratio, "size_s": size, "slide_s": SLIDE_S,
             "sluice_rows_per_s": round(sluice["throughput"]), "spark_rows_per_s": round(native["throughput"]),
@@ -207,8 +229,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{sluice['output_rows']:>6,}/{native['output_rows']:<6,}", flush=True)
 
     queries = [["60s_1s", 60.0, 1.0], ["30s_5s", 30.0, 5.0], ["10s_10s", 10.0, 10.0]]
-    shared = run_sluice(spark, spec, queries, True, workdir, warmup)
-    separate = run_sluice(spark, spec, queries, False, workdir, warmup)
+    # alternate the two and keep the best of each: the machine is shared, and load that
+    # comes and goes should not decide which of the two looks better
+    runs = {True: [], False: []}
+    for shared_panes in ((True, False, False, True) if args.repeats == 2 else (True, False)):
+        runs[shared_panes].append(run_sluice(spark, spec, queries, shared_panes, workdir, warmup))
+    shared = max(runs[True], key=lambda r: r["throughput"])
+    separate = max(runs[False], key=lambda r: r["throughput"])
     shared_ratio = shared["throughput"] / separate["throughput"]
     print(f"3 queries {', '.join(q[0] for q in queries)}: shared panes {shared['throughput']:,.0f} rows/s, "
           f"3 separate window operators {separate['throughput']:,.0f} rows/s, ratio {shared_ratio:.2f}")
@@ -218,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "sliding_windows",
         "mode": mode,
         "setup": {"keys": args.keys, "rows_per_batch": per_batch, "batches": n_batches, "warmup_batches": warmup,
+                  "repeats_best_of": args.repeats, "throughput": "median over steady batches of rows / batch period",
                   "event_span_per_batch_s": span_s, "watermark_delay_s": delay_s, "slide_s": SLIDE_S,
                   "partitions": PARTITIONS, "master": "local[2]", "aggregates": ["count", "mean(value)"]},
         "per_ratio": per_ratio,

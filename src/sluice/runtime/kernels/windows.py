@@ -29,6 +29,11 @@ open windows that are due (append) or that the batch changed; (D) evict dead pan
 Each key's state remembers the watermark of the last batch that changed it (``__wm``) so
 that a window is emitted on time exactly once even if the key group is not processed in
 every batch; the state of a key whose batch changed nothing is not rewritten.
+
+On Spark the runtime first runs :meth:`WindowAggregateKernel.combine` on every map task
+(``sluice.runtime.combine``): records are pre-aggregated per (key, pane) and late ones
+sorted out before the exchange, so one partial per (key, pane) and task crosses it; then
+``process`` merges those partials into the state exactly as it would the records.
 """
 
 from __future__ import annotations
@@ -189,6 +194,7 @@ class WindowAggregateKernel(KeyedKernel):
     """Tumbling and sliding window queries over one keyed stream, sharing one set of panes."""
 
     wants_timers = True  # windows fire on the watermark, also for keys without new rows
+    input_schema: pa.Schema | None = None  # the records' schema, set by bind()
 
     def __init__(self, key_columns: list[str], queries: list[WindowQuery], emit_keys: bool = True):
         super().__init__(key_columns)
@@ -221,7 +227,7 @@ class WindowAggregateKernel(KeyedKernel):
         """The records' schema, also when ``schema`` is that of combined rows."""
         if PANE_STATE not in schema.names:
             return schema
-        if getattr(self, "input_schema", None) is None:
+        if self.input_schema is None:
             raise PipelineError("window kernel: combined rows need the records' schema (call bind first)")
         return self.input_schema
 
