@@ -90,6 +90,8 @@ def run(spark, tmp_path_factory):
     keyed.reduce(lambda a, b: dict(a, kwh=a["kwh"] + b["kwh"], id=max(a["id"], b["id"])), name="sum_reduce") \
         .sink(sinks.memory("reduce"))
     keyed.process(count_seen, schema={"meter": "string", "seen": "int64"}, name="seen").sink(sinks.memory("proc"))
+    s.with_columns(double="kwh * 2").key_by("meter").aggregate(d=agg.sum("double"), name="doubled") \
+        .sink(sinks.memory("agg_after_with_columns"))
     checkpoint = str(tmp_path_factory.mktemp("all_ops"))
     result = p.run(checkpoint, spark=spark)
     raw = memory_table("raw").to_pandas()
@@ -153,6 +155,13 @@ def test_keyed_aggregate_matches_reference(run):
         assert row["lo"] == values.min() and row["hi"] == values.max()
         assert math.isclose(row["avg"], values.mean(), rel_tol=1e-9)
         assert math.isclose(row["ss"], float((values ** 2).sum()), rel_tol=1e-9)
+
+
+def test_keyed_stage_after_a_column_added_behind_the_hidden_ones(run):
+    _, _, raw, _ = run
+    final = final_per_key("agg_after_with_columns", ["meter"])
+    for meter, values in raw.groupby("meter")["kwh"]:
+        assert math.isclose(final[(meter,)]["d"], 2 * values.sum(), rel_tol=1e-9)
 
 
 def test_reduce_and_process_keep_state_across_batches(run):

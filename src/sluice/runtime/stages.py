@@ -102,7 +102,10 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         partition = _partition_id()
         metrics = TaskMetrics(accumulator)
         received = list(batches)
-        rows = pa.Table.from_batches(received).cast(routed_schema) if received else routed_schema.empty_table()
+        # columns arrive in the DataFrame's order (a with_columns may put some after the
+        # hidden ones): select by name, then conform the types
+        rows = (pa.Table.from_batches(received).select(routed_schema.names).cast(routed_schema)
+                if received else routed_schema.empty_table())
         kgs = set(pc.unique(rows.column(KEY_GROUP)).to_pylist()) if rows.num_rows else set()
         if kernel.wants_timers:
             kgs |= {kg for kg in with_state if routing[kg] == partition}
