@@ -32,6 +32,7 @@ from sluice.runtime.kernels.windows import (
     PARTIAL_PREFIX,
     WATERMARK_STATE,
     _concat_column,
+    key_columns_of,
     batch_watermark,
     distinct_aggregates,
     key_ids,
@@ -268,22 +269,20 @@ class SessionWindowKernel(KeyedKernel):
             sel = np.flatnonzero(changed[g_key])  # g_key is sorted, so rows of a key are contiguous
             offsets = np.zeros(len(upsert_ids) + 1, dtype=np.int64)
             np.cumsum(remaining[upsert_ids], out=offsets[1:])
-            keys = all_keys.take(pa.array(first[upsert_ids]))
-            columns = {c: keys[c] for c in self.key_columns}
+            columns, key_groups = key_columns_of(all_keys, first, upsert_ids, self.key_columns, kg)
             columns[WATERMARK_STATE] = pa.array(np.full(len(upsert_ids), wm, np.int64))
             columns[START_STATE] = list_column(g_start[sel], offsets, pa.int64())
             columns[END_STATE] = list_column(g_end[sel], offsets, pa.int64())
             for f in layout.fields:
                 columns[PARTIAL_PREFIX + f.name] = list_column(g_parts[f.name][sel], offsets, layout.arrow_type(f))
-            columns[KEY_GROUP] = kg.take(pa.array(first[upsert_ids])).cast(pa.int32())
+            columns[KEY_GROUP] = key_groups
             upserts = pa.table(columns).cast(state_schema)
         else:
             upserts = state_schema.empty_table()
         deletes = None
         if len(delete_ids):
-            keys = all_keys.take(pa.array(first[delete_ids]))
-            columns = {c: keys[c] for c in self.key_columns}
-            columns[KEY_GROUP] = kg.take(pa.array(first[delete_ids])).cast(pa.int32())
+            columns, key_groups = key_columns_of(all_keys, first, delete_ids, self.key_columns, kg)
+            columns[KEY_GROUP] = key_groups
             deletes = pa.table(columns)
         return upserts, deletes
 

@@ -178,6 +178,15 @@ def distinct_aggregates(queries: list[WindowQuery]) -> list[Aggregate]:
     return list(seen.values())
 
 
+def key_columns_of(all_keys: pa.Table, first: np.ndarray, ids: np.ndarray, key_columns: list[str],
+                   kg: pa.Array) -> tuple[dict[str, pa.Array], pa.Array]:
+    """Key columns and key groups of the keys ``ids`` (each read at its first row): the start
+    of a state row or a delete row. The key group goes last in a state row, so it is apart."""
+    taken = pa.array(first[ids])
+    keys = all_keys.take(taken)
+    return {c: keys[c] for c in key_columns}, kg.take(taken).cast(pa.int32())
+
+
 def list_column(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType) -> pa.Array:
     if value_type == pa.binary():
         flat = pa.array(list(values), pa.binary())
@@ -514,21 +523,19 @@ class WindowAggregateKernel(KeyedKernel):
             selected = final.take(np.flatnonzero(changed[final.key]))
             offsets = np.zeros(len(upsert_ids) + 1, dtype=np.int64)
             np.cumsum(remaining[upsert_ids], out=offsets[1:])
-            keys = all_keys.take(pa.array(first[upsert_ids]))
-            columns = {c: keys[c] for c in self.key_columns}
+            columns, key_groups = key_columns_of(all_keys, first, upsert_ids, self.key_columns, kg)
             columns[WATERMARK_STATE] = pa.array(np.full(len(upsert_ids), wm, np.int64))
             columns[PANE_STATE] = list_column(selected.pane, offsets, pa.int64())
             for f in layout.fields:
                 columns[PARTIAL_PREFIX + f.name] = list_column(selected.parts[f.name], offsets, layout.arrow_type(f))
-            columns[KEY_GROUP] = kg.take(pa.array(first[upsert_ids])).cast(pa.int32())
+            columns[KEY_GROUP] = key_groups
             upserts = pa.table(columns).cast(state_schema)
         else:
             upserts = state_schema.empty_table()
         deletes = None
         if len(delete_ids):
-            keys = all_keys.take(pa.array(first[delete_ids]))
-            columns = {c: keys[c] for c in self.key_columns}
-            columns[KEY_GROUP] = kg.take(pa.array(first[delete_ids])).cast(pa.int32())
+            columns, key_groups = key_columns_of(all_keys, first, delete_ids, self.key_columns, kg)
+            columns[KEY_GROUP] = key_groups
             deletes = pa.table(columns)
         return upserts, deletes
 
