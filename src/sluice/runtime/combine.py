@@ -1,4 +1,5 @@
-"""Map-side combine before a keyed exchange (C-MR's sub-window Combine).
+"""The exchange in front of a keyed stage, and the map-side combine before it (C-MR's
+sub-window Combine).
 
 A keyed kernel that sets ``combines_before_exchange`` (the window kernel) pre-aggregates each
 map task's records with ``kernel.combine(rows, ctx)`` before the exchange by key group: one
@@ -9,6 +10,9 @@ on the map side and written to the operator's ``late`` side output there.
 The combined rows keep the key columns (so they hash to the same key group as the records)
 and the oldest ingest time of their records (so end-to-end latency stays measured from the
 oldest record).
+
+When Spark can compute every partial itself (built-in aggregates), it does, and no Python
+pass touches the raw records (``sluice.runtime.native_combine``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 import pyarrow as pa
 
 from sluice.graph.operators import Operator
+from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.schemas import INGEST, to_spark, with_hidden
 from sluice.runtime.side_outputs import SideOutputWriter
@@ -29,6 +34,23 @@ def _partition_id() -> int:
 
     ctx = TaskContext.get()
     return ctx.partitionId() if ctx is not None else 0
+
+
+def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
+             context: BatchContext, max_parallelism: int, root: str, accumulator):
+    """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
+
+    Returns (frame, schema of its rows without the hidden columns, and what the driver must
+    do once the batch's job has run, if anything: a function returning a metric to add)."""
+    from sluice.runtime.native_combine import native_combine, supports_native_combine, write_late
+    from sluice.runtime.stages import route
+
+    if supports_native_combine(kernel, in_schema):
+        combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism)
+        return combined.frame, combined.schema, lambda: {"side_late": write_late(combined, op, context, root)}
+    if getattr(kernel, "combines_before_exchange", False):
+        df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
+    return route(df, kernel.key_columns, stage, max_parallelism), in_schema, None
 
 
 def combine_stage(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, context: BatchContext, root: str,

@@ -24,11 +24,11 @@ from sluice.runtime import sinks
 from sluice.runtime.files import filesystem, read_bytes, write_atomic
 from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.metrics import BatchMetrics
-from sluice.runtime.combine import combine_stage
+from sluice.runtime.combine import exchange
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
-from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, route
+from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain
 from sluice.runtime.task_metrics import MetricsParam, split_metrics
 
 MICROS = 1_000_000
@@ -124,10 +124,12 @@ class BatchExecutor:
         context = BatchContext(batch_id, 0, start["watermark"], start["processing_time"])
         self.accumulator.value = {}
 
-        frames, observations, persisted = self._build(df, batch_id, plan, context)
+        frames, observations, persisted, finishers = self._build(df, batch_id, plan, context)
         sink_stats = {}
         for op in self.graph.sinks():
             sink_stats[op.id] = self._write_sink(op, frames[op.inputs[0]], batch_id)
+        for op_id, finish in finishers.items():
+            self.accumulator.add({f"{op_id}|{metric}": n for metric, n in finish().items() if n})
         dead = self._forward_dead_letters(batch_id)
         for op_id, store in self.stores.items():
             store.commit(batch_id, store.committed_files(batch_id))
@@ -166,6 +168,7 @@ class BatchExecutor:
         frames: dict = {}
         observations: dict = {}
         persisted = []
+        finishers: dict = {}  # operator -> driver work once the job ran (returns metrics)
         chain_of = {chain[-1]: chain for chain in plan.chains}
         for op in self.order:
             if op.kind == "source":
@@ -200,18 +203,18 @@ class BatchExecutor:
                 stage = plan.keyed[op.id]
                 store = self.stores[op.id]
                 index = store.index(before_batch=batch_id)
-                upstream, in_schema = frames[key_by.id], key_by.schema
-                if getattr(keyed_kernel(op), "combines_before_exchange", False):  # windows: map-side Combine
-                    upstream, in_schema = combine_stage(upstream, op, keyed_kernel(op), in_schema, context,
-                                                        self.checkpoint, self.accumulator)
-                routed = route(upstream, keyed_kernel(op).key_columns, stage, plan.max_parallelism)
-                frame = keyed_stage(routed, op, in_schema, stage, (self.checkpoint, op.id, keyed_kernel(op).key_columns),
+                kernel = keyed_kernel(op)
+                routed, in_schema, finish = exchange(frames[key_by.id], op, kernel, key_by.schema, stage, context,
+                                                     plan.max_parallelism, self.checkpoint, self.accumulator)
+                if finish is not None:
+                    finishers[op.id] = finish
+                frame = keyed_stage(routed, op, in_schema, stage, (self.checkpoint, op.id, kernel.key_columns),
                                     index, context, self.checkpoint, self.accumulator)
             if len(self.graph.consumers(op.id)) > 1:
                 frame = frame.persist()  # fan-out: no branch recomputes the shared upstream
                 persisted.append(frame)
             frames[op.id] = frame
-        return frames, observations, persisted
+        return frames, observations, persisted, finishers
 
     def _write_sink(self, op: Operator, frame, batch_id: int) -> dict:
         from pyspark.sql import Observation

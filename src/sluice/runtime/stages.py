@@ -12,6 +12,7 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.errors import StateError
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.kernels.aggregate import AggregateKernel
@@ -69,21 +70,34 @@ def keyed_kernel(op: Operator) -> KeyedKernel:
     raise ValueError(f"no kernel for keyed operator kind {op.kind!r}")
 
 
-def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int):
-    """Add the key group and the partition it is routed to, then exchange by partition.
+def routing_columns(keys: list[str], stage: KeyedStagePlan, max_parallelism: int) -> dict[str, str]:
+    """SQL of the key group of each row and of the partition it is routed to.
 
-    Both columns are native expressions: the hash is Spark's xxhash64 (stable across runs
-    and machines), and the routing table is a literal array indexed by key group. Both are
-    written as SQL and added in one ``withColumns``: built from ``F.lit`` per key group and
-    two ``withColumn`` calls, they cost a Py4J round trip per key group and two plan
-    analyses on the driver, every batch (about 0.1 s for 128 key groups).
+    Both are native expressions: the hash is Spark's xxhash64 (stable across runs and
+    machines), and the routing table is a literal array indexed by key group. They are SQL
+    added in one ``withColumns``: built from ``F.lit`` per key group and two ``withColumn``
+    calls, they cost a Py4J round trip per key group and two plan analyses on the driver,
+    every batch (about 0.1 s for 128 key groups).
+
+    The partition is wrapped in ``IF(spark_partition_id() >= 0, ..., 0)`` (the condition
+    always holds, but Spark cannot know it) to keep Spark from folding it into a constant when
+    the key is one (a window over a whole stream): a constant grouping column is dropped from
+    an aggregate, and an aggregate grouped by the partition would then ask for a second
+    exchange, by hash, that scatters a key group over partitions (``sluice.runtime.native_combine``).
     """
-    from pyspark.sql import functions as F
-
     columns = ", ".join("`" + k.replace("`", "``") + "`" for k in keys)
     kg = f"CAST(pmod(xxhash64({columns}), {int(max_parallelism)}) AS INT)"
     table = "array(" + ", ".join(str(int(p)) for p in stage.routing) + ")"
-    routed = df.withColumns({KEY_GROUP: F.expr(kg), PARTITION: F.expr(f"CAST(element_at({table}, {kg} + 1) AS INT)")})
+    partition = f"IF(spark_partition_id() >= 0, CAST(element_at({table}, {kg} + 1) AS INT), 0)"
+    return {KEY_GROUP: kg, PARTITION: partition}
+
+
+def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int):
+    """Add the key group and the partition it is routed to, then exchange by partition."""
+    from pyspark.sql import functions as F
+
+    columns = routing_columns(keys, stage, max_parallelism)
+    routed = df.withColumns({name: F.expr(sql) for name, sql in columns.items()})
     return routed.repartitionById(stage.partitions, PARTITION)
 
 
@@ -110,6 +124,10 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         # hidden ones): select by name, then conform the types
         rows = (pa.Table.from_batches(received).select(routed_schema.names).cast(routed_schema)
                 if received else routed_schema.empty_table())
+        if rows.num_rows and not pc.all(pc.equal(rows.column(PARTITION), partition)).as_py():
+            # state is owned by one partition per key group: never merge rows routed elsewhere
+            raise StateError(f"keyed operator {op.name!r}: partition {partition} received rows routed to "
+                             f"another partition; Spark re-partitioned them after the exchange by key group")
         kgs = set(pc.unique(rows.column(KEY_GROUP)).to_pylist()) if rows.num_rows else set()
         if kernel.wants_timers:
             kgs |= {kg for kg in with_state if routing[kg] == partition}

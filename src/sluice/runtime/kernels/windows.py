@@ -322,7 +322,7 @@ class WindowAggregateKernel(KeyedKernel):
             last_wm[:n_state] = np.asarray(state[WATERMARK_STATE].to_numpy(), np.int64)
         old = self._panes_from_state(layout, state)
 
-        if combined:  # combine() already sorted out the late records
+        if combined:  # the combine already sorted out the late records
             late_parts = []
         else:
             accepted, late_parts, panes = self._contributions(rows, ctx, wm)

@@ -1,0 +1,185 @@
+"""C-MR's sub-window Combine run by Spark itself, for windows of built-in aggregates.
+
+When every partial a window kernel keeps is a built-in (count, sum, min, max of numbers,
+booleans and timestamps), the Combine needs no Python: Spark computes each pane's partials
+in one aggregate. The records are routed (key group, partition), exchanged by partition,
+and grouped by (partition, keys, pane, map task). The exchange by partition already
+satisfies that grouping's distribution, so Spark runs the aggregate right after the
+exchange without a second shuffle. Python sees the same rows as after the Python combine
+(``sluice.runtime.combine``), one per (key, pane, map task), but the raw records never cross
+into Python: at size = slide that pass, not the kernel, was the gap to Spark's ``window()``.
+
+The map task (``spark_partition_id()`` before the exchange) is a grouping column so that a
+float sum adds the same records in the same order when a batch is replayed: the rows of one
+group come from one map task, in that task's order.
+
+Whether a record is late depends only on its pane and the batch's watermark, fixed before
+the batch, so Spark decides it with the kernel's arithmetic. Records no query accepts are
+left out of the partials. Records late for some query leave through an observation of the
+map stage (``collect_list``, gathered with the job's result); :func:`write_late` writes them
+to the operator's ``late`` side output on the driver. Late records are few, and they are never
+dropped. Carrying them through the aggregate instead would widen its grouping for every row,
+which measured slower than the Python combine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from sluice.graph.operators import Operator
+from sluice.graph.windows import EventTime
+from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
+from sluice.runtime.kernels.panes import PartialField, PartialLayout
+from sluice.runtime.kernels.windows import (
+    COMBINE_TASK,
+    LATE,
+    PANE_STATE,
+    PARTIAL_PREFIX,
+    WindowAggregateKernel,
+    batch_watermark,
+)
+from sluice.runtime.schemas import INGEST, PARTITION
+from sluice.runtime.side_outputs import SideOutputWriter
+
+_INT64_MAX = "9223372036854775807L"
+_INT64_MIN = "(-9223372036854775807L - 1L)"
+_ACCEPTED = "__accepted"  # some query takes the record into its panes
+_ON_TIME = "__on_time"  # every query does
+
+
+def supports_native_combine(kernel, in_schema: pa.Schema) -> bool:
+    """True when Spark can compute every partial of ``kernel``'s panes over ``in_schema``."""
+    if not isinstance(kernel, WindowAggregateKernel):
+        return False
+    time = kernel.queries[0].time
+    if isinstance(time, EventTime) and not _native_time(in_schema.field(time.column).type):
+        return False
+    for f in kernel.layout(kernel._record_schema(in_schema)).fields:
+        if f.kind == "udaf":
+            return False
+        if f.kind in ("min", "max"):
+            dtype = in_schema.field(f.column).type
+            if pa.types.is_duration(dtype) or (pa.types.is_timestamp(dtype) and not _native_time(dtype)):
+                return False
+    return True
+
+
+def _native_time(dtype: pa.DataType) -> bool:
+    """Spark reads tz-aware timestamps as UTC micros, exactly like the kernel; a tz-naive
+    timestamp is a wall-clock time Spark would shift by the session time zone."""
+    return pa.types.is_integer(dtype) or (pa.types.is_timestamp(dtype) and dtype.tz is not None)
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _micros(column: str, dtype: pa.DataType) -> str:
+    return f"unix_micros({_q(column)})" if pa.types.is_timestamp(dtype) else f"CAST({_q(column)} AS BIGINT)"
+
+
+def _floor_div(x: str, d: int) -> str:
+    """floor(x / d) in exact integer arithmetic (``div`` alone truncates toward zero)."""
+    return f"(({x}) - pmod({x}, {d}L)) div {d}L"
+
+
+def _partial_sql(f: PartialField, layout: PartialLayout, schema: pa.Schema) -> str:
+    """The Spark aggregate of one partial field, null-free like ``PartialLayout.field_values``."""
+    if f.kind == "rows":
+        return "count(1)"
+    if f.kind == "n":
+        return f"count({_q(f.column)})"
+    is_int = layout.numpy_dtype(f) is np.int64
+    dtype = schema.field(f.column).type
+    value = _micros(f.column, dtype) if pa.types.is_timestamp(dtype) else \
+        f"CAST({_q(f.column)} AS {'BIGINT' if is_int else 'DOUBLE'})"
+    if f.kind == "sum":
+        # plain sum: an int64 overflow fails the batch with Spark's error rather than wrap
+        return f"coalesce(sum({value}), {'0L' if is_int else 'CAST(0 AS DOUBLE)'})"
+    if is_int:
+        identity = _INT64_MAX if f.kind == "min" else _INT64_MIN
+    else:
+        identity = "CAST('Infinity' AS DOUBLE)" if f.kind == "min" else "CAST('-Infinity' AS DOUBLE)"
+    return f"coalesce({f.kind}({value}), {identity})"
+
+
+@dataclass
+class NativeCombine:
+    """The combined frame of one batch, and what the driver does once the batch's job ran."""
+
+    frame: object  # pyspark DataFrame: keys, pane, map task, partials, key group, partition, ingest
+    schema: pa.Schema  # its rows' schema without the hidden columns (the kernel's combined_schema)
+    late: object  # pyspark Observation holding the late records
+    kernel: WindowAggregateKernel
+    record_schema: pa.Schema
+
+
+def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: pa.Schema, context: BatchContext,
+                   stage: KeyedStagePlan, max_parallelism: int) -> NativeCombine:
+    """Route ``df`` by key group and combine it into pane partials in Spark."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from sluice.runtime.stages import routing_columns
+
+    kernel.bind(in_schema)
+    record_schema = kernel._record_schema(in_schema)
+    layout = kernel.layout(record_schema)
+    wm = batch_watermark(kernel.queries[0], context)
+
+    time = kernel.queries[0].time
+    t = _micros(time.column, record_schema.field(time.column).type) if isinstance(time, EventTime) \
+        else f"{int(context.processing_time)}L"
+    pane = _floor_div(t, kernel.pane)
+    start = f"({pane}) * {kernel.pane}L"
+    contributes = [  # the kernel's rule 2: the last window holding the pane is still open
+        f"coalesce(({start} - pmod({start}, {q.window.slide}L) + {q.window.size}L) > "
+        f"({wm}L - {q.allowed_lateness}L), false)"
+        for q in kernel.queries
+    ]
+    columns = {PANE_STATE: pane, COMBINE_TASK: "spark_partition_id()",
+               _ACCEPTED: " OR ".join(contributes), _ON_TIME: " AND ".join(contributes),
+               **routing_columns(kernel.key_columns, stage, max_parallelism)}
+    staged = df.withColumns({name: F.expr(sql) for name, sql in columns.items()})
+
+    # records late for some query leave through an observation; timestamps travel as micros
+    # (a collected timestamp would come back in the driver's local time zone)
+    record = F.struct(*[F.expr(_micros(f.name, f.type) if pa.types.is_timestamp(f.type) else _q(f.name)).alias(f.name)
+                        for f in record_schema])
+    late = Observation(f"late_{op.id}_{context.batch_id}")
+    staged = staged.observe(late, F.collect_list(F.when(~F.col(_ON_TIME), record)).alias("records"))
+
+    routed = staged.filter(F.col(_ACCEPTED)).repartitionById(stage.partitions, PARTITION)
+    groups = [PARTITION, *kernel.key_columns, PANE_STATE, COMBINE_TASK]
+    partials = [F.expr(_partial_sql(f, layout, record_schema)).alias(PARTIAL_PREFIX + f.name) for f in layout.fields]
+    frame = routed.groupBy(*[F.col(_q(g)) for g in groups]).agg(
+        *partials, F.min(INGEST).alias(INGEST), F.max(KEY_GROUP).alias(KEY_GROUP))  # one key group per key
+    return NativeCombine(frame, kernel.combined_schema(in_schema), late, kernel, record_schema)
+
+
+def late_records(combine: NativeCombine, context: BatchContext) -> list[pa.Table]:
+    """The batch's late records, per query they are late for (read once the job has run)."""
+    rows = combine.late.get.get("records") or []
+    if not rows:
+        return []
+    columns = {}
+    for f in combine.record_schema:
+        values = [row[f.name] for row in rows]
+        columns[f.name] = pa.array(values, pa.int64()).cast(f.type) if pa.types.is_timestamp(f.type) \
+            else pa.array(values, f.type)
+    records = pa.table(columns, schema=combine.record_schema)
+    wm = batch_watermark(combine.kernel.queries[0], context)
+    return combine.kernel._contributions(records, context, wm)[1]
+
+
+def write_late(combine: NativeCombine, op: Operator, context: BatchContext, root: str) -> int:
+    """Write the batch's late records to the ``late`` side output; returns how many were written
+    (a record late for two queries counts twice, as in the Python combine)."""
+    writer = SideOutputWriter(root, f"side/{op.id}/{LATE}", context.batch_id, f"{op.id}.combine", 0)
+    for part in late_records(combine, context):
+        writer.add_table(op.name, part, LATE)
+    return writer.flush()

@@ -1,0 +1,155 @@
+"""The combine Spark runs for windows of built-in aggregates equals the Python combine.
+
+Both turn one batch of records into pane partials and late records; the kernel then
+processes either. Fed the same records and watermark, the two must give the same window
+results and the same late records, and Spark must do it with one exchange.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from windows_harness import assert_rows_equal
+
+from sluice import agg
+from sluice.graph.windows import EventTime, ProcessingTime, Sliding, WindowQuery
+from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
+from sluice.runtime.kernels.windows import WindowAggregateKernel
+from sluice.graph.operators import Operator
+from sluice.runtime.native_combine import late_records, native_combine, supports_native_combine
+from sluice.runtime.schemas import INGEST, PARTITION, to_spark
+
+pytestmark = pytest.mark.spark
+
+S = 1_000_000  # microseconds in a second
+T0 = 1_700_000_000 * S
+
+
+def _records(n: int = 400, seed: int = 5) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    ts = T0 + rng.integers(0, 20 * S, n)
+    ts_null = rng.random(n) < 0.03
+    value = rng.normal(1.0, 2.0, n)
+    value_null = rng.random(n) < 0.1
+    return pa.table({
+        "meter": pa.array([f"m{k}" for k in rng.integers(0, 6, n)]),
+        "kwh": pa.array(value, mask=value_null),
+        "level": pa.array(rng.integers(-50, 50, n), pa.int64()),
+        "on": pa.array(rng.random(n) < 0.5),
+        "ts": pa.array(ts, pa.timestamp("us", tz="UTC"), mask=ts_null),
+        INGEST: pa.array(T0 + rng.integers(0, 5 * S, n), pa.timestamp("us", tz="UTC")),
+    })
+
+
+def _queries(time=EventTime("ts")) -> list[WindowQuery]:
+    aggs = (("n", agg.count()), ("avg", agg.mean("kwh")), ("top", agg.max("kwh")), ("low", agg.min("level")),
+            ("total", agg.sum("level")), ("ons", agg.sum("on")), ("nk", agg.count("kwh")), ("last", agg.max("ts")))
+    return [
+        WindowQuery(Sliding(4 * S, 1 * S), aggs, time, allowed_lateness=0, mode="update", name="4s"),
+        WindowQuery(Sliding(6 * S, 2 * S), aggs[:3], time, allowed_lateness=3 * S, mode="update", name="6s"),
+    ]
+
+
+def _with_key_groups(rows: pa.Table) -> pa.Table:
+    return rows.append_column(KEY_GROUP, pa.array(np.zeros(rows.num_rows, np.int32)))
+
+
+def _outputs(kernel, rows: pa.Table, ctx: BatchContext):
+    schema = kernel.state_schema(rows.schema).append(pa.field(KEY_GROUP, pa.int32()))
+    result = kernel.process(rows, schema.empty_table(), ctx)
+    late = result.side_outputs["late"]
+    return result.output.to_pylist(), late.to_pylist()
+
+
+def _python_combined(kernel, records: pa.Table, ctx: BatchContext, tasks: int = 2):
+    cut = records.num_rows // tasks
+    parts, lates = [], []
+    for task in range(tasks):
+        part, late = kernel.combine(records.slice(task * cut, cut if task < tasks - 1 else None),
+                                    BatchContext(ctx.batch_id, task, ctx.watermark, ctx.processing_time))
+        parts.append(part)
+        lates.append(late)
+    return pa.concat_tables(parts), pa.concat_tables(lates).to_pylist()
+
+
+def _native_combined(spark, kernel, records: pa.Table, ctx: BatchContext, df=None):
+    """(combined rows, late records, executed plan) of Spark's combine over ``records``."""
+    schema = pa.schema([f for f in records.schema if f.name != INGEST])
+    if df is None:
+        df = spark.createDataFrame(records.to_pandas(), to_spark(records.schema)).repartition(2)
+    stage = KeyedStagePlan(partitions=2, routing=(0, 1, 1, 0))
+    combine = native_combine(df, Operator(id="w", kind="window", name="w"), kernel, schema, ctx, stage, max_parallelism=4)
+    plan = combine.frame._jdf.queryExecution().executedPlan().toString()
+    rows = combine.frame.toArrow()
+    rows = rows.select(combine.schema.names + [KEY_GROUP]).cast(combine.schema.append(pa.field(KEY_GROUP, pa.int32())))
+    late = late_records(combine, ctx)
+    return rows, (pa.concat_tables(late).to_pylist() if late else []), plan
+
+
+@pytest.mark.parametrize("watermark_s", [None, 8, 12])
+def test_spark_combine_gives_the_python_combines_windows_and_late_records(spark, watermark_s):
+    records = _records()
+    kernel = WindowAggregateKernel(["meter"], _queries())
+    schema = pa.schema([f for f in records.schema if f.name != INGEST])
+    assert supports_native_combine(kernel, schema)
+    ctx = BatchContext(7, 0, None if watermark_s is None else T0 + watermark_s * S, T0 + 30 * S)
+
+    kernel.bind(schema)
+    python_rows, python_late = _python_combined(kernel, records, ctx)
+    native_rows, native_late, plan = _native_combined(spark, kernel, records, ctx)
+    # one exchange, by partition: the grouping needs no second one (the round robin is the test's)
+    assert plan.count("Exchange") == 2 and "hashpartitioning" not in plan, plan
+
+    want_out, want_late = _outputs(kernel, _with_key_groups(python_rows), ctx)
+    got_out, got_late = _outputs(kernel, native_rows, ctx)
+    assert want_out, "windows were emitted"
+    assert_rows_equal(got_out, want_out, "window results")
+    assert want_late == got_late == []  # both combines sorted the late records out
+    assert_rows_equal(native_late, python_late, "late records")
+    if watermark_s is not None:
+        assert python_late, "some records were late"
+        assert len({r["late_for"] for r in python_late}) == 2, "late for one query, accepted by the other"
+
+
+def test_processing_time_windows_combine_in_spark(spark):
+    records = _records(seed=9)
+    kernel = WindowAggregateKernel(["meter"], _queries(ProcessingTime())[:1])
+    ctx = BatchContext(3, 0, None, T0 + 30 * S + 123)
+    kernel.bind(pa.schema([f for f in records.schema if f.name != INGEST]))
+    python_rows, _ = _python_combined(kernel, records, ctx)
+    native_rows, _, _ = _native_combined(spark, kernel, records, ctx)
+    assert_rows_equal(_outputs(kernel, native_rows, ctx)[0], _outputs(kernel, _with_key_groups(python_rows), ctx)[0])
+
+
+def test_udafs_and_naive_timestamps_stay_in_python():
+    schema = pa.schema([("meter", pa.string()), ("kwh", pa.float64()), ("ts", pa.timestamp("us", tz="UTC"))])
+    spread = agg.udaf(create=lambda: 0.0, add=lambda acc, values: acc + float(len(values)),
+                      merge=lambda a, b: a + b, result=lambda acc: acc, column="kwh")
+    udaf_query = WindowQuery(Sliding(S, S), (("s", spread),), EventTime("ts"))
+    assert not supports_native_combine(WindowAggregateKernel(["meter"], [udaf_query]), schema)
+    naive = pa.schema([("meter", pa.string()), ("kwh", pa.float64()), ("ts", pa.timestamp("us"))])
+    builtin = WindowAggregateKernel(["meter"], [WindowQuery(Sliding(S, S), (("n", agg.count()),), EventTime("ts"))])
+    assert supports_native_combine(builtin, schema)
+    assert not supports_native_combine(builtin, naive)
+
+
+def test_a_constant_key_stays_with_its_partition(spark):
+    """A window over a whole stream keys every record by one constant: Spark must not fold
+    the partition into a constant, or the aggregate asks for a second exchange by hash that
+    splits the key group over partitions (the keyed stage would refuse the rows)."""
+    from pyspark.sql import functions as F
+
+    records = _records(seed=4)
+    kernel = WindowAggregateKernel(["_all"], [WindowQuery(Sliding(S, S), (("n", agg.count()),), EventTime("ts"))],
+                                   emit_keys=False)
+    schema = pa.schema([f for f in records.schema if f.name != INGEST] + [pa.field("_all", pa.int32())])
+    df = spark.createDataFrame(records.to_pandas(), to_spark(records.schema)).repartition(2).select("*", F.expr("0 AS _all"))
+    ctx = BatchContext(1, 0, T0 + 5 * S, T0)
+    stage = KeyedStagePlan(2, (0, 1, 1, 0))
+    combine = native_combine(df, Operator(id="w", kind="window", name="w"), kernel, schema, ctx, stage, max_parallelism=4)
+    plan = combine.frame._jdf.queryExecution().executedPlan().toString()
+    assert "hashpartitioning" not in plan, plan
+    partitions = combine.frame.select(F.col(PARTITION), F.spark_partition_id().alias("actual")).distinct().collect()
+    assert partitions and all(row[PARTITION] == row["actual"] for row in partitions)
