@@ -19,7 +19,8 @@ def batch_rows(out: str, sink: str, fmt: str = "parquet") -> dict[int, list]:
     per_batch = {}
     for d in sorted(glob.glob(os.path.join(out, sink, "batch=*"))):
         assert os.path.exists(os.path.join(d, "_SUCCESS")), f"incomplete batch directory {d}"
-        files = sorted(glob.glob(os.path.join(d, "part-*")))
+        # an empty batch (e.g. the end-of-input batch) leaves a 0-byte JSON part pyarrow can't read
+        files = sorted(f for f in glob.glob(os.path.join(d, "part-*")) if os.path.getsize(f) > 0)
         rows = ds.dataset(files, format=fmt).to_table().to_pylist() if files else []
         per_batch[int(d.rsplit("=", 1)[1])] = sorted((tuple(sorted(r.items())) for r in rows), key=repr)
     return per_batch

@@ -81,7 +81,44 @@ def test_admission_cap_spec_default_live_override_and_read_all(tmp_path, clock):
     o3 = reader.latestOffset(o2, ReadAllAvailable())
     assert o3["rows"] == 1000
     assert is_exhausted(str(tmp_path), "src")
-    assert reader.latestOffset(o3, limit) == o3
+    end = reader.latestOffset(o3, limit)  # every row admitted: the end-of-input punctuation
+    assert end == {**o3, "end": True}
+    assert reader.latestOffset(end, limit) == end  # then no more batches
+
+
+def test_finite_source_ends_with_one_empty_punctuation_batch(tmp_path, clock):
+    """Once every row is admitted, the next offset is the same one plus ``"end": True``: Spark
+    runs one more batch, with no rows, whose logged offset tells the executor the input ended."""
+    spec = GeneratorSource(fields={"i": Sequence()}, total_rows=10, rate=10, start_time=100.0)
+    reader = reader_for(spec, tmp_path)
+    limit = default_read_limit()
+    clock["us"] = 100 * SECOND + 450_000  # rows 0..4 have arrived
+    o1 = reader.latestOffset(reader.initialOffset(), limit)
+    assert o1["rows"] == 5 and "end" not in o1
+    assert reader.latestOffset(o1, limit) == o1  # rows still to arrive: no punctuation yet
+    clock["us"] = 102 * SECOND
+    o2 = reader.latestOffset(o1, limit)
+    assert o2["rows"] == 10 and "end" not in o2
+    clock["us"] = 103 * SECOND
+    end = reader.latestOffset(o2, limit)
+    assert end == {"source": "src", "rows": 10, "start_us": o2["start_us"], "at_us": 103 * SECOND,
+                   "end": True}
+    assert reader.partitions(o2, end) == [] and read_backlog(str(tmp_path), "src")["backlog"] == 0
+    assert reader.latestOffset(end, limit) == end
+    assert reader.reportLatestOffset()["rows"] == 10
+
+
+def test_available_now_on_finite_input_ends_with_the_punctuation(tmp_path, clock):
+    spec = GeneratorSource(fields={"i": Sequence()}, total_rows=50, max_rows_per_batch=30)
+    reader = reader_for(spec, tmp_path)
+    reader.prepareForTriggerAvailableNow()
+    offsets = [reader.initialOffset()]
+    for _ in range(10):
+        nxt = reader.latestOffset(offsets[-1], default_read_limit())
+        if nxt == offsets[-1]:
+            break
+        offsets.append(nxt)
+    assert [(o["rows"], o.get("end", False)) for o in offsets[1:]] == [(30, False), (50, False), (50, True)]
 
 
 def test_endless_rateless_generator_is_capped_and_unbounded(tmp_path, clock):

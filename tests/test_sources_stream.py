@@ -83,7 +83,7 @@ def test_finite_generator_streams_exactly_its_rows_in_capped_batches(spark, tmp_
         assert q.awaitTermination(60)
     finally:
         q.stop()
-    assert out.sizes() == [12_000, 12_000, 6_000]
+    assert out.sizes() == [12_000, 12_000, 6_000, 0]  # then the end-of-input batch, no rows
     got = out.table().sort_by("seq")
     expected = pa.Table.from_batches(spec.generate(0, 30_000, int(1_700_000_000 * 1e6)))
     assert got.select(spec.schema().names).cast(spec.schema()).equals(expected)

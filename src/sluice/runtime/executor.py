@@ -23,6 +23,7 @@ from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
 from sluice.runtime.files import filesystem, read_bytes, write_atomic
 from sluice.runtime.kernels.keyed import BatchContext
+from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.combine import exchange
 from sluice.runtime.planlog import PlanLog
@@ -92,11 +93,29 @@ class BatchExecutor:
 
         return KeyGroupStore(self.checkpoint, op.id, keyed_kernel(op).key_columns)
 
-    def _watermark(self) -> int | None:
-        """Minimum over event-time sources of (max event time seen so far - delay)."""
+    def _ended_sources(self, batch_id: int) -> set[str]:
+        """Sources whose input has ended as of ``batch_id``, read from Spark's offset log.
+
+        Spark writes ``spark/offsets/<batch_id>`` before it runs the batch and a replay reuses
+        it, so every execution of the batch, before or after a crash, finds the same ends."""
+        return ended_in_offset_log(read_bytes(self.fs, f"{self.base}/spark/offsets/{batch_id}"))
+
+    def _watermark(self, ended: set[str]) -> int | None:
+        """Minimum over event-time sources of (max event time seen so far - delay); an ended
+        source no longer holds it back.
+
+        END_OF_TIME itself means that every source has ended: it then closes processing-time
+        windows too (``kernels.windows.batch_watermark``). While another source still feeds
+        them that must not happen, so ended event-time sources count as one microsecond
+        before it, which closes every event-time window all the same."""
+        if all(src.op.id in ended for src in self.sources):
+            return END_OF_TIME
         marks = []
         for src in self.sources:
             if src.event_time is None:
+                continue
+            if src.op.id in ended:
+                marks.append(END_OF_TIME - 1)
                 continue
             seen = self.max_event_us.get(src.op.id)
             if seen is None:
@@ -119,7 +138,8 @@ class BatchExecutor:
         plan = self.plan_log.plan_for(batch_id)
         start = self._read_record(batch_id, "start")
         if start is None:  # first execution: fix time and watermark for any replay
-            start = {"processing_time": int(started * MICROS), "watermark": self._watermark(), "plan": plan.version}
+            watermark = self._watermark(self._ended_sources(batch_id))
+            start = {"processing_time": int(started * MICROS), "watermark": watermark, "plan": plan.version}
             self._write_record(batch_id, "start", start)
         context = BatchContext(batch_id, 0, start["watermark"], start["processing_time"])
         self.accumulator.value = {}
@@ -174,7 +194,8 @@ class BatchExecutor:
             if op.kind == "source":
                 src = next(s for s in self.sources if s.op.id == op.id)
                 frame = df if len(self.sources) == 1 else df.filter(F.col(SOURCE_ID) == src.index)
-                frame = frame.select(*op.schema.names, INGEST)
+                if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
+                    frame = frame.select(*op.schema.names, INGEST)
                 exprs = [F.count(F.lit(1)).alias("rows")]
                 if src.event_time:
                     exprs.append(F.max(F.unix_micros(F.col(src.event_time))).alias("max_event_us"))
@@ -285,6 +306,25 @@ class BatchExecutor:
             dead_letters=dead,
             watermark=context.watermark,
         )
+
+
+def ended_in_offset_log(entry: bytes | None) -> set[str]:
+    """Names of the sources whose offset in one entry of Spark's offset log is an
+    end-of-input punctuation (``sluice.runtime.sources.row_reader.end_of_input``).
+
+    An entry is ``v1``, a line of batch metadata, then one line per source: its end offset
+    for the batch, as JSON for Sluice's sources, whatever a Spark source writes otherwise
+    (``-`` for none). Only a JSON object with ``"end": true`` and a ``source`` name counts.
+    """
+    ended = set()
+    for line in (entry or b"").decode("utf-8", errors="replace").splitlines()[2:]:
+        try:
+            offset = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(offset, dict) and offset.get("end") is True and isinstance(offset.get("source"), str):
+            ended.add(offset["source"])
+    return ended
 
 
 def _with_threads(op: Operator, plan: Plan) -> Operator:

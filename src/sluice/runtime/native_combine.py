@@ -14,8 +14,8 @@ float sum adds the same records in the same order when a batch is replayed: the 
 group come from one map task, in that task's order.
 
 Whether a record is late depends only on its pane and the batch's watermark, fixed before
-the batch, so Spark decides it with the kernel's arithmetic. Records no query accepts are
-left out of the partials. Records late for some query leave through an observation of the
+the batch, so Spark decides it with the kernel's arithmetic. Records no query accepts get
+no pane, and the kernel drops their group. Records late for some query leave through an observation of the
 map stage (``collect_list``, gathered with the job's result); :func:`write_late` writes them
 to the operator's ``late`` side output on the driver. Late records are few, and they are never
 dropped. Carrying them through the aggregate instead would widen its grouping for every row,
@@ -47,7 +47,6 @@ from sluice.runtime.side_outputs import SideOutputWriter
 
 _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
-_ACCEPTED = "__accepted"  # some query takes the record into its panes
 _ON_TIME = "__on_time"  # every query does
 
 
@@ -141,9 +140,9 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
         f"({wm}L - {q.allowed_lateness}L), false)"
         for q in kernel.queries
     ]
-    columns = {PANE_STATE: pane, COMBINE_TASK: "spark_partition_id()",
-               _ACCEPTED: " OR ".join(contributes), _ON_TIME: " AND ".join(contributes),
-               **routing_columns(kernel.key_columns, stage, max_parallelism)}
+    # a record no query accepts gets no pane (one more group, cheaper than a filter's pass)
+    columns = {PANE_STATE: f"CASE WHEN {' OR '.join(contributes)} THEN {pane} END", COMBINE_TASK: "spark_partition_id()",
+               _ON_TIME: " AND ".join(contributes), **routing_columns(kernel.key_columns, stage, max_parallelism)}
     staged = df.withColumns({name: F.expr(sql) for name, sql in columns.items()})
 
     # records late for some query leave through an observation; timestamps travel as micros
@@ -153,7 +152,7 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     late = Observation(f"late_{op.id}_{context.batch_id}")
     staged = staged.observe(late, F.collect_list(F.when(~F.col(_ON_TIME), record)).alias("records"))
 
-    routed = staged.filter(F.col(_ACCEPTED)).repartitionById(stage.partitions, PARTITION)
+    routed = staged.repartitionById(stage.partitions, PARTITION)
     groups = [PARTITION, *kernel.key_columns, PANE_STATE, COMBINE_TASK]
     partials = [F.expr(_partial_sql(f, layout, record_schema)).alias(PARTIAL_PREFIX + f.name) for f in layout.fields]
     frame = routed.groupBy(*[F.col(_q(g)) for g in groups]).agg(

@@ -87,7 +87,8 @@ def read_files(path: str, format: str = "parquet") -> pa.Table | None:  # noqa: 
     dirs = sorted(d for d in glob.glob(os.path.join(path, "batch=*")) if os.path.exists(os.path.join(d, "_SUCCESS")))
     tables = []
     for d in dirs:
-        files = sorted(f for f in glob.glob(os.path.join(d, "part-*")))
+        # a batch with no rows (e.g. the one ending the input) leaves an empty JSON part file
+        files = sorted(f for f in glob.glob(os.path.join(d, "part-*")) if os.path.getsize(f) > 0)
         if not files:
             continue
         fmt = "parquet" if format == "parquet" else "json"

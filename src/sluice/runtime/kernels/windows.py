@@ -7,7 +7,8 @@ stream slicing). Its state per key is plain Arrow: the list of live panes and, p
 aggregate, the list of the panes' partials.
 
 The rules, for a batch with watermark W (event time: computed by the driver from earlier
-batches; processing time: the batch's processing time) and a query with allowed lateness L:
+batches; processing time: the batch's processing time; both: the end of time in the batch
+that ends the input) and a query with allowed lateness L:
 
 1. A window ``[start, end)`` is *open* while ``end + L > W`` and *closed* after.
 2. A record belongs to the windows of each query that contain its time; it contributes to
@@ -144,9 +145,15 @@ def record_times(query: WindowQuery, rows: pa.Table, ctx: BatchContext) -> tuple
 
 
 def batch_watermark(query: WindowQuery, ctx: BatchContext) -> int:
-    """The watermark the batch is judged against, clamped to a safe int64 range."""
+    """The watermark the batch is judged against, clamped to a safe int64 range.
+
+    A batch watermark at END_OF_TIME is the runtime's end of input (every source has ended,
+    ``BatchExecutor._watermark``): it closes processing-time windows too, which would
+    otherwise wait for a later batch that never comes."""
     if isinstance(query.time, EventTime):
         wm = NO_WATERMARK if ctx.watermark is None else int(ctx.watermark)
+    elif ctx.watermark is not None and ctx.watermark >= END_OF_TIME:
+        wm = END_OF_TIME
     else:
         wm = int(ctx.processing_time)
     return min(max(wm, NO_WATERMARK), END_OF_TIME)
@@ -313,6 +320,8 @@ class WindowAggregateKernel(KeyedKernel):
         out_schema = self.output_schema(schema)
         wm = batch_watermark(self.queries[0], ctx)
         n_state = state.num_rows
+        if combined and rows[PANE_STATE].null_count:  # Spark's combine: records no query accepted
+            rows = rows.filter(pc.is_valid(rows[PANE_STATE]))
 
         ids, first, all_keys = key_ids(state, rows, self.key_columns)
         n_keys = len(first)

@@ -9,6 +9,8 @@ source's clock, e.g. ``{"source": "meters", "rows": 40000, "start_us": ..., "at_
 - ``at_us``: when the batch ending at this offset was planned. A source without a rate makes
   its rows available when they are admitted, so this is their ingest time; it is logged too,
   so a replayed batch gets the same ingest times.
+- ``end``: present (True) only on a finite source's end-of-input punctuation, the offset
+  planned once every row has been admitted (``end_of_input``).
 
 With a rate, row i arrives at ``start_us + i / rate``, and a batch admits only rows that
 have arrived. The hidden ``__ingest_ts`` column is that arrival time, so measured latency
@@ -44,6 +46,17 @@ MIN_PARTITION_ROWS = 2 * GENERATOR_BLOCK_ROWS
 
 def now_us() -> int:
     return time.time_ns() // 1000
+
+
+def end_of_input(offset: dict, now: int) -> dict:
+    """The end-of-input punctuation after ``offset``, the offset of a finite source's last row.
+
+    It is the same offset plus ``"end": True``: Spark sees a new offset, logs it in its offset
+    log and runs one more micro-batch, with no rows, in which the executor reads the flag
+    from the log and closes every window (Flink's final MAX watermark). Carried in the
+    offsets, the punctuation is replayed or skipped on restart like any other batch.
+    """
+    return {**offset, "at_us": now, "end": True}
 
 
 class RowRange(InputPartition):
@@ -133,6 +146,10 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         now = now_us()
         available = self._arrived(start, now)
         cap = admission_cap(limit, self.control_dir, self.name, self.spec.max_rows_per_batch)
+        total = self.total_rows()
+        if total is not None and first >= total:
+            self._report(first, first, available, cap, now)
+            return start if start.get("end") else end_of_input(start, now)
         if self._available_now:
             if self._target is None:
                 self._target = available if available is not None else (
