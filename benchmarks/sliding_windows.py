@@ -142,13 +142,14 @@ def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: 
         query.processAllAvailable()
     finally:
         query.stop()
-    batches = []
+    batches, output_rows = [], 0
     for progress in query.recentProgress:
-        if progress["numInputRows"] == 0:
+        if progress["numInputRows"] == 0:  # e.g. the batch of the source's end-of-input offset
             continue
         start = _parse_time(progress["timestamp"])
         batches.append((start, start + progress["durationMs"]["triggerExecution"] / 1000, progress["numInputRows"]))
-    return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": sum(counter.values())}
+        output_rows += counter.get(progress["batchId"], 0)
+    return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": output_rows}
 
 
 def _parse_time(text: str) -> float:

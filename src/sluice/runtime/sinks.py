@@ -19,7 +19,19 @@ def batch_dir(path: str, batch_id: int) -> str:
 
 
 def write(spec: SinkSpec, df, batch_id: int) -> None:
-    """Write the user columns of ``df`` (hidden ``__`` columns dropped) for ``batch_id``."""
+    """Write the user columns of ``df`` (hidden ``__`` columns dropped) for ``batch_id``.
+
+    Sinks that take the rows to the driver drop the hidden columns there: a Spark select
+    would cost one more plan analysis every batch."""
+    if isinstance(spec, (MemorySink, CallbackSink)):
+        table = df.toArrow()
+        table = table.drop_columns([c for c in table.column_names if c.startswith("__")])
+        if isinstance(spec, MemorySink):
+            with _MEMORY_LOCK:
+                _MEMORY.setdefault(spec.name, {})[batch_id] = table
+        else:
+            spec.fn(batch_id, table.to_pandas() if spec.format == "pandas" else table)
+        return
     df = df.select([c for c in df.columns if not c.startswith("__")])
     if isinstance(spec, FileSink):
         # Spark's file commit protocol: the directory appears complete (with _SUCCESS) or is
@@ -27,13 +39,6 @@ def write(spec: SinkSpec, df, batch_id: int) -> None:
         writer = df.write.mode("overwrite")
         target = batch_dir(spec.path, batch_id)
         writer.parquet(target) if spec.format == "parquet" else writer.json(target)
-    elif isinstance(spec, MemorySink):
-        table = df.toArrow()
-        with _MEMORY_LOCK:
-            _MEMORY.setdefault(spec.name, {})[batch_id] = table
-    elif isinstance(spec, CallbackSink):
-        table = df.toArrow()
-        spec.fn(batch_id, table.to_pandas() if spec.format == "pandas" else table)
     elif isinstance(spec, ConsoleSink):
         print(f"-------- batch {batch_id} --------")
         df.show(spec.rows, truncate=False)
