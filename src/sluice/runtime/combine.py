@@ -47,7 +47,13 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
 
     if supports_native_combine(kernel, in_schema):
         combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism)
-        return combined.frame, combined.schema, lambda: {"side_late": write_late(combined, op, context, root)}
+
+        def fetch_late() -> dict:
+            if not accumulator.value.get(f"{op.id}|late_seen"):
+                return {}
+            return {"side_late": write_late(combined, op, context, root)}
+
+        return combined.frame, combined.schema, fetch_late
     if getattr(kernel, "combines_before_exchange", False):
         df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
     return route(df, kernel.key_columns, stage, max_parallelism), in_schema, None

@@ -82,6 +82,7 @@ WATERMARK_STATE = "__wm"
 PANE_STATE = "__pane"  # in state: list of live panes; in combined rows: the row's pane
 PARTIAL_PREFIX = "__p:"
 COMBINE_TASK = "__combine_task"  # combined rows: the map task that combined them (a stable order)
+LATE_COUNT = "__late_n"  # rows of Spark's combine: records of the group late for some query
 INGEST = "__ingest_ts"  # the runtime's hidden ingest-time column (kept as the oldest per pane)
 
 
