@@ -48,10 +48,12 @@ from sluice.runtime.kernels.windows import (
 )
 from sluice.runtime.schemas import INGEST, PARTITION
 from sluice.runtime.side_outputs import SideOutputWriter
+from sluice.runtime.stages import quote as _q
+from sluice.runtime.stages import routing_columns
 
 _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
-_ON_TIME = "__on_time"  # every query does
+_ON_TIME = "__on_time"  # every query takes the record into its panes (no query finds it late)
 
 
 def supports_native_combine(kernel, in_schema: pa.Schema) -> bool:
@@ -75,10 +77,6 @@ def _native_time(dtype: pa.DataType) -> bool:
     """Spark reads tz-aware timestamps as UTC micros, exactly like the kernel; a tz-naive
     timestamp is a wall-clock time Spark would shift by the session time zone."""
     return pa.types.is_integer(dtype) or (pa.types.is_timestamp(dtype) and dtype.tz is not None)
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _micros(column: str, dtype: pa.DataType) -> str:
@@ -130,8 +128,6 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     column a few Py4J round trips, every batch.
     """
     from pyspark.sql import functions as F
-
-    from sluice.runtime.stages import routing_columns
 
     kernel.bind(in_schema)
     record_schema = kernel._record_schema(in_schema)

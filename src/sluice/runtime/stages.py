@@ -74,14 +74,19 @@ def keyed_kernel(op: Operator) -> KeyedKernel:
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 
+def quote(name: str) -> str:
+    """A column name as a Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def routing_columns(keys: list[str], stage: KeyedStagePlan, max_parallelism: int) -> dict[str, str]:
     """SQL of the key group of each row and of the partition it is routed to.
 
     Both are native expressions: the hash is Spark's xxhash64 (stable across runs and
-    machines), and the routing table is a literal array indexed by key group. They are SQL
-    added in one ``withColumns``: built from ``F.lit`` per key group and two ``withColumn``
-    calls, they cost a Py4J round trip per key group and two plan analyses on the driver,
-    every batch (about 0.1 s for 128 key groups).
+    machines), and the routing table is a literal indexed by key group. They are SQL text
+    added in one projection: built from ``F.lit`` per key group and two ``withColumn`` calls,
+    they cost a Py4J round trip per key group and two plan analyses on the driver, every
+    batch (about 0.1 s for 128 key groups).
 
     The partition is wrapped in ``IF(spark_partition_id() >= 0, ..., 0)`` (the condition
     always holds, but Spark cannot know it) to keep Spark from folding it into a constant when
@@ -89,7 +94,7 @@ def routing_columns(keys: list[str], stage: KeyedStagePlan, max_parallelism: int
     an aggregate, and an aggregate grouped by the partition would then ask for a second
     exchange, by hash, that scatters a key group over partitions (``sluice.runtime.native_combine``).
     """
-    columns = ", ".join("`" + k.replace("`", "``") + "`" for k in keys)
+    columns = ", ".join(quote(k) for k in keys)
     kg = f"CAST(pmod(xxhash64({columns}), {int(max_parallelism)}) AS INT)"
     if stage.partitions <= len(_DIGITS):
         # one base-36 digit per key group in a string: Spark analyzes one literal in about
