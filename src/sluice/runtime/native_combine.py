@@ -13,15 +13,16 @@ The map task (``spark_partition_id()`` before the exchange) is a grouping column
 float sum adds the same records in the same order when a batch is replayed: the rows of one
 group come from one map task, in that task's order.
 
-Whether a record is late depends only on its pane and the batch's watermark, fixed before
-the batch, so Spark decides it with the kernel's arithmetic. Records no query accepts get
-no pane, and the kernel drops their group. The aggregate also counts, per group, the records
-late for some query (``__late_n``); the keyed stage adds the counts up in its metrics, and
-only when they are not zero does the driver run a second job over the batch's records to
-fetch the late ones (:func:`write_late`) for the operator's ``late`` side output. Late
-records are usually few and batches with none pay nothing: carrying them through the
-aggregate (extra grouping columns) or out through an observation (``collect_list``) both
-measured 10-30 % slower on every batch.
+Spark does not decide which records are late. That depends only on a record's pane and the
+batch's watermark, but the watermark would be a literal in the aggregate's input, and Spark
+compiles new code for every new literal (30-70 ms a batch). Every record gets its pane; the
+aggregate counts the records of each group (``__records``); the kernel drops the panes no
+query accepts and reports how many records were late for some query (``late_seen``). Only
+when that is not zero does the driver run a second job over the batch's records to fetch
+the late ones (:func:`write_late`) for the operator's ``late`` side output. Late records are
+usually few and batches with none pay nothing: carrying them through the aggregate (extra
+grouping columns) or out through an observation (``collect_list``) both measured 10-30 %
+slower on every batch.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ from sluice.runtime.kernels.panes import PartialField, PartialLayout
 from sluice.runtime.kernels.windows import (
     COMBINE_TASK,
     LATE,
-    LATE_COUNT,
     PANE_STATE,
     PARTIAL_PREFIX,
+    RECORDS,
     WindowAggregateKernel,
     batch_watermark,
 )
@@ -53,7 +54,6 @@ from sluice.runtime.stages import routing_columns
 
 _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
-_ON_TIME = "__on_time"  # every query takes the record into its panes (no query finds it late)
 
 
 def supports_native_combine(kernel, in_schema: pa.Schema) -> bool:
@@ -139,28 +139,31 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
         else f"{int(context.processing_time)}L"
     pane = _floor_div(t, kernel.pane)
     start = f"({pane}) * {kernel.pane}L"
-    contributes = [  # the kernel's rule 2: the last window holding the pane is still open
-        f"coalesce(({start} - pmod({start}, {q.window.slide}L) + {q.window.size}L) > "
-        f"({wm}L - {q.allowed_lateness}L), false)"
-        for q in kernel.queries
-    ]
-    # a record no query accepts gets no pane (one more group, cheaper than a filter's pass)
-    columns = {PANE_STATE: f"CASE WHEN {' OR '.join(contributes)} THEN {pane} END", COMBINE_TASK: "spark_partition_id()",
-               _ON_TIME: " AND ".join(contributes), **routing_columns(kernel.key_columns, stage, max_parallelism)}
+    # every record gets its pane, late or not: the kernel sorts out the late panes. The
+    # watermark is a literal, and a literal in the aggregate's input would make Spark
+    # generate and compile new code for it every batch (some 30-70 ms on the driver)
+    columns = {PANE_STATE: pane, COMBINE_TASK: "spark_partition_id()",
+               **routing_columns(kernel.key_columns, stage, max_parallelism)}
     staged = df.selectExpr("*", *(f"{sql} AS {_q(name)}" for name, sql in columns.items()))
 
     routed = staged.repartitionById(stage.partitions, PARTITION)
     groups = [PARTITION, *kernel.key_columns, PANE_STATE, COMBINE_TASK]
     aggregates = [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
     aggregates += [f"min({INGEST}) AS {INGEST}", f"max({KEY_GROUP}) AS {KEY_GROUP}",  # one key group per key
-                   f"count_if(NOT {_ON_TIME}) AS {LATE_COUNT}"]
+                   f"count(1) AS {RECORDS}"]
     frame = routed.groupBy(*[_q(g) for g in groups]).agg(*(F.expr(a) for a in aggregates))
 
     # timestamps travel as micros: collected, they would come back in the driver's time zone
     fields = [f"{_micros(f.name, f.type) if pa.types.is_timestamp(f.type) else _q(f.name)} AS {_q(f.name)}"
               for f in record_schema]
-    late = lambda: staged.filter(f"NOT {_ON_TIME}").selectExpr(*fields)  # noqa: E731 - two analyses saved a batch
-    return NativeCombine(frame, kernel.combined_schema(in_schema), late, kernel, record_schema)
+    on_time = " AND ".join(  # the kernel's rule 2: the last window holding the pane is still open
+        f"coalesce(({start} - pmod({start}, {q.window.slide}L) + {q.window.size}L) > "
+        f"({wm}L - {q.allowed_lateness}L), false)"
+        for q in kernel.queries
+    )
+    late = lambda: staged.filter(f"NOT ({on_time})").selectExpr(*fields)  # noqa: E731 - two analyses saved a batch
+    schema = kernel.combined_schema(in_schema).append(pa.field(RECORDS, pa.int64()))
+    return NativeCombine(frame, schema, late, kernel, record_schema)
 
 
 def late_records(combine: NativeCombine, context: BatchContext) -> list[pa.Table]:

@@ -18,7 +18,6 @@ from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.process import ProcessKernel
-from sluice.runtime.kernels.windows import LATE_COUNT
 from sluice.runtime.kernels.reduce import ReduceKernel
 from sluice.runtime.kernels.stateless import KernelContext, make_kernel, run_chain
 from sluice.runtime.schemas import INGEST, PARTITION, to_arrow, to_spark, with_hidden
@@ -138,9 +137,6 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         received = list(batches)
         # the wait for the input includes the upstream work Spark runs in the same task
         metrics.add(op.id, "input_wait_s", time.perf_counter() - start)
-        late = [pc.sum(b.column(LATE_COUNT)).as_py() or 0 for b in received if LATE_COUNT in b.schema.names]
-        if any(late):  # Spark's combine saw late records: the driver fetches them after the job
-            metrics.add(op.id, "late_seen", sum(late))
         # columns arrive in the DataFrame's order (a with_columns may put some after the
         # hidden ones): select by name, then conform the types
         rows = (pa.Table.from_batches(received).select(routed_schema.names).cast(routed_schema)
@@ -164,6 +160,8 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
         if result.upserts.num_rows or (result.deletes is not None and result.deletes.num_rows):
             store.write_delta(context.batch_id, partition, result.upserts, result.deletes)
+        for name, n in result.metrics.items():
+            metrics.add(op.id, name, n)
         for name, side in result.side_outputs.items():
             writer = SideOutputWriter(root, f"side/{op.id}/{name}", context.batch_id, op.id, partition)
             writer.add_table(op.name, side, name)

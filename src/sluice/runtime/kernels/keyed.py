@@ -40,6 +40,8 @@ class KeyedResult:
     deletes: pa.Table | None = None  # keys whose state is removed: key columns plus __kg
     # side outputs by name (e.g. "late" records of a window operator), each a table
     side_outputs: dict[str, pa.Table] = field(default_factory=dict)
+    # counts the kernel reports for the batch (added to the operator's metrics)
+    metrics: dict[str, int] = field(default_factory=dict)
 
 
 class KeyedKernel(ABC):

@@ -82,7 +82,7 @@ WATERMARK_STATE = "__wm"
 PANE_STATE = "__pane"  # in state: list of live panes; in combined rows: the row's pane
 PARTIAL_PREFIX = "__p:"
 COMBINE_TASK = "__combine_task"  # combined rows: the map task that combined them (a stable order)
-LATE_COUNT = "__late_n"  # rows of Spark's combine: records of the group late for some query
+RECORDS = "__records"  # rows of Spark's combine: how many records the row combines
 INGEST = "__ingest_ts"  # the runtime's hidden ingest-time column (kept as the oldest per pane)
 
 
@@ -321,8 +321,9 @@ class WindowAggregateKernel(KeyedKernel):
         out_schema = self.output_schema(schema)
         wm = batch_watermark(self.queries[0], ctx)
         n_state = state.num_rows
-        if combined and rows[PANE_STATE].null_count:  # Spark's combine: records no query accepted
-            rows = rows.filter(pc.is_valid(rows[PANE_STATE]))
+        late_seen = 0
+        if combined:
+            rows, late_seen = self._keep_accepted_panes(rows, wm)
 
         ids, first, all_keys = key_ids(state, rows, self.key_columns)
         n_keys = len(first)
@@ -397,9 +398,35 @@ class WindowAggregateKernel(KeyedKernel):
         upserts, deletes = self._state_changes(layout, schema, final, changed, n_state, all_keys, first, state, rows, wm)
         output = pa.concat_tables(outputs).cast(out_schema) if outputs else out_schema.empty_table()
         side = {LATE: pa.concat_tables(late_parts) if late_parts else late_schema(schema).empty_table()}
-        return KeyedResult(output=output, upserts=upserts, deletes=deletes, side_outputs=side)
+        return KeyedResult(output=output, upserts=upserts, deletes=deletes, side_outputs=side,
+                           metrics={"late_seen": late_seen} if late_seen else {})
 
     # -- pieces -----------------------------------------------------------------------
+
+    def _keep_accepted_panes(self, rows: pa.Table, wm: int) -> tuple[pa.Table, int]:
+        """Combined rows of the panes some query accepts, and how many records the rows of
+        panes late for some query combine.
+
+        Spark's combine (``sluice.runtime.native_combine``) groups every record by its pane
+        whether it is late or not: deciding it there would put the batch's watermark into
+        the code Spark generates, and Spark would compile that code again every batch. The
+        rows of panes no query accepts go; the records of panes late for some query are
+        counted (``__records``) so that the driver fetches them for the late side output.
+        The Python combine already sorted late records out: its rows have no ``__records``.
+        """
+        pane = rows[PANE_STATE]
+        has_pane = np.asarray(pc.is_valid(pane).to_numpy(zero_copy_only=False), bool)
+        panes = np.asarray(pc.fill_null(pane, 0).to_numpy(), np.int64)
+        accepted = np.zeros(rows.num_rows, dtype=bool)
+        on_time = has_pane.copy()
+        for q in self.queries:
+            contributes = has_pane & (self._last_end(q, panes) > wm - q.allowed_lateness)
+            accepted |= contributes
+            on_time &= contributes
+        late = 0
+        if RECORDS in rows.column_names and not on_time.all():
+            late = int(np.asarray(rows[RECORDS].to_numpy(), np.int64)[~on_time].sum())
+        return (rows if accepted.all() else rows.filter(pa.array(accepted))), late
 
     def _contributions(self, rows: pa.Table, ctx: BatchContext, wm: int) -> tuple[np.ndarray, list, np.ndarray]:
         """Rule 2: (contributes to some query, late records per query, pane) of each record."""
