@@ -15,6 +15,10 @@ import json
 import time
 from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from sluice.graph import JobGraph
 from sluice.graph.operators import Operator
 from sluice.graph.sinks import SinkSpec
@@ -29,10 +33,13 @@ from sluice.runtime.combine import exchange
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
-from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain
+from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, quote
 from sluice.runtime.task_metrics import MetricsParam, split_metrics
 
 MICROS = 1_000_000
+# quantiles of the ingest times of a batch's output rows: the oldest 1 % and 5 % give the
+# latency's p99 and p95, the median its p50
+LATENCY_QUANTILES = (0.01, 0.05, 0.5)
 
 
 @dataclass
@@ -65,6 +72,7 @@ class BatchExecutor:
         self.last_batch: BatchMetrics | None = None
         self.in_batch = False
         self.batches_done = 0
+        self._compaction = None  # a concurrent.futures.Future: the running background compaction
 
     # ---- persistence of batch records -----------------------------------------------------
     def _record_path(self, batch_id: int, what: str) -> str:
@@ -172,14 +180,41 @@ class BatchExecutor:
     def _compact(self, batch_id: int) -> None:
         """Keep state reads bounded: snapshot a store once its deltas outweigh its state.
 
-        Runs after the batch is recorded done, so no replay ever needs the history it
-        collects."""
+        Called between batches, after ``batch_id`` is recorded done (no replay needs the
+        history this collects). The snapshot is written in the background while the next
+        batch runs: it becomes visible to later batches only when its record is written,
+        whole. History is collected here, between batches, and only once that snapshot is
+        complete: no task is reading then, and no unfinished snapshot is mistaken for
+        garbage."""
         from sluice.runtime.state import KeyGroupStore
 
-        for store in self.stores.values():
-            if KeyGroupStore.compaction_due(store.index(before_batch=batch_id + 1), max_delta_ratio=2.0):
-                store.compact(batch_id)
-                store.gc(before_batch=batch_id + 1)
+        if self._compaction is not None:
+            if not self._compaction.done():
+                return
+            compacted = self._compaction.result()  # raises what the compaction raised
+            self._compaction = None
+            for op_id in compacted:
+                self.stores[op_id].gc(before_batch=batch_id + 1)
+        due = [op_id for op_id, store in self.stores.items()
+               if KeyGroupStore.compaction_due(store.index(before_batch=batch_id + 1), max_delta_ratio=2.0)]
+        if due:
+            # a store of its own: the batch thread's store keeps its caches to itself
+            stores = [self._store(self.graph[op_id]) for op_id in due]
+
+            def compact() -> list[str]:
+                for store in stores:
+                    store.compact(batch_id)
+                return due
+
+            self._compaction = _background(compact)
+
+    def close(self) -> None:
+        """Wait for a background compaction, then collect the history it made redundant.
+        Call once the query has stopped (no batch runs)."""
+        if self._compaction is not None:
+            compacted, self._compaction = self._compaction.result(), None
+            for op_id in compacted:
+                self.stores[op_id].gc()
 
     def _build(self, df, batch_id: int, plan: Plan, context: BatchContext):
         from pyspark.sql import Observation
@@ -196,9 +231,10 @@ class BatchExecutor:
                 frame = df if len(self.sources) == 1 else df.filter(F.col(SOURCE_ID) == src.index)
                 if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
                     frame = frame.select(*op.schema.names, INGEST)
-                exprs = [F.count(F.lit(1)).alias("rows")]
+                # SQL text: each F function would cost Py4J round trips, every batch
+                exprs = [F.expr("count(1) AS rows")]
                 if src.event_time:
-                    exprs.append(F.max(F.unix_micros(F.col(src.event_time))).alias("max_event_us"))
+                    exprs.append(F.expr(f"max(unix_micros({quote(src.event_time)})) AS max_event_us"))
                 obs = Observation(f"src_{op.id}_{batch_id}")
                 frame = frame.observe(obs, *exprs)
                 observations[op.id] = obs
@@ -238,23 +274,30 @@ class BatchExecutor:
         return frames, observations, persisted, finishers
 
     def _write_sink(self, op: Operator, frame, batch_id: int) -> dict:
+        """Write one sink and measure it: rows, and latency from the ingest times of its rows.
+
+        Rows that come to the driver are measured there, in Arrow; for a sink that writes in
+        Spark an observation gathers the same figures (an approximate percentile, computed
+        on every output row in Spark's tasks)."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        obs = Observation(f"sink_{op.id}_{batch_id}")
-        ingest_us = F.unix_micros(F.col(INGEST))
-        observed = frame.observe(
-            obs,
-            F.count(F.lit(1)).alias("rows"),
-            F.percentile_approx(ingest_us, F.array(F.lit(0.01), F.lit(0.05), F.lit(0.5)), F.lit(1000)).alias("q"),
-        )
+        spec = op.params["spec"]
+        obs = None
+        if not sinks.collects_to_driver(spec):
+            obs = Observation(f"sink_{op.id}_{batch_id}")
+            frame = frame.observe(obs, F.expr("count(1) AS rows"), F.expr(
+                f"percentile_approx(unix_micros({INGEST}), array({', '.join(map(str, LATENCY_QUANTILES))}), 1000) AS q"))
         t0 = time.time()
-        sinks.write(op.params["spec"], observed, batch_id)
+        collected = sinks.write(spec, frame, batch_id)
         done = time.time()
-        stats = obs.get
-        out = {"rows": int(stats.get("rows") or 0), "write_s": round(done - t0, 4)}
-        q = stats.get("q")
-        if q and out["rows"]:
+        if obs is not None:
+            stats = obs.get
+            rows, q = int(stats.get("rows") or 0), stats.get("q")
+        else:
+            rows, q = collected.num_rows, _ingest_quantiles(collected)
+        out = {"rows": rows, "write_s": round(done - t0, 4)}
+        if q is not None and out["rows"]:
             # latency of a record = commit time of the sink - its ingest time; the oldest
             # ingest times give the high percentiles
             now_us = done * MICROS
@@ -266,8 +309,6 @@ class BatchExecutor:
     def _forward_dead_letters(self, batch_id: int) -> int:
         records = read_side_output(self.checkpoint, DEAD_LETTER, batch_id)
         if records and self.dead_letter_sink is not None:
-            import pyarrow as pa
-
             sinks.write_table(self.dead_letter_sink, pa.Table.from_pylist(records), batch_id, self.spark)
         return len(records)
 
@@ -325,6 +366,33 @@ def ended_in_offset_log(entry: bytes | None) -> set[str]:
         if isinstance(offset, dict) and offset.get("end") is True and isinstance(offset.get("source"), str):
             ended.add(offset["source"])
     return ended
+
+
+def _ingest_quantiles(hidden: pa.Table) -> list[float] | None:
+    """LATENCY_QUANTILES of the ingest times (micros) in the hidden columns of a collected batch."""
+    if INGEST not in hidden.column_names:
+        return None
+    micros = pc.drop_null(hidden[INGEST].cast(pa.timestamp("us", tz="UTC"))).cast(pa.int64()).to_numpy()
+    if len(micros) == 0:
+        return None
+    return np.quantile(micros, LATENCY_QUANTILES, method="lower").tolist()
+
+
+def _background(work):
+    """Run ``work`` on a daemon thread; returns its Future."""
+    import threading
+    from concurrent.futures import Future
+
+    future: Future = Future()
+
+    def run():
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the result
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="sluice-compaction", daemon=True).start()
+    return future
 
 
 def _with_threads(op: Operator, plan: Plan) -> Operator:

@@ -116,6 +116,7 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
     finally:
         _stop_between_batches(query, executor)
         error = query.exception()
+        executor.close()
     if error is not None:
         raise _unwrap(error)
     elapsed = time.time() - started

@@ -142,14 +142,16 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     # every record gets its pane, late or not: the kernel sorts out the late panes. The
     # watermark is a literal, and a literal in the aggregate's input would make Spark
     # generate and compile new code for it every batch (some 30-70 ms on the driver)
-    columns = {PANE_STATE: pane, COMBINE_TASK: "spark_partition_id()",
-               **routing_columns(kernel.key_columns, stage, max_parallelism)}
+    routing = routing_columns(kernel.key_columns, stage, max_parallelism)
+    columns = {PANE_STATE: pane, COMBINE_TASK: "spark_partition_id()", PARTITION: routing[PARTITION]}
     staged = df.selectExpr("*", *(f"{sql} AS {_q(name)}" for name, sql in columns.items()))
 
     routed = staged.repartitionById(stage.partitions, PARTITION)
     groups = [PARTITION, *kernel.key_columns, PANE_STATE, COMBINE_TASK]
     aggregates = [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
-    aggregates += [f"min({INGEST}) AS {INGEST}", f"max({KEY_GROUP}) AS {KEY_GROUP}",  # one key group per key
+    # the key group is computed again after the exchange (one per key, so any aggregate
+    # will do) rather than shipped with every record
+    aggregates += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}",
                    f"count(1) AS {RECORDS}"]
     frame = routed.groupBy(*[_q(g) for g in groups]).agg(*(F.expr(a) for a in aggregates))
 

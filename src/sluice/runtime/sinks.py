@@ -18,20 +18,27 @@ def batch_dir(path: str, batch_id: int) -> str:
     return f"{path.rstrip('/')}/batch={batch_id:09d}"
 
 
-def write(spec: SinkSpec, df, batch_id: int) -> None:
+def collects_to_driver(spec: SinkSpec) -> bool:
+    """True for sinks that take the batch's rows to the driver as one Arrow table."""
+    return isinstance(spec, (MemorySink, CallbackSink))
+
+
+def write(spec: SinkSpec, df, batch_id: int) -> pa.Table | None:
     """Write the user columns of ``df`` (hidden ``__`` columns dropped) for ``batch_id``.
 
-    Sinks that take the rows to the driver drop the hidden columns there: a Spark select
-    would cost one more plan analysis every batch."""
-    if isinstance(spec, (MemorySink, CallbackSink)):
+    Sinks that take the rows to the driver drop the hidden columns there (a Spark select
+    would cost one more plan analysis every batch) and return them, so the driver measures
+    the batch from them; sinks that write in Spark return None."""
+    if collects_to_driver(spec):
         table = df.toArrow()
-        table = table.drop_columns([c for c in table.column_names if c.startswith("__")])
+        hidden = table.select([c for c in table.column_names if c.startswith("__")])
+        table = table.drop_columns(hidden.column_names)
         if isinstance(spec, MemorySink):
             with _MEMORY_LOCK:
                 _MEMORY.setdefault(spec.name, {})[batch_id] = table
         else:
             spec.fn(batch_id, table.to_pandas() if spec.format == "pandas" else table)
-        return
+        return hidden
     df = df.select([c for c in df.columns if not c.startswith("__")])
     if isinstance(spec, FileSink):
         # Spark's file commit protocol: the directory appears complete (with _SUCCESS) or is
@@ -44,6 +51,7 @@ def write(spec: SinkSpec, df, batch_id: int) -> None:
         df.show(spec.rows, truncate=False)
     else:
         raise SinkError(f"no writer for sink {spec!r}")
+    return None
 
 
 def write_table(spec: SinkSpec, table: pa.Table, batch_id: int, spark=None) -> None:
