@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -16,6 +17,7 @@ from sluice.errors import StateError
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.kernels.aggregate import AggregateKernel
+from sluice.runtime.kernels.grouping import exact_key_type
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.process import ProcessKernel
 from sluice.runtime.kernels.reduce import ReduceKernel
@@ -145,7 +147,8 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
             # state is owned by one partition per key group: never merge rows routed elsewhere
             raise StateError(f"keyed operator {op.name!r}: partition {partition} received rows routed to "
                              f"another partition; Spark re-partitioned them after the exchange by key group")
-        kgs = set(pc.unique(rows.column(KEY_GROUP)).to_pylist()) if rows.num_rows else set()
+        kg_values, kg_counts = _counts(rows)
+        kgs = set(kg_values)
         if kernel.wants_timers:
             kgs |= {kg for kg in with_state if routing[kg] == partition}
         if not kgs:
@@ -166,8 +169,8 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
             writer = SideOutputWriter(root, f"side/{op.id}/{name}", context.batch_id, op.id, partition)
             writer.add_table(op.name, side, name)
             metrics.add(op.id, f"side_{name}", writer.flush())
-        output = _attach_ingest(result.output, rows, keys, context.processing_time)
-        for kg, n in zip(*_counts(rows)):
+        output = _attach_ingest(result.output, rows, keys, context.processing_time, result.key_ids)
+        for kg, n in zip(kg_values, kg_counts):
             metrics.add(f"{op.id}#kg", f"{kg}", n)
         metrics.op_timing(op.id, rows.num_rows, output.num_rows, time.perf_counter() - start)
         metrics.flush()
@@ -183,13 +186,24 @@ def _counts(rows: pa.Table):
     return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
 
 
-def _attach_ingest(output: pa.Table, rows: pa.Table, keys: list[str], processing_time: int) -> pa.Table:
+def _attach_ingest(output: pa.Table, rows: pa.Table, keys: list[str], processing_time: int,
+                   key_ids: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
     """Charge each output row the ingest time of the oldest input record of its key in this
-    batch; rows fired by time alone (no input this batch) get the batch's processing time."""
+    batch; rows fired by time alone (no input this batch) get the batch's processing time.
+
+    ``key_ids``: the kernel's key id of each output row and of each input row, if it has them.
+    A null key matches no input row (as in a join). Rows stay in the order the kernel emitted
+    them."""
     ts_type = pa.timestamp("us", tz="UTC")
     if output.num_rows == 0:
         return output.append_column(INGEST, pa.array([], ts_type))
     if rows.num_rows and all(k in output.column_names for k in keys):
+        if keys and all(exact_key_type(output.schema.field(k).type) for k in keys):
+            if key_ids is None or len(key_ids[0]) != output.num_rows or len(key_ids[1]) != rows.num_rows:
+                key_ids = _key_ids(output, rows, keys)
+            if key_ids is not None:
+                return output.append_column(INGEST, pa.array(_oldest(rows, keys, key_ids, processing_time), ts_type))
+        # keys a dictionary encoding would match otherwise than a join (floats: -0.0, NaN)
         oldest = rows.group_by(keys, use_threads=False).aggregate([(INGEST, "min")])  # -> "__ingest_ts_min"
         joined = output.join(oldest, keys=keys, join_type="left outer", use_threads=False)
         ingest = pc.fill_null(joined.column(f"{INGEST}_min").cast(ts_type), pa.scalar(processing_time, ts_type))
@@ -198,7 +212,51 @@ def _attach_ingest(output: pa.Table, rows: pa.Table, keys: list[str], processing
         fill = pc.min(rows.column(INGEST)).cast(ts_type)
     else:
         fill = pa.scalar(processing_time, ts_type)
-    return output.append_column(INGEST, pa.array([fill.as_py()] * output.num_rows, ts_type))
+    if not fill.is_valid:
+        return output.append_column(INGEST, pa.nulls(output.num_rows, ts_type))
+    return output.append_column(INGEST, pa.array(np.full(output.num_rows, fill.value, np.int64), ts_type))
+
+
+def _key_ids(output: pa.Table, rows: pa.Table, keys: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Dense ids of the keys of the output rows and of the input rows, from one dictionary
+    encoding of both (a group-by and a hash join cost several times more); None when the
+    two tables type a key column differently."""
+    n_out = output.num_rows
+    ids = None
+    for k in keys:
+        dtype = output.schema.field(k).type
+        if dtype != rows.schema.field(k).type:
+            return None
+        both = pa.chunked_array(output.column(k).chunks + rows.column(k).chunks, type=dtype).combine_chunks()
+        encoded = pc.dictionary_encode(both, null_encoding="encode")
+        codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)
+        if ids is None:
+            ids = codes
+        else:  # mixed radix, re-densified so that ids stay below the row count
+            combined = pc.dictionary_encode(pa.array(ids * len(encoded.dictionary) + codes))
+            ids = np.asarray(combined.indices.to_numpy(zero_copy_only=False), np.int64)
+    return ids[:n_out], ids[n_out:]
+
+
+def _oldest(rows: pa.Table, keys: list[str], key_ids: tuple[np.ndarray, np.ndarray],
+            processing_time: int) -> np.ndarray:
+    """Per output row, in microseconds: the oldest ingest time of the input rows of its key,
+    else the processing time."""
+    out_ids, row_ids = key_ids
+    ingest = rows.column(INGEST)
+    valid = np.ones(len(row_ids), dtype=bool)
+    for k in keys:
+        if rows.column(k).null_count:  # a null key matches nothing
+            valid &= np.asarray(rows.column(k).is_valid().to_numpy(zero_copy_only=False), bool)
+    if ingest.null_count:  # min() skips nulls
+        valid &= np.asarray(ingest.is_valid().to_numpy(zero_copy_only=False), bool)
+    micros = np.asarray(pc.fill_null(pc.cast(ingest, pa.int64()), 0).to_numpy(), np.int64)
+    size = int(max(out_ids.max(initial=-1), row_ids.max(initial=-1))) + 1
+    oldest = np.full(size, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(oldest, row_ids[valid], micros[valid])
+    has = np.zeros(size, dtype=bool)
+    has[row_ids[valid]] = True
+    return np.where(has[out_ids], oldest[out_ids], processing_time)
 
 
 def arrow_schema_of(df) -> pa.Schema:

@@ -1,4 +1,5 @@
-"""Splitting a table into its keys' rows, vectorized (one sort, no per-record Python)."""
+"""Splitting a table into its keys' rows, vectorized (one sort, no per-record Python), and
+which key types hashing groups exactly."""
 
 from __future__ import annotations
 
@@ -25,3 +26,11 @@ def groups(table: pa.Table, keys: list[str]) -> Iterator[tuple[tuple, pa.Table]]
     for start, end in zip(starts, ends):
         key = tuple(col[start].item() if hasattr(col[start], "item") else col[start] for col in key_cols)
         yield key, ordered.slice(int(start), int(end - start))
+
+
+def exact_key_type(dtype: pa.DataType) -> bool:
+    """Key types whose dictionary encoding tells keys apart exactly as Arrow's group-by and
+    join do: not floats (-0.0 and NaN), nor nested or decimal types."""
+    return (pa.types.is_integer(dtype) or pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
+            or pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_boolean(dtype)
+            or pa.types.is_timestamp(dtype) or pa.types.is_date(dtype))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 KEY_GROUP = "__kg"  # hidden int32 column: stable hash of the key mod max parallelism
@@ -42,6 +43,10 @@ class KeyedResult:
     side_outputs: dict[str, pa.Table] = field(default_factory=dict)
     # counts the kernel reports for the batch (added to the operator's metrics)
     metrics: dict[str, int] = field(default_factory=dict)
+    # optional, when the kernel numbered the keys anyway: (key id of each output row, key id
+    # of each input row) in one numbering; the runtime then finds the input rows of each
+    # output row's key without matching the key columns again
+    key_ids: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class KeyedKernel(ABC):

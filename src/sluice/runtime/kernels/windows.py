@@ -72,6 +72,7 @@ from sluice.runtime.kernels.panes import (
     pair_searchsorted,
     partials_from_rows,
     sliding_udaf,
+    sort_codes,
     sort_pairs,
 )
 
@@ -322,10 +323,20 @@ class WindowAggregateKernel(KeyedKernel):
         wm = batch_watermark(self.queries[0], ctx)
         n_state = state.num_rows
         late_seen = 0
-        if combined:
-            rows, late_seen = self._keep_accepted_panes(rows, wm)
-
+        # the keys of the state and of every row, numbered; the runtime reuses the numbering
+        # to find each output row's input rows (also those of panes dropped here)
         ids, first, all_keys = key_ids(state, rows, self.key_columns)
+        row_ids = ids[n_state:]
+        to_row_ids = None  # the row_ids numbering of each key, when the kernel's own differs
+        if combined:
+            accepted, late_seen = self._accepted_panes(rows, wm)
+            if accepted is not None:
+                # the rows kept are numbered by themselves: the order of the output follows it
+                rows = rows.filter(pa.array(accepted))
+                position = np.concatenate([np.arange(n_state), n_state + np.flatnonzero(accepted)])
+                all_ids = ids
+                ids, first, all_keys = key_ids(state, rows, self.key_columns)
+                to_row_ids = all_ids[position[first]]
         n_keys = len(first)
         row_key = ids[n_state:]
         last_wm = np.full(n_keys, NO_WATERMARK, dtype=np.int64)
@@ -345,11 +356,21 @@ class WindowAggregateKernel(KeyedKernel):
             if q.mode != "append" or len(old) == 0:
                 continue
             j_lo = self._first_unfired(q, last_wm[old.key])
-            j_hi = np.full(len(old), _floor_div(wm - q.allowed_lateness - q.window.size, q.window.slide))
-            wk, wj = self._windows_with_data(q, old, np.ones(len(old), bool), j_lo, j_hi)
+            j_hi = _floor_div(wm - q.allowed_lateness - q.window.size, q.window.slide)
+            wk, wj, at = self._windows_with_data(q, old, None, j_lo, j_hi)
             if len(wk):
-                outputs.append(self._emit(q, layout, old, wk, wj, all_keys, first, out_schema))
+                outputs.append(self._emit(q, layout, old, wk, wj, all_keys, first, out_schema, at))
                 emitted_keys.append(wk)
+
+        # (D, first half) evict the old panes no open window of any query needs. Whether a
+        # pane is kept depends on its time alone and every pane the batch adds is kept (it
+        # contributes to an open window), so evicting before the merge leaves the same panes
+        # as evicting after it, and the merge and the windows below see fewer rows.
+        changed = np.zeros(n_keys, dtype=bool)
+        keep = self._kept(old.pane, wm)
+        if not keep.all():
+            changed[old.key[~keep]] = True
+            old = old.take(np.flatnonzero(keep))
 
         # (B) each contributing record updates exactly one pane's partial aggregate
         if combined:
@@ -372,40 +393,40 @@ class WindowAggregateKernel(KeyedKernel):
             first_open = _floor_div(wm - lateness - z, s) + 1
             last_due = _floor_div(wm - z, s)
             changed_hi = last_due if q.mode == "append" else _floor_div(END_OF_TIME, s)
-            wk_t, wj_t = self._windows_with_data(
-                q, merged, touched, np.full(len(merged), first_open), np.full(len(merged), changed_hi)
-            )
+            wk_t, wj_t, at_t = self._windows_with_data(q, merged, touched, first_open, changed_hi)
             if q.mode == "append":
                 j_lo = np.maximum(self._first_unfired(q, last_wm[merged.key]), first_open)
-                wk_d, wj_d = self._windows_with_data(
-                    q, merged, np.ones(len(merged), bool), j_lo, np.full(len(merged), last_due)
-                )
-                wk_t, wj_t = _union_pairs(wk_t, wj_t, wk_d, wj_d)
+                wk_d, wj_d, at_d = self._windows_with_data(q, merged, None, j_lo, last_due)
+                if at_t is not None:  # one pane per window: a window is its pane's row
+                    at_t = np.union1d(at_t, at_d)
+                    wk_t, wj_t = merged.key[at_t], merged.pane[at_t]
+                else:
+                    wk_t, wj_t = _union_pairs(wk_t, wj_t, wk_d, wj_d)
             if len(wk_t):
-                outputs.append(self._emit(q, layout, merged, wk_t, wj_t, all_keys, first, out_schema))
+                outputs.append(self._emit(q, layout, merged, wk_t, wj_t, all_keys, first, out_schema, at_t))
                 emitted_keys.append(wk_t)
 
-        # (D) evict panes no open window of any query needs
-        keep = np.zeros(len(merged), dtype=bool)
-        for q in self.queries:
-            keep |= self._last_end(q, merged.pane) > wm - q.allowed_lateness
-        changed = np.zeros(n_keys, dtype=bool)
-        changed[merged.key[touched | ~keep]] = True
+        # (D) the state of every key the batch touched, evicted from or emitted
+        changed[new.key] = True
         for wk in emitted_keys:
             changed[wk] = True
-        final = merged.take(np.flatnonzero(keep))
+        final = merged
 
         upserts, deletes = self._state_changes(layout, schema, final, changed, n_state, all_keys, first, state, rows, wm)
         output = pa.concat_tables(outputs).cast(out_schema) if outputs else out_schema.empty_table()
+        output_ids = np.concatenate(emitted_keys) if emitted_keys else np.zeros(0, np.int64)
+        if to_row_ids is not None:
+            output_ids = to_row_ids[output_ids]
         side = {LATE: pa.concat_tables(late_parts) if late_parts else late_schema(schema).empty_table()}
         return KeyedResult(output=output, upserts=upserts, deletes=deletes, side_outputs=side,
-                           metrics={"late_seen": late_seen} if late_seen else {})
+                           metrics={"late_seen": late_seen} if late_seen else {},
+                           key_ids=(output_ids, row_ids))
 
     # -- pieces -----------------------------------------------------------------------
 
-    def _keep_accepted_panes(self, rows: pa.Table, wm: int) -> tuple[pa.Table, int]:
-        """Combined rows of the panes some query accepts, and how many records the rows of
-        panes late for some query combine.
+    def _accepted_panes(self, rows: pa.Table, wm: int) -> tuple[np.ndarray | None, int]:
+        """Which combined rows hold panes some query accepts (None: all), and how many
+        records the rows of panes late for some query combine.
 
         Spark's combine (``sluice.runtime.native_combine``) groups every record by its pane
         whether it is late or not: deciding it there would put the batch's watermark into
@@ -426,7 +447,7 @@ class WindowAggregateKernel(KeyedKernel):
         late = 0
         if RECORDS in rows.column_names and not on_time.all():
             late = int(np.asarray(rows[RECORDS].to_numpy(), np.int64)[~on_time].sum())
-        return (rows if accepted.all() else rows.filter(pa.array(accepted))), late
+        return (None if accepted.all() else accepted), late
 
     def _contributions(self, rows: pa.Table, ctx: BatchContext, wm: int) -> tuple[np.ndarray, list, np.ndarray]:
         """Rule 2: (contributes to some query, late records per query, pane) of each record."""
@@ -451,22 +472,48 @@ class WindowAggregateKernel(KeyedKernel):
         """Index of the first window whose end is after the key's last watermark."""
         return np.floor_divide(last_wm - q.window.size, q.window.slide) + 1
 
+    def _kept(self, panes: np.ndarray, wm: int) -> np.ndarray:
+        """Panes some open window of some query still needs."""
+        keep = np.zeros(len(panes), dtype=bool)
+        for q in self.queries:
+            keep |= self._last_end(q, panes) > wm - q.allowed_lateness
+        return keep
+
+    def _one_pane_windows(self, q: WindowQuery) -> bool:
+        """Each window of ``q`` is exactly one pane (tumbling windows of the pane length)."""
+        return q.window.size == q.window.slide == self.pane
+
     def _windows_with_data(
-        self, q: WindowQuery, table: PaneTable, rows: np.ndarray, j_lo: np.ndarray, j_hi: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(key, window index) of every window in [j_lo, j_hi] containing a selected pane.
+        self, q: WindowQuery, table: PaneTable, rows: np.ndarray | None, j_lo: np.ndarray | int, j_hi: np.ndarray | int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(key, window index) of every window in [j_lo, j_hi] containing a selected pane, and
+        for one-pane windows the table row of each window's pane (else None).
+
+        ``rows`` selects rows of ``table`` (a mask; None: all); ``j_lo`` and ``j_hi`` are
+        numbers or arrays over the table's rows.
 
         Window j is [j*slide, j*slide + size). Pane p (time [p*P, (p+1)*P)) lies in windows
         floor((p*P - size)/slide) + 1 .. floor(p*P/slide); along a key's sorted panes both
         bounds never decrease, so each pane adds the windows after its predecessor's last.
         """
         z, s = q.window.size, q.window.slide
-        key, pane = table.key[rows], table.pane[rows]
+        pick = (lambda a: a) if rows is None else (lambda a: a[rows])
+        if not np.isscalar(j_lo):
+            j_lo = pick(j_lo)
+        if not np.isscalar(j_hi):
+            j_hi = pick(j_hi)
+        if self._one_pane_windows(q):  # pane p is window p, the only window holding it
+            at = np.arange(len(table)) if rows is None else np.flatnonzero(rows)
+            inside = (table.pane[at] >= j_lo) & (table.pane[at] <= j_hi)
+            if not inside.all():
+                at = at[inside]
+            return table.key[at], table.pane[at], at
+        key, pane = pick(table.key), pick(table.pane)
         if len(key) == 0:
-            return key, key
+            return key, key, None
         start = pane * self.pane
-        lo = np.maximum(np.floor_divide(start - z, s) + 1, j_lo[rows])
-        hi = np.minimum(np.floor_divide(start, s), j_hi[rows])
+        lo = np.maximum(np.floor_divide(start - z, s) + 1, j_lo)
+        hi = np.minimum(np.floor_divide(start, s), j_hi)
         previous_hi = np.empty_like(hi)
         previous_hi[0] = NO_WATERMARK
         previous_hi[1:] = hi[:-1]
@@ -475,9 +522,9 @@ class WindowAggregateKernel(KeyedKernel):
         count = np.maximum(hi - lo + 1, 0)
         total = int(count.sum())
         if total == 0:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), None
         offsets = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
-        return np.repeat(key, count), np.repeat(lo, count) + offsets
+        return np.repeat(key, count), np.repeat(lo, count) + offsets, None
 
     def _emit(
         self,
@@ -489,12 +536,19 @@ class WindowAggregateKernel(KeyedKernel):
         all_keys: pa.Table,
         first: np.ndarray,
         out_schema: pa.Schema,
+        at: np.ndarray | None = None,
     ) -> pa.Table:
-        """Result rows of windows (wk, wj), combining each window's panes."""
+        """Result rows of windows (wk, wj), combining each window's panes; ``at``: the table
+        row of each window's only pane, for one-pane windows."""
         z, s = q.window.size, q.window.slide
-        lo = pair_searchsorted(table.key, table.pane, wk, (wj * s) // self.pane)
-        hi = pair_searchsorted(table.key, table.pane, wk, (wj * s + z) // self.pane)
-        combined = combine_ranges(layout, table, lo, hi)
+        if at is not None:
+            # a window of one pane is that pane's partials (what combining [at, at + 1) gives)
+            lo, hi = at, at + 1
+            combined = {f.name: table.parts[f.name][at] for f in layout.fields if f.kind != "udaf"}
+        else:
+            lo = pair_searchsorted(table.key, table.pane, wk, (wj * s) // self.pane)
+            hi = pair_searchsorted(table.key, table.pane, wk, (wj * s + z) // self.pane)
+            combined = combine_ranges(layout, table, lo, hi)
         udafs = {}
         for _, agg in q.aggregates:
             if agg.kind == "udaf":
@@ -599,7 +653,7 @@ def combined_partials(layout: PartialLayout, rows: pa.Table, row_key: np.ndarray
     them in (so float sums and UDAF merges are the same in a replay)."""
     pane = np.asarray(rows[PANE_STATE].to_numpy(), np.int64)
     task = np.asarray(rows[COMBINE_TASK].to_numpy(), np.int64)
-    order = np.lexsort((task, pane, row_key))
+    order = _sort_triples(row_key, pane, task)
     key, pane = row_key[order], pane[order]
     starts = group_starts(key, pane)
     parts = {}
@@ -622,6 +676,18 @@ def combined_partials(layout: PartialLayout, rows: pa.Table, row_key: np.ndarray
             values = np.asarray(column.to_numpy(zero_copy_only=False), layout.numpy_dtype(f))[order]
             parts[f.name] = f.combine.reduceat(values, starts) if len(starts) else values
     return PaneTable(key[starts], pane[starts], parts)
+
+
+def _sort_triples(key: np.ndarray, pane: np.ndarray, task: np.ndarray) -> np.ndarray:
+    """``np.lexsort((task, pane, key))``, through one int64 code when it fits."""
+    if len(key) == 0:
+        return np.zeros(0, np.int64)
+    pane_lo, task_lo = int(pane.min()), int(task.min())
+    panes, tasks = int(pane.max()) - pane_lo + 1, int(task.max()) - task_lo + 1
+    bound = (int(key.max()) + 1) * panes * tasks
+    if bound >= 2**62:
+        return np.lexsort((task, pane, key))
+    return sort_codes((key * panes + (pane - pane_lo)) * tasks + (task - task_lo), bound)
 
 
 def merge_udafs(layout: PartialLayout, merged: PaneTable, target: np.ndarray, new: PaneTable) -> None:

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.errors import StateError
+from sluice.runtime.kernels.grouping import exact_key_type
 
 KEY_GROUP = "__kg"
 DELETED = "__deleted"
@@ -79,6 +80,9 @@ def build_state_table(
         order = pc.sort_indices(table, sort_keys=[*sort_keys, (DELETED, "descending")])
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):  # keys of an unsortable type
         order = pc.sort_indices(table, sort_keys=[(KEY_GROUP, "ascending")])
+    order = order.to_numpy()
+    if (order[1:] > order[:-1]).all():  # a kernel's upserts often come sorted: skip copying them
+        return table.combine_chunks()
     return table.take(order).combine_chunks()
 
 
@@ -93,10 +97,18 @@ def row_ranges(sorted_kg: pa.ChunkedArray | pa.Array) -> dict[int, tuple[int, in
 
 
 def serialize(table: pa.Table) -> pa.Buffer:
-    sink = pa.BufferOutputStream()
+    # measure first, then write into a buffer of the exact size: a growing output stream
+    # reallocates and copies the file several times (the measuring pass copies nothing)
+    size = pa.MockOutputStream()
+    _write_file(size, table)
+    buffer = pa.allocate_buffer(size.size())
+    _write_file(pa.FixedSizeBufferWriter(buffer), table)
+    return buffer
+
+
+def _write_file(sink, table: pa.Table) -> None:
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue()
 
 
 def deserialize(data: pa.Buffer | bytes) -> pa.Table:
@@ -114,20 +126,74 @@ def merge_latest(pieces: list[pa.Table], key_columns: list[str]) -> pa.Table:
     table = pa.concat_tables(pieces, promote_options="permissive") if len(pieces) > 1 else pieces[0]
     n = table.num_rows
     if n:
-        row = pa.array(np.arange(n, dtype=np.int64))
-        groups = (
-            table.select([KEY_GROUP, *key_columns])
-            .append_column("__row", row)
-            .group_by([KEY_GROUP, *key_columns], use_threads=False)
-            .aggregate([("__row", "max")])
-        )
-        last = np.sort(groups.column("__row_max").to_numpy())
-        if last.size != n:
-            table = table.take(pa.array(last))
-        table = table.filter(pc.invert(table.column(DELETED)))
+        last = _last_rows(table, key_columns)
+        deleted = table.column(DELETED)
+        if deleted.null_count or pc.any(deleted).as_py():
+            # a null flag counts as a tombstone, as the filter on its negation always did
+            live = ~np.asarray(pc.fill_null(deleted, True).to_numpy(zero_copy_only=False), bool)
+            last = last[live[last]]
+        table = _rows_at(table, last)
     table = table.drop_columns([DELETED])
     state_cols = [c for c in table.column_names if c not in (KEY_GROUP, *key_columns)]
     return table.select([KEY_GROUP, *key_columns, *state_cols]).combine_chunks()
+
+
+def _codes(values: pa.ChunkedArray | np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense codes of the values (nulls are one value), and how many there are."""
+    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else pa.array(values)
+    encoded = pc.dictionary_encode(array, null_encoding="encode")
+    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64), len(encoded.dictionary)
+
+
+def _last_rows(table: pa.Table, key_columns: list[str]) -> np.ndarray:
+    """Positions of the last row of each (kg, key), ascending."""
+    n = table.num_rows
+    kg = np.asarray(table.column(KEY_GROUP).to_numpy(), np.int64)
+    if not all(exact_key_type(table.schema.field(c).type) for c in key_columns):
+        rows = pa.array(np.arange(n, dtype=np.int64))
+        groups = (
+            table.select([KEY_GROUP, *key_columns])
+            .append_column("__row", rows)
+            .group_by([KEY_GROUP, *key_columns], use_threads=False)
+            .aggregate([("__row", "max")])
+        )
+        return np.sort(groups.column("__row_max").to_numpy())
+    codes, m = None, 1
+    for c in key_columns:
+        column_codes, size = _codes(table.column(c))
+        if codes is None:
+            codes, m = column_codes, size
+        else:  # mixed radix, re-densified so that codes stay below n
+            codes, m = _codes(codes * size + column_codes)
+    if codes is None:
+        codes, m = _codes(kg)
+    else:
+        # a key hashes to one key group, so the key alone nearly always tells the group;
+        # combine the two only when some key shows up in two key groups
+        kg_of = np.empty(m, np.int64)
+        kg_of[codes] = kg
+        if not (kg_of[codes] == kg).all():
+            codes, m = _codes(codes * (int(kg.max() - kg.min()) + 1) + (kg - kg.min()))
+    if m == n:  # every row is the only row of its key
+        return np.arange(n, dtype=np.int64)
+    last = np.full(m, -1, np.int64)
+    np.maximum.at(last, codes, np.arange(n, dtype=np.int64))
+    return np.sort(last[last >= 0])
+
+
+def _rows_at(table: pa.Table, positions: np.ndarray) -> pa.Table:
+    """``table.take(positions)`` (ascending positions); as slices when they form few runs,
+    as after a full rewrite of a key group, which copies list columns far faster than a take."""
+    if len(positions) == table.num_rows:
+        return table
+    if len(positions) == 0:
+        return table.slice(0, 0)
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    if len(breaks) >= max(256, len(positions) // 64):  # a slice costs some microseconds
+        return table.take(pa.array(positions))
+    starts = np.concatenate([[0], breaks]).tolist()
+    ends = np.concatenate([breaks, [len(positions)]]).tolist()
+    return pa.concat_tables([table.slice(int(positions[a]), b - a) for a, b in zip(starts, ends)])
 
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
