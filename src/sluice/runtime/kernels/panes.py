@@ -195,11 +195,13 @@ def sort_codes(codes: np.ndarray, bound: int) -> np.ndarray:
     if n == 0:
         return np.zeros(0, np.int64)
     if bound <= 4 * n:
-        counts = np.bincount(codes, minlength=bound)
-        if counts.max() <= 1:
-            order = np.empty(n, np.int64)
-            order[np.cumsum(counts)[codes] - 1] = np.arange(n)
-            return order
+        present = np.zeros(bound, dtype=bool)
+        present[codes] = True
+        ordered = np.flatnonzero(present)
+        if len(ordered) == n:  # distinct: each code's row, read in code order
+            row_of = np.empty(bound, np.int64)
+            row_of[codes] = np.arange(n)
+            return row_of[ordered]
         return np.argsort(codes, kind="stable")
     order = np.argsort(codes)
     ordered = codes[order]

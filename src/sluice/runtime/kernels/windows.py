@@ -355,7 +355,7 @@ class WindowAggregateKernel(KeyedKernel):
         for q in self.queries:
             if q.mode != "append" or len(old) == 0:
                 continue
-            j_lo = self._first_unfired(q, last_wm[old.key])
+            j_lo = self._first_unfired(q, last_wm)[old.key]
             j_hi = _floor_div(wm - q.allowed_lateness - q.window.size, q.window.slide)
             wk, wj, at = self._windows_with_data(q, old, None, j_lo, j_hi)
             if len(wk):
@@ -395,7 +395,7 @@ class WindowAggregateKernel(KeyedKernel):
             changed_hi = last_due if q.mode == "append" else _floor_div(END_OF_TIME, s)
             wk_t, wj_t, at_t = self._windows_with_data(q, merged, touched, first_open, changed_hi)
             if q.mode == "append":
-                j_lo = np.maximum(self._first_unfired(q, last_wm[merged.key]), first_open)
+                j_lo = np.maximum(self._first_unfired(q, last_wm), first_open)[merged.key]
                 wk_d, wj_d, at_d = self._windows_with_data(q, merged, None, j_lo, last_due)
                 if at_t is not None:  # one pane per window: a window is its pane's row
                     at_t = np.union1d(at_t, at_d)
@@ -497,17 +497,17 @@ class WindowAggregateKernel(KeyedKernel):
         bounds never decrease, so each pane adds the windows after its predecessor's last.
         """
         z, s = q.window.size, q.window.slide
+        if self._one_pane_windows(q):  # pane p is window p, the only window holding it
+            inside = (table.pane >= j_lo) & (table.pane <= j_hi)
+            if rows is not None:
+                inside &= rows
+            at = np.flatnonzero(inside)
+            return table.key[at], table.pane[at], at
         pick = (lambda a: a) if rows is None else (lambda a: a[rows])
         if not np.isscalar(j_lo):
             j_lo = pick(j_lo)
         if not np.isscalar(j_hi):
             j_hi = pick(j_hi)
-        if self._one_pane_windows(q):  # pane p is window p, the only window holding it
-            at = np.arange(len(table)) if rows is None else np.flatnonzero(rows)
-            inside = (table.pane[at] >= j_lo) & (table.pane[at] <= j_hi)
-            if not inside.all():
-                at = at[inside]
-            return table.key[at], table.pane[at], at
         key, pane = pick(table.key), pick(table.pane)
         if len(key) == 0:
             return key, key, None
@@ -546,8 +546,10 @@ class WindowAggregateKernel(KeyedKernel):
             lo, hi = at, at + 1
             combined = {f.name: table.parts[f.name][at] for f in layout.fields if f.kind != "udaf"}
         else:
-            lo = pair_searchsorted(table.key, table.pane, wk, (wj * s) // self.pane)
-            hi = pair_searchsorted(table.key, table.pane, wk, (wj * s + z) // self.pane)
+            # both ends in one search: the table's pairs are encoded once
+            bounds = pair_searchsorted(table.key, table.pane, np.concatenate([wk, wk]),
+                                       np.concatenate([(wj * s) // self.pane, (wj * s + z) // self.pane]))
+            lo, hi = bounds[:len(wk)], bounds[len(wk):]
             combined = combine_ranges(layout, table, lo, hi)
         udafs = {}
         for _, agg in q.aggregates:
