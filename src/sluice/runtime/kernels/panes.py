@@ -188,8 +188,8 @@ def sort_codes(codes: np.ndarray, bound: int) -> np.ndarray:
     """A stable permutation sorting non-negative int64 ``codes`` below ``bound``.
 
     Codes that are all distinct have exactly one sorting permutation, so any algorithm gives
-    the stable one: a counting sort when the codes are dense (about a tenth of a comparison
-    sort), else numpy's fastest sort. Repeated codes take the stable sort.
+    the stable one: a counting sort when the codes are dense (a third of the time of numpy's
+    sort at 60,000 codes), else numpy's fastest sort. Repeated codes take the stable sort.
     """
     n = len(codes)
     if n == 0:

@@ -25,7 +25,9 @@ that ends the input) and a query with allowed lateness L:
 The kernel runs the rules per batch in this order, so a window closing in this batch never
 sees this batch's (late) records: (A) emit windows that are due and closed, from the panes
 before the batch; (B) add the batch's contributing records to their panes; (C) emit the
-open windows that are due (append) or that the batch changed; (D) evict dead panes.
+open windows that are due (append) or that the batch changed; (D) evict dead panes. Only
+panes from before the batch can be dead (a record contributes to an open window, so its
+pane lives), so (D) runs on them right after (A), and (B) and (C) see fewer panes.
 
 Each key's state remembers the watermark of the last batch that changed it (``__wm``) so
 that a window is emitted on time exactly once even if the key group is not processed in
@@ -362,10 +364,8 @@ class WindowAggregateKernel(KeyedKernel):
                 outputs.append(self._emit(q, layout, old, wk, wj, all_keys, first, out_schema, at))
                 emitted_keys.append(wk)
 
-        # (D, first half) evict the old panes no open window of any query needs. Whether a
-        # pane is kept depends on its time alone and every pane the batch adds is kept (it
-        # contributes to an open window), so evicting before the merge leaves the same panes
-        # as evicting after it, and the merge and the windows below see fewer rows.
+        # (D) evict the panes no open window of any query needs: whether a pane lives depends
+        # on its time alone, and every pane the batch adds lives, so only old panes can go
         changed = np.zeros(n_keys, dtype=bool)
         keep = self._kept(old.pane, wm)
         if not keep.all():
@@ -406,13 +406,12 @@ class WindowAggregateKernel(KeyedKernel):
                 outputs.append(self._emit(q, layout, merged, wk_t, wj_t, all_keys, first, out_schema, at_t))
                 emitted_keys.append(wk_t)
 
-        # (D) the state of every key the batch touched, evicted from or emitted
+        # the state of every key the batch added to, evicted from or emitted changes
         changed[new.key] = True
         for wk in emitted_keys:
             changed[wk] = True
-        final = merged
 
-        upserts, deletes = self._state_changes(layout, schema, final, changed, n_state, all_keys, first, state, rows, wm)
+        upserts, deletes = self._state_changes(layout, schema, merged, changed, n_state, all_keys, first, state, rows, wm)
         output = pa.concat_tables(outputs).cast(out_schema) if outputs else out_schema.empty_table()
         output_ids = np.concatenate(emitted_keys) if emitted_keys else np.zeros(0, np.int64)
         if to_row_ids is not None:
@@ -613,7 +612,8 @@ class WindowAggregateKernel(KeyedKernel):
 
         state_schema = self.state_schema(schema).append(pa.field(KEY_GROUP, pa.int32()))
         if len(upsert_ids):
-            selected = final.take(np.flatnonzero(changed[final.key]))
+            rewritten = changed[final.key]
+            selected = final if rewritten.all() else final.take(np.flatnonzero(rewritten))
             offsets = np.zeros(len(upsert_ids) + 1, dtype=np.int64)
             np.cumsum(remaining[upsert_ids], out=offsets[1:])
             columns, key_groups = key_columns_of(all_keys, first, upsert_ids, self.key_columns, kg)

@@ -176,9 +176,9 @@ def _last_rows(table: pa.Table, key_columns: list[str]) -> np.ndarray:
             codes, m = _codes(codes * (int(kg.max() - kg.min()) + 1) + (kg - kg.min()))
     if m == n:  # every row is the only row of its key
         return np.arange(n, dtype=np.int64)
-    last = np.full(m, -1, np.int64)
+    last = np.zeros(m, np.int64)  # every code 0..m-1 occurs
     np.maximum.at(last, codes, np.arange(n, dtype=np.int64))
-    return np.sort(last[last >= 0])
+    return np.sort(last)
 
 
 def _rows_at(table: pa.Table, positions: np.ndarray) -> pa.Table:
