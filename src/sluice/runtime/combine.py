@@ -37,8 +37,11 @@ def _partition_id() -> int:
 
 
 def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
-             context: BatchContext, max_parallelism: int, root: str, accumulator):
+             context: BatchContext, max_parallelism: int, root: str, accumulator, source_stats=None):
     """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
+
+    ``source_stats``: the observation of the source whose records ``df`` holds, to be made
+    on Spark's combined rows (``native_combine.SourceStats``); only given when Spark combines.
 
     Returns (frame, schema of its rows without the hidden columns, and what the driver must
     do once the batch's job has run, if anything: a function returning a metric to add)."""
@@ -46,7 +49,7 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
     from sluice.runtime.stages import route
 
     if supports_native_combine(kernel, in_schema):
-        combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism)
+        combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism, source_stats)
 
         def fetch_late() -> dict:
             if not accumulator.value.get(f"{op.id}|late_seen"):
@@ -54,6 +57,8 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
             return {"side_late": write_late(combined, op, context, root)}
 
         return combined.frame, combined.schema, fetch_late
+    if source_stats is not None:
+        raise ValueError(f"operator {op.name!r}: source statistics can only be observed on Spark's combine")
     if getattr(kernel, "combines_before_exchange", False):
         df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
     return route(df, kernel.key_columns, stage, max_parallelism), in_schema, None

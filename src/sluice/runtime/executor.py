@@ -30,6 +30,7 @@ from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.combine import exchange
+from sluice.runtime.native_combine import SourceStats
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
@@ -224,6 +225,7 @@ class BatchExecutor:
         observations: dict = {}
         persisted = []
         finishers: dict = {}  # operator -> driver work once the job ran (returns metrics)
+        source_stats: dict = {}  # keyed operator -> the statistics of the source it combines
         chain_of = {chain[-1]: chain for chain in plan.chains}
         for op in self.order:
             if op.kind == "source":
@@ -231,13 +233,17 @@ class BatchExecutor:
                 frame = df if len(self.sources) == 1 else df.filter(F.col(SOURCE_ID) == src.index)
                 if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
                     frame = frame.select(*op.schema.names, INGEST)
-                # SQL text: each F function would cost Py4J round trips, every batch
-                exprs = [F.expr("count(1) AS rows")]
-                if src.event_time:
-                    exprs.append(F.expr(f"max(unix_micros({quote(src.event_time)})) AS max_event_us"))
                 obs = Observation(f"src_{op.id}_{batch_id}")
-                frame = frame.observe(obs, *exprs)
                 observations[op.id] = obs
+                combined_by = self._combined_directly(op)
+                if combined_by is not None:  # observed after Spark's combine, on far fewer rows
+                    source_stats[combined_by] = SourceStats(obs, src.event_time)
+                else:
+                    # SQL text: each F function would cost Py4J round trips, every batch
+                    exprs = [F.expr("count(1) AS rows")]
+                    if src.event_time:
+                        exprs.append(F.expr(f"max(unix_micros({quote(src.event_time)})) AS max_event_us"))
+                    frame = frame.observe(obs, *exprs)
             elif op.kind == "sink":
                 continue
             elif op.kind == "key_by":
@@ -262,7 +268,8 @@ class BatchExecutor:
                 index = store.index(before_batch=batch_id)
                 kernel = keyed_kernel(op)
                 routed, in_schema, finish = exchange(frames[key_by.id], op, kernel, key_by.schema, stage, context,
-                                                     plan.max_parallelism, self.checkpoint, self.accumulator)
+                                                     plan.max_parallelism, self.checkpoint, self.accumulator,
+                                                     source_stats.get(op.id))
                 if finish is not None:
                     finishers[op.id] = finish
                 frame = keyed_stage(routed, op, in_schema, stage, (self.checkpoint, op.id, kernel.key_columns),
@@ -272,6 +279,24 @@ class BatchExecutor:
                 persisted.append(frame)
             frames[op.id] = frame
         return frames, observations, persisted, finishers
+
+    def _combined_directly(self, source: Operator) -> str | None:
+        """The keyed operator whose Spark combine sees exactly the source's records (the
+        source feeds only a key_by that feeds only it), if there is one.
+
+        The source's statistics (rows, latest event time) are then observed on the combined
+        rows, a few per key and pane, rather than on every record: an observation is an
+        operator Spark cannot compile into the stage's generated code, so it costs on every
+        row it sees."""
+        from sluice.runtime.native_combine import supports_native_combine
+
+        consumers = self.graph.consumers(source.id)
+        if len(consumers) != 1 or consumers[0].kind != "key_by":
+            return None
+        keyed = self.graph.consumers(consumers[0].id)
+        if len(keyed) != 1 or not keyed[0].is_keyed:
+            return None
+        return keyed[0].id if supports_native_combine(keyed_kernel(keyed[0]), consumers[0].schema) else None
 
     def _write_sink(self, op: Operator, frame, batch_id: int) -> dict:
         """Write one sink and measure it: rows, and latency from the ingest times of its rows.

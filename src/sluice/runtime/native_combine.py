@@ -52,6 +52,7 @@ from sluice.runtime.side_outputs import SideOutputWriter
 from sluice.runtime.stages import quote as _q
 from sluice.runtime.stages import routing_columns
 
+_MAX_EVENT = "__max_event_us"  # per group, for the source's statistics
 _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
 
@@ -109,6 +110,15 @@ def _partial_sql(f: PartialField, layout: PartialLayout, schema: pa.Schema) -> s
 
 
 @dataclass
+class SourceStats:
+    """The observation of a source's statistics, made on the combined rows of its records:
+    ``rows`` (the records) and ``max_event_us`` (their latest event time, when it has one)."""
+
+    observation: object  # pyspark.sql.Observation
+    event_time: str | None
+
+
+@dataclass
 class NativeCombine:
     """The combined frame of one batch, and the frame of its late records."""
 
@@ -120,8 +130,10 @@ class NativeCombine:
 
 
 def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: pa.Schema, context: BatchContext,
-                   stage: KeyedStagePlan, max_parallelism: int) -> NativeCombine:
-    """Route ``df`` by key group and combine it into pane partials in Spark.
+                   stage: KeyedStagePlan, max_parallelism: int, source_stats: SourceStats | None = None
+                   ) -> NativeCombine:
+    """Route ``df`` by key group and combine it into pane partials in Spark; with
+    ``source_stats``, also observe the statistics of the source ``df`` holds the records of.
 
     Three transformations (columns, exchange, aggregate), built from SQL text:
     each transformation costs Spark about 10 ms of analysis on the driver and each ``F``
@@ -143,17 +155,25 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     # watermark is a literal, and a literal in the aggregate's input would make Spark
     # generate and compile new code for it every batch (some 30-70 ms on the driver)
     routing = routing_columns(kernel.key_columns, stage, max_parallelism)
-    columns = {PANE_STATE: pane, COMBINE_TASK: "spark_partition_id()", PARTITION: routing[PARTITION]}
+    columns = {COMBINE_TASK: "spark_partition_id()", PARTITION: routing[PARTITION]}
     staged = df.selectExpr("*", *(f"{sql} AS {_q(name)}" for name, sql in columns.items()))
 
     routed = staged.repartitionById(stage.partitions, PARTITION)
-    groups = [PARTITION, *kernel.key_columns, PANE_STATE, COMBINE_TASK]
+    # the pane is computed after the exchange, from the event time that crosses it anyway
+    # for the source's latest event time: a column less to ship per record
+    groups = [_q(PARTITION), *map(_q, kernel.key_columns), f"{pane} AS {_q(PANE_STATE)}", _q(COMBINE_TASK)]
     aggregates = [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
     # the key group is computed again after the exchange (one per key, so any aggregate
     # will do) rather than shipped with every record
     aggregates += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}",
                    f"count(1) AS {RECORDS}"]
-    frame = routed.groupBy(*[_q(g) for g in groups]).agg(*(F.expr(a) for a in aggregates))
+    stats = [f"coalesce(sum({RECORDS}), 0L) AS rows"]
+    if source_stats is not None and source_stats.event_time:
+        aggregates.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
+        stats.append(f"max({_MAX_EVENT}) AS max_event_us")
+    frame = routed.groupBy(*(F.expr(g) for g in groups)).agg(*(F.expr(a) for a in aggregates))
+    if source_stats is not None:  # every record is in one group: the sums are the source's
+        frame = frame.observe(source_stats.observation, *(F.expr(s) for s in stats))
 
     # timestamps travel as micros: collected, they would come back in the driver's time zone
     fields = [f"{_micros(f.name, f.type) if pa.types.is_timestamp(f.type) else _q(f.name)} AS {_q(f.name)}"
