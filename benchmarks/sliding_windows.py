@@ -20,8 +20,8 @@ start to the next batch's start, so the overhead between batches counts).
 A second case runs 3 window queries over one stream: sharing one set of panes
 (``KeyedStream.windows``) against the same 3 as separate window operators.
 
-The machine is shared with other work, so full mode runs each system twice per case,
-alternating (A, B, B, A), and keeps the better run of each.
+The machine is shared with other work, so full mode runs each system three times per case,
+alternating (A, B, B, A, A, B), and keeps the best run of each.
 
 Writes docs/results/sliding_windows.json and sliding_windows.png; the last line printed is a
 JSON object whose ``ratio`` is Sluice's throughput over Spark's at size/slide = 60, with
@@ -84,6 +84,13 @@ def sustained(batches: list[tuple[float, float, int]], warmup: int) -> float:
         period = (nxt[0] if nxt is not None else end) - start
         rates.append(rows / period)
     return statistics.median(rates)
+
+
+def alternating(a, b, repeats: int) -> list:
+    """``repeats`` runs of each, in the order a b b a a b ...: neither always runs first, so
+    load on this shared machine that comes and goes does not favour one of them."""
+    pairs = [[a, b] if i % 2 == 0 else [b, a] for i in range(repeats)]
+    return [x for pair in pairs for x in pair]
 
 
 def run_sluice(spark, spec, queries: list[list], shared: bool, workdir: str, warmup: int) -> dict:
@@ -190,12 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ratios", type=lambda s: tuple(int(x) for x in s.split(",")), default=RATIOS,
                         help="size/slide values to run, comma-separated (default: 1,4,15,60)")
     parser.add_argument("--skip-shared", action="store_true", help="skip the 3-queries shared-panes case")
-    parser.add_argument("--repeats", type=int, choices=(1, 2), default=None,
-                        help="runs of each system per case, best kept (default: 1 quick, 2 full)")
+    parser.add_argument("--repeats", type=int, choices=(1, 2, 3), default=None,
+                        help="runs of each system per case, best kept (default: 1 quick, 3 full)")
     args = parser.parse_args(argv)
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     n_batches = args.batches or (8 if args.quick else 10)
-    args.repeats = args.repeats or (1 if args.quick else 2)
+    args.repeats = args.repeats or (1 if args.quick else 3)
     warmup = 3
     span_s, delay_s = 10.0, 2.0  # event time per batch, and out-of-orderness = watermark delay
     rows = per_batch * n_batches
@@ -215,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     per_ratio = []
     for ratio in args.ratios:
         size = ratio * SLIDE_S
-        # best of two alternating runs of each (Sluice, Spark, Spark, Sluice): load from the
-        # other tenants of this shared machine comes and goes
+        # best of alternating runs of each: load from the other tenants of this shared
+        # machine comes and goes
         sluice_runs, spark_runs = [], []
-        for system in (["sluice", "spark", "spark", "sluice"] if args.repeats == 2 else ["sluice", "spark"]):
+        for system in alternating("sluice", "spark", args.repeats):
             if system == "sluice":
                 sluice_runs.append(run_sluice(spark, spec, [[f"{ratio}", size, SLIDE_S]], True, workdir, warmup))
             else:
@@ -243,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     # alternate the two and keep the best of each: the machine is shared, and load that
     # comes and goes should not decide which of the two looks better
     runs = {True: [], False: []}
-    for shared_panes in ((True, False, False, True) if args.repeats == 2 else (True, False)):
+    for shared_panes in alternating(True, False, args.repeats):
         runs[shared_panes].append(run_sluice(spark, spec, queries, shared_panes, workdir, warmup))
     shared = max(runs[True], key=lambda r: r["throughput"])
     separate = max(runs[False], key=lambda r: r["throughput"])

@@ -235,7 +235,7 @@ class BatchExecutor:
                     frame = frame.select(*op.schema.names, INGEST)
                 obs = Observation(f"src_{op.id}_{batch_id}")
                 observations[op.id] = obs
-                combined_by = self._combined_directly(op)
+                combined_by = combined_directly(self.graph, op)
                 if combined_by is not None:  # observed after Spark's combine, on far fewer rows
                     source_stats[combined_by] = SourceStats(obs, src.event_time)
                 else:
@@ -279,24 +279,6 @@ class BatchExecutor:
                 persisted.append(frame)
             frames[op.id] = frame
         return frames, observations, persisted, finishers
-
-    def _combined_directly(self, source: Operator) -> str | None:
-        """The keyed operator whose Spark combine sees exactly the source's records (the
-        source feeds only a key_by that feeds only it), if there is one.
-
-        The source's statistics (rows, latest event time) are then observed on the combined
-        rows, a few per key and pane, rather than on every record: an observation is an
-        operator Spark cannot compile into the stage's generated code, so it costs on every
-        row it sees."""
-        from sluice.runtime.native_combine import supports_native_combine
-
-        consumers = self.graph.consumers(source.id)
-        if len(consumers) != 1 or consumers[0].kind != "key_by":
-            return None
-        keyed = self.graph.consumers(consumers[0].id)
-        if len(keyed) != 1 or not keyed[0].is_keyed:
-            return None
-        return keyed[0].id if supports_native_combine(keyed_kernel(keyed[0]), consumers[0].schema) else None
 
     def _write_sink(self, op: Operator, frame, batch_id: int) -> dict:
         """Write one sink and measure it: rows, and latency from the ingest times of its rows.
@@ -372,6 +354,25 @@ class BatchExecutor:
             dead_letters=dead,
             watermark=context.watermark,
         )
+
+
+def combined_directly(graph: JobGraph, source: Operator) -> str | None:
+    """The keyed operator whose Spark combine sees exactly the source's records (the
+    source feeds only a key_by that feeds only it), if there is one.
+
+    The source's statistics (rows, latest event time) are then observed on the combined
+    rows, a few per key and pane, rather than on every record: an observation is an
+    operator Spark cannot compile into the stage's generated code, so it costs on every
+    row it sees."""
+    from sluice.runtime.native_combine import supports_native_combine
+
+    consumers = graph.consumers(source.id)
+    if len(consumers) != 1 or consumers[0].kind != "key_by":
+        return None
+    keyed = graph.consumers(consumers[0].id)
+    if len(keyed) != 1 or not keyed[0].is_keyed:
+        return None
+    return keyed[0].id if supports_native_combine(keyed_kernel(keyed[0]), consumers[0].schema) else None
 
 
 def ended_in_offset_log(entry: bytes | None) -> set[str]:

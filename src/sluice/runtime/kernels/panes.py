@@ -87,6 +87,12 @@ class PartialLayout:
             fields.setdefault(f"{kind}:{agg.column}", PartialField(f"{kind}:{agg.column}", kind, agg.column))
         self.fields = list(fields.values())
 
+    def __setstate__(self, state: dict) -> None:
+        # udaf_field is keyed by the identity of each UDAF aggregate, and an unpickled
+        # layout (shipped to Spark's workers inside its kernel) holds new objects
+        self.__dict__.update(state)
+        self.udaf_field = {id(f.udaf): f.name for f in self.fields if f.kind == "udaf"}
+
     # -- types ------------------------------------------------------------------------
 
     def numpy_dtype(self, f: PartialField) -> Any:

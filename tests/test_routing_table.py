@@ -1,0 +1,44 @@
+"""The routing table in Spark: every row goes to the partition the plan gives its key group,
+for any number of partitions (the table is packed into 64-bit words, a few bits per entry)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.kernels.keyed import KEY_GROUP
+from sluice.runtime.schemas import PARTITION
+from sluice.runtime.stages import packed_routing, routing_columns
+
+
+@pytest.mark.parametrize("partitions, max_parallelism", [(1, 128), (2, 128), (3, 128), (5, 100), (37, 128), (300, 512)])
+def test_packed_routing_gives_each_key_group_its_partition(partitions, max_parallelism):
+    rng = random.Random(partitions)
+    routing = [rng.randrange(partitions) for _ in range(max_parallelism)]
+    routing[0], routing[-1] = partitions - 1, partitions - 1  # the highest bits of a word too
+    words, bits = packed_routing(routing, partitions)
+    per_word = 64 // bits
+    unpacked = [((words[kg // per_word] & ((1 << 64) - 1)) >> ((kg % per_word) * bits)) & ((1 << bits) - 1)
+                for kg in range(max_parallelism)]
+    assert unpacked == routing
+    assert all(-(1 << 63) <= w < (1 << 63) for w in words)  # Spark's BIGINT
+
+
+def test_a_routing_table_naming_a_missing_partition_is_refused():
+    with pytest.raises(ValueError, match="key group 1 goes to partition 2"):
+        packed_routing([0, 2], 2)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("partitions", [2, 3, 37])
+def test_spark_routes_every_row_by_the_table(spark, partitions):
+    rng = random.Random(7)
+    routing = tuple(rng.randrange(partitions) for _ in range(128))
+    stage = KeyedStagePlan(partitions, routing)
+    columns = routing_columns(["k"], stage, 128)
+    rows = spark.range(5_000).selectExpr("concat('key-', CAST(id AS STRING)) AS k") \
+        .selectExpr("k", f"{columns[KEY_GROUP]} AS kg", f"{columns[PARTITION]} AS p").collect()
+    assert len({r.kg for r in rows}) == 128
+    assert all(r.p == routing[r.kg] for r in rows)
