@@ -17,7 +17,7 @@ from sluice.errors import StateError
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.kernels.aggregate import AggregateKernel
-from sluice.runtime.kernels.grouping import exact_key_type
+from sluice.runtime.kernels.grouping import dense_ids, exact_key_type
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.process import ProcessKernel
 from sluice.runtime.kernels.reduce import ReduceKernel
@@ -238,21 +238,11 @@ def _key_ids(output: pa.Table, rows: pa.Table, keys: list[str]) -> tuple[np.ndar
     """Dense ids of the keys of the output rows and of the input rows, from one dictionary
     encoding of both (a group-by and a hash join cost several times more); None when the
     two tables type a key column differently."""
-    n_out = output.num_rows
-    ids = None
-    for k in keys:
-        dtype = output.schema.field(k).type
-        if dtype != rows.schema.field(k).type:
-            return None
-        both = pa.chunked_array(output.column(k).chunks + rows.column(k).chunks, type=dtype).combine_chunks()
-        encoded = pc.dictionary_encode(both, null_encoding="encode")
-        codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)
-        if ids is None:
-            ids = codes
-        else:  # mixed radix, re-densified so that ids stay below the row count
-            combined = pc.dictionary_encode(pa.array(ids * len(encoded.dictionary) + codes))
-            ids = np.asarray(combined.indices.to_numpy(zero_copy_only=False), np.int64)
-    return ids[:n_out], ids[n_out:]
+    if any(output.schema.field(k).type != rows.schema.field(k).type for k in keys):
+        return None
+    ids = dense_ids([pa.chunked_array(output.column(k).chunks + rows.column(k).chunks, type=output.schema.field(k).type)
+                     for k in keys])
+    return ids[:output.num_rows], ids[output.num_rows:]
 
 
 def _oldest(rows: pa.Table, keys: list[str], key_ids: tuple[np.ndarray, np.ndarray],

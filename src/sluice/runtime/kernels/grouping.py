@@ -28,6 +28,24 @@ def groups(table: pa.Table, keys: list[str]) -> Iterator[tuple[tuple, pa.Table]]
         yield key, ordered.slice(int(start), int(end - start))
 
 
+def dense_ids(columns: list[pa.Array | pa.ChunkedArray]) -> np.ndarray:
+    """Dense ids of the rows' keys, given one column per key field: rows with equal keys
+    (nulls included) share an id, ids are numbered in order of first appearance and stay
+    below the row count. One dictionary encoding per column, no sort."""
+    ids = None
+    for column in columns:
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        if ids is None:
+            ids = codes
+        else:  # mixed radix, then re-densify so that ids stay below the row count
+            combined = ids * (len(encoded.dictionary) + 1) + codes
+            ids = np.asarray(pc.dictionary_encode(pa.array(combined)).indices.to_numpy(zero_copy_only=False), np.int64)
+    return ids
+
+
 def exact_key_type(dtype: pa.DataType) -> bool:
     """Key types whose dictionary encoding tells keys apart exactly as Arrow's group-by and
     join do: not floats (-0.0 and NaN), nor nested or decimal types."""

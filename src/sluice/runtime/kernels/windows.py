@@ -59,6 +59,7 @@ from sluice.graph.windows import (
     pane_length,
     window_output_schema,
 )
+from sluice.runtime.kernels.grouping import dense_ids
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.panes import (
     END_OF_TIME,
@@ -102,18 +103,7 @@ def key_ids(state: pa.Table, rows: pa.Table, key_columns: list[str]) -> tuple[np
     """
     n = state.num_rows + rows.num_rows
     keys = pa.table({c: _concat_column(state, rows, c) for c in key_columns}) if key_columns else pa.table({})
-    if not key_columns:
-        ids = np.zeros(n, dtype=np.int64)
-    else:
-        ids = None
-        for c in key_columns:
-            encoded = pc.dictionary_encode(keys[c].combine_chunks(), null_encoding="encode")
-            codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-            if ids is None:
-                ids = codes
-            else:  # mixed radix, then re-densify so codes stay < n
-                combined = ids * (len(encoded.dictionary) + 1) + codes
-                ids = np.asarray(pc.dictionary_encode(pa.array(combined)).indices.to_numpy(zero_copy_only=False), np.int64)
+    ids = dense_ids([keys[c] for c in key_columns]) if key_columns else np.zeros(n, dtype=np.int64)
     if n == 0:
         return ids, np.zeros(0, np.int64), keys
     running_max = np.maximum.accumulate(ids)
