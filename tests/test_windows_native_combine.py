@@ -82,6 +82,7 @@ def _native_combined(spark, kernel, records: pa.Table, ctx: BatchContext, df=Non
     stage = KeyedStagePlan(partitions=2, routing=(0, 1, 1, 0))
     combine = native_combine(df, Operator(id="w", kind="window", name="w"), kernel, schema, ctx, stage, max_parallelism=4)
     plan = combine.frame._jdf.queryExecution().executedPlan().toString()
+    _assert_in_routed_partitions(combine.frame)
     rows = combine.frame.toArrow()
     rows = rows.select(combine.schema.names + [KEY_GROUP]).cast(combine.schema.append(pa.field(KEY_GROUP, pa.int32())))
     late = late_records(combine, ctx)
@@ -99,8 +100,7 @@ def test_spark_combine_gives_the_python_combines_windows_and_late_records(spark,
     kernel.bind(schema)
     python_rows, python_late = _python_combined(kernel, records, ctx)
     native_rows, native_late, plan = _native_combined(spark, kernel, records, ctx)
-    # one exchange, by partition: the grouping needs no second one (the round robin is the test's)
-    assert plan.count("Exchange") == 2 and "hashpartitioning" not in plan, plan
+    _assert_partials_cross_one_exchange(plan)
 
     want_out, want_late = _outputs(kernel, _with_key_groups(python_rows), ctx)
     got_out, got_late = _outputs(kernel, native_rows, ctx)
@@ -111,6 +111,22 @@ def test_spark_combine_gives_the_python_combines_windows_and_late_records(spark,
     if watermark_s is not None:
         assert python_late, "some records were late"
         assert len({r["late_for"] for r in python_late}) == 2, "late for one query, accepted by the other"
+
+
+def _assert_partials_cross_one_exchange(plan: str) -> None:
+    """Spark's partial aggregate runs before its one exchange by hash (the round robin is
+    the test's), and nothing is exchanged again after it."""
+    exchanges = [line for line in plan.splitlines() if "Exchange" in line]
+    assert len(exchanges) == 2 and "hashpartitioning" in exchanges[0] and "RoundRobin" in exchanges[1], plan
+    below = plan[plan.index(exchanges[0]):]
+    assert "partial_count" in below and "partial_count" not in plan[:plan.index(exchanges[0])], plan
+
+
+def _assert_in_routed_partitions(frame) -> None:
+    from pyspark.sql import functions as F
+
+    partitions = frame.select(F.col(PARTITION), F.spark_partition_id().alias("actual")).distinct().collect()
+    assert partitions and all(row[PARTITION] == row["actual"] for row in partitions), partitions
 
 
 def test_processing_time_windows_combine_in_spark(spark):
@@ -137,8 +153,9 @@ def test_udafs_and_naive_timestamps_stay_in_python():
 
 def test_a_constant_key_stays_with_its_partition(spark):
     """A window over a whole stream keys every record by one constant: Spark must not fold
-    the partition into a constant, or the aggregate asks for a second exchange by hash that
-    splits the key group over partitions (the keyed stage would refuse the rows)."""
+    the key or the partition into a constant, or it drops them from the grouping and so from
+    the exchange's hash, and the salt no longer steers the rows to their key group's
+    partition (the keyed stage would refuse them)."""
     from pyspark.sql import functions as F
 
     records = _records(seed=4)
@@ -149,10 +166,8 @@ def test_a_constant_key_stays_with_its_partition(spark):
     ctx = BatchContext(1, 0, T0 + 5 * S, T0)
     stage = KeyedStagePlan(2, (0, 1, 1, 0))
     combine = native_combine(df, Operator(id="w", kind="window", name="w"), kernel, schema, ctx, stage, max_parallelism=4)
-    plan = combine.frame._jdf.queryExecution().executedPlan().toString()
-    assert "hashpartitioning" not in plan, plan
-    partitions = combine.frame.select(F.col(PARTITION), F.spark_partition_id().alias("actual")).distinct().collect()
-    assert partitions and all(row[PARTITION] == row["actual"] for row in partitions)
+    _assert_partials_cross_one_exchange(combine.frame._jdf.queryExecution().executedPlan().toString())
+    _assert_in_routed_partitions(combine.frame)
 
 
 def _counting_pipeline(tag: str, spark_combines: bool):

@@ -30,7 +30,7 @@ from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.combine import exchange
-from sluice.runtime.native_combine import SourceStats
+from sluice.runtime.native_combine import SourceStats, prepare_hash_exchange
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
@@ -152,6 +152,8 @@ class BatchExecutor:
             self._write_record(batch_id, "start", start)
         context = BatchContext(batch_id, 0, start["watermark"], start["processing_time"])
         self.accumulator.value = {}
+        if plan.keyed:  # Spark's combines route through its hash exchange: as many partitions as needed
+            prepare_hash_exchange(df.sparkSession, max(stage.partitions for stage in plan.keyed.values()))
 
         frames, observations, persisted, finishers = self._build(df, batch_id, plan, context)
         sink_stats = {}

@@ -2,11 +2,14 @@
 
 When every partial a window kernel keeps is a built-in (count, sum, min, max of numbers,
 booleans and timestamps), the Combine needs no Python: Spark computes each pane's partials
-in one aggregate. The records are routed (key group, partition), exchanged by partition,
-and grouped by (partition, keys, pane, map task). The exchange by partition already
-satisfies that grouping's distribution, so Spark runs the aggregate right after the
-exchange without a second shuffle. Python sees the same rows as after the Python combine
-(``sluice.runtime.combine``), one per (key, pane, map task), but the raw records never cross
+in one aggregate, grouped by (partition, keys, pane, map task). Spark splits that aggregate
+around its exchange as it does for its own ``window()``: a partial aggregate in each map
+task, so one row per (key, pane) crosses the exchange rather than every record, then the
+final aggregate. Its exchange hashes the grouping columns, which would scatter key groups
+over partitions; a last grouping column, the salt (``sluice.runtime.hash_routing``), makes
+every row's hash the partition its key group is routed to, so the rows arrive where their
+state is, with no second exchange. Python sees the same rows as after the Python combine
+(``sluice.runtime.combine``), one per (key, pane, map task), and the raw records never cross
 into Python: at size = slide that pass, not the kernel, was the gap to Spark's ``window()``.
 
 The map task (``spark_partition_id()`` before the exchange) is a grouping column so that a
@@ -36,6 +39,7 @@ import pyarrow as pa
 from sluice.graph.operators import Operator
 from sluice.graph.windows import EventTime
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.hash_routing import SALT, salt_sql
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.panes import PartialField, PartialLayout
 from sluice.runtime.kernels.windows import (
@@ -53,6 +57,7 @@ from sluice.runtime.stages import quote as _q
 from sluice.runtime.stages import routing_columns
 
 _MAX_EVENT = "__max_event_us"  # per group, for the source's statistics
+_KEY = "__combine_key"  # the key columns as Spark's combine groups them
 _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
 
@@ -145,39 +150,44 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     record_schema = kernel._record_schema(in_schema)
     layout = kernel.layout(record_schema)
     wm = batch_watermark(kernel.queries[0], context)
+    prepare_hash_exchange(df.sparkSession, stage.partitions, at_least=True)
 
     time = kernel.queries[0].time
     t = _micros(time.column, record_schema.field(time.column).type) if isinstance(time, EventTime) \
         else f"{int(context.processing_time)}L"
-    pane = _floor_div(t, kernel.pane)
-    start = f"({pane}) * {kernel.pane}L"
     # every record gets its pane, late or not: the kernel sorts out the late panes. The
     # watermark is a literal, and a literal in the aggregate's input would make Spark
     # generate and compile new code for it every batch (some 30-70 ms on the driver)
     routing = routing_columns(kernel.key_columns, stage, max_parallelism)
-    columns = {COMBINE_TASK: "spark_partition_id()", PARTITION: routing[PARTITION]}
-    staged = df.selectExpr("*", *(f"{sql} AS {_q(name)}" for name, sql in columns.items()))
+    keys = [f"{_KEY}{i}" for i in range(len(kernel.key_columns))]
+    # the keys again, in columns Spark cannot fold: a constant key (a window over a whole
+    # stream) would be dropped from the grouping, and so from the exchange's hash, which
+    # the salt must reproduce exactly
+    columns = {**{name: f"IF(spark_partition_id() >= 0, {_q(k)}, NULL)" for name, k in zip(keys, kernel.key_columns)},
+               COMBINE_TASK: "spark_partition_id()", PARTITION: routing[PARTITION],
+               PANE_STATE: _floor_div(t, kernel.pane)}
+    groups = [PARTITION, *keys, PANE_STATE, COMBINE_TASK]
+    salt = salt_sql(list(map(_q, groups)), _q(PARTITION), stage.partitions)
+    staged = df.selectExpr("*", *(f"{sql} AS {_q(name)}" for name, sql in columns.items()), *salt)
 
-    routed = staged.repartitionById(stage.partitions, PARTITION)
-    # the pane is computed after the exchange, from the event time that crosses it anyway
-    # for the source's latest event time: a column less to ship per record
-    groups = [_q(PARTITION), *map(_q, kernel.key_columns), f"{pane} AS {_q(PANE_STATE)}", _q(COMBINE_TASK)]
     aggregates = [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
-    # the key group is computed again after the exchange (one per key, so any aggregate
-    # will do) rather than shipped with every record
+    # one key group per key, so any aggregate will do
     aggregates += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}",
                    f"count(1) AS {RECORDS}"]
     stats = [f"coalesce(sum({RECORDS}), 0L) AS rows"]
     if source_stats is not None and source_stats.event_time:
         aggregates.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
         stats.append(f"max({_MAX_EVENT}) AS max_event_us")
-    frame = routed.groupBy(*(F.expr(g) for g in groups)).agg(*(F.expr(a) for a in aggregates))
+    grouping = [f"{_q(name)} AS {_q(out)}" for name, out in zip(groups, [PARTITION, *kernel.key_columns])] + \
+        [_q(g) for g in groups[len(kernel.key_columns) + 1:]] + [_q(SALT)]
+    frame = staged.groupBy(*(F.expr(g) for g in grouping)).agg(*(F.expr(a) for a in aggregates))
     if source_stats is not None:  # every record is in one group: the sums are the source's
         frame = frame.observe(source_stats.observation, *(F.expr(s) for s in stats))
 
     # timestamps travel as micros: collected, they would come back in the driver's time zone
     fields = [f"{_micros(f.name, f.type) if pa.types.is_timestamp(f.type) else _q(f.name)} AS {_q(f.name)}"
               for f in record_schema]
+    start = f"{_q(PANE_STATE)} * {kernel.pane}L"
     on_time = " AND ".join(  # the kernel's rule 2: the last window holding the pane is still open
         f"coalesce(({start} - pmod({start}, {q.window.slide}L) + {q.window.size}L) > "
         f"({wm}L - {q.allowed_lateness}L), false)"
@@ -186,6 +196,18 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     late = lambda: staged.filter(f"NOT ({on_time})").selectExpr(*fields)  # noqa: E731 - two analyses saved a batch
     schema = kernel.combined_schema(in_schema).append(pa.field(RECORDS, pa.int64()))
     return NativeCombine(frame, schema, late, kernel, record_schema)
+
+
+def prepare_hash_exchange(spark, partitions: int, at_least: bool = False) -> None:
+    """Make Spark's hash exchanges have ``partitions`` partitions (with ``at_least``, only
+    raise their number): a salted row goes to partition ``pmod(p, n)``, which is ``p`` only
+    for ``n > p``. Extra partitions stay empty, but each still runs a task. Adaptive
+    execution must not coalesce the partitions either."""
+    conf = spark.conf
+    if not at_least or int(conf.get("spark.sql.shuffle.partitions")) < partitions:
+        conf.set("spark.sql.shuffle.partitions", str(partitions))
+    if at_least and conf.get("spark.sql.adaptive.enabled") == "true":
+        conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
 
 
 def late_records(combine: NativeCombine, context: BatchContext) -> list[pa.Table]:
