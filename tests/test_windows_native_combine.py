@@ -199,6 +199,7 @@ def test_a_source_feeding_spark_combine_is_measured_on_the_combined_rows(spark, 
     from sluice.runtime.sinks import clear_memory, memory_table
 
     runs = {}
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
     for combines in (True, False):
         tag = "spark" if combines else "python"
         clear_memory(f"stats_{tag}")
@@ -214,6 +215,8 @@ def test_a_source_feeding_spark_combine_is_measured_on_the_combined_rows(spark, 
             "max_event_us": [json.loads(f.read_text())["max_event_us"] for f in done],
             "windows": sorted(tuple(r.values()) for r in memory_table(f"stats_{tag}").to_pylist()),
         }
+    # the executor sets the shuffle partitions on the query's own session, not the caller's
+    assert spark.conf.get("spark.sql.shuffle.partitions") == shuffle != "2"
     assert runs["spark"]["rows"][:3] == [1_000, 1_000, 1_000]
     assert runs["spark"]["max_event_us"][0]["readings"] > 0
     assert runs["spark"] == runs["python"]

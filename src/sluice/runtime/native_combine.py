@@ -30,6 +30,7 @@ slower on every batch.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -140,9 +141,9 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     """Route ``df`` by key group and combine it into pane partials in Spark; with
     ``source_stats``, also observe the statistics of the source ``df`` holds the records of.
 
-    Three transformations (columns, exchange, aggregate), built from SQL text:
-    each transformation costs Spark about 10 ms of analysis on the driver and each ``F``
-    column a few Py4J round trips, every batch.
+    One SQL statement over a temporary view of ``df``: each DataFrame transformation
+    costs Spark an analysis on the driver (several ms) and each ``F`` column Py4J round
+    trips, every batch; one statement is analyzed once.
     """
     from pyspark.sql import functions as F
 
@@ -150,7 +151,10 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     record_schema = kernel._record_schema(in_schema)
     layout = kernel.layout(record_schema)
     wm = batch_watermark(kernel.queries[0], context)
-    prepare_hash_exchange(df.sparkSession, stage.partitions, at_least=True)
+    spark = df.sparkSession
+    prepare_hash_exchange(spark, stage.partitions, at_least=True)
+    view = _view_name(op)
+    df.createOrReplaceTempView(view)
 
     time = kernel.queries[0].time
     t = _micros(time.column, record_schema.field(time.column).type) if isinstance(time, EventTime) \
@@ -158,29 +162,27 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     # every record gets its pane, late or not: the kernel sorts out the late panes. The
     # watermark is a literal, and a literal in the aggregate's input would make Spark
     # generate and compile new code for it every batch (some 30-70 ms on the driver)
+    pane = f"{_floor_div(t, kernel.pane)} AS {PANE_STATE}"
     routing = routing_columns(kernel.key_columns, stage, max_parallelism)
     keys = [f"{_KEY}{i}" for i in range(len(kernel.key_columns))]
     # the keys again, in columns Spark cannot fold: a constant key (a window over a whole
     # stream) would be dropped from the grouping, and so from the exchange's hash, which
     # the salt must reproduce exactly
-    columns = {**{name: f"IF(spark_partition_id() >= 0, {_q(k)}, NULL)" for name, k in zip(keys, kernel.key_columns)},
-               COMBINE_TASK: "spark_partition_id()", PARTITION: routing[PARTITION],
-               PANE_STATE: _floor_div(t, kernel.pane)}
-    groups = [PARTITION, *keys, PANE_STATE, COMBINE_TASK]
-    salt = salt_sql(list(map(_q, groups)), _q(PARTITION), stage.partitions)
-    staged = df.selectExpr("*", *(f"{sql} AS {_q(name)}" for name, sql in columns.items()), *salt)
+    columns = [*(f"IF(spark_partition_id() >= 0, {_q(k)}, NULL) AS {name}" for name, k in zip(keys, kernel.key_columns)),
+               f"spark_partition_id() AS {COMBINE_TASK}", f"{routing[PARTITION]} AS {PARTITION}", pane]
+    groups = [PARTITION, *keys, PANE_STATE, COMBINE_TASK, SALT]
+    columns += salt_sql(groups[:-1], PARTITION, stage.partitions)
 
-    aggregates = [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
+    selected = [PARTITION, *(f"{name} AS {_q(k)}" for name, k in zip(keys, kernel.key_columns)), *groups[-3:]]
+    selected += [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
     # one key group per key, so any aggregate will do
-    aggregates += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}",
-                   f"count(1) AS {RECORDS}"]
+    selected += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}", f"count(1) AS {RECORDS}"]
     stats = [f"coalesce(sum({RECORDS}), 0L) AS rows"]
     if source_stats is not None and source_stats.event_time:
-        aggregates.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
+        selected.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
         stats.append(f"max({_MAX_EVENT}) AS max_event_us")
-    grouping = [f"{_q(name)} AS {_q(out)}" for name, out in zip(groups, [PARTITION, *kernel.key_columns])] + \
-        [_q(g) for g in groups[len(kernel.key_columns) + 1:]] + [_q(SALT)]
-    frame = staged.groupBy(*(F.expr(g) for g in grouping)).agg(*(F.expr(a) for a in aggregates))
+    frame = spark.sql(f"SELECT {', '.join(selected)} FROM (SELECT *, {', '.join(columns)} FROM {view}) "
+                      f"GROUP BY {', '.join(groups)}")
     if source_stats is not None:  # every record is in one group: the sums are the source's
         frame = frame.observe(source_stats.observation, *(F.expr(s) for s in stats))
 
@@ -193,9 +195,16 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
         f"({wm}L - {q.allowed_lateness}L), false)"
         for q in kernel.queries
     )
-    late = lambda: staged.filter(f"NOT ({on_time})").selectExpr(*fields)  # noqa: E731 - two analyses saved a batch
+    # built only when some record was late, in the same batch (the view is the batch's until the next)
+    late = lambda: spark.sql(  # noqa: E731
+        f"SELECT {', '.join(fields)} FROM (SELECT *, {pane} FROM {view}) WHERE NOT ({on_time})")
     schema = kernel.combined_schema(in_schema).append(pa.field(RECORDS, pa.int64()))
     return NativeCombine(frame, schema, late, kernel, record_schema)
+
+
+def _view_name(op: Operator) -> str:
+    """The temporary view of the records a window operator combines (a plain identifier)."""
+    return f"__sluice_combine_{hashlib.sha1(op.id.encode()).hexdigest()[:16]}"
 
 
 def prepare_hash_exchange(spark, partitions: int, at_least: bool = False) -> None:
