@@ -157,8 +157,10 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     df.createOrReplaceTempView(view)
 
     time = kernel.queries[0].time
+    # (processing time: a constant Spark must not fold, or it drops the pane from the grouping
+    # and so from the exchange's hash, which the salt reproduces)
     t = _micros(time.column, record_schema.field(time.column).type) if isinstance(time, EventTime) \
-        else f"{int(context.processing_time)}L"
+        else f"IF(spark_partition_id() >= 0, {int(context.processing_time)}L, 0L)"
     # every record gets its pane, late or not: the kernel sorts out the late panes. The
     # watermark is a literal, and a literal in the aggregate's input would make Spark
     # generate and compile new code for it every batch (some 30-70 ms on the driver)
@@ -173,7 +175,8 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     groups = [PARTITION, *keys, PANE_STATE, COMBINE_TASK, SALT]
     columns += salt_sql(groups[:-1], PARTITION, stage.partitions)
 
-    selected = [PARTITION, *(f"{name} AS {_q(k)}" for name, k in zip(keys, kernel.key_columns)), *groups[-3:]]
+    # the salt steers the exchange and is needed no further: grouped by, not selected
+    selected = [PARTITION, *(f"{name} AS {_q(k)}" for name, k in zip(keys, kernel.key_columns)), PANE_STATE, COMBINE_TASK]
     selected += [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
     # one key group per key, so any aggregate will do
     selected += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}", f"count(1) AS {RECORDS}"]
