@@ -19,7 +19,7 @@ from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.windows import WindowAggregateKernel
 from sluice.graph.operators import Operator
 from sluice.runtime.native_combine import late_records, native_combine, supports_native_combine
-from sluice.runtime.schemas import INGEST, PARTITION, to_spark
+from sluice.runtime.schemas import INGEST, to_spark
 
 pytestmark = pytest.mark.spark
 
@@ -82,7 +82,7 @@ def _native_combined(spark, kernel, records: pa.Table, ctx: BatchContext, df=Non
     stage = KeyedStagePlan(partitions=2, routing=(0, 1, 1, 0))
     combine = native_combine(df, Operator(id="w", kind="window", name="w"), kernel, schema, ctx, stage, max_parallelism=4)
     plan = combine.frame._jdf.queryExecution().executedPlan().toString()
-    _assert_in_routed_partitions(combine.frame)
+    _assert_in_routed_partitions(combine.frame, stage.routing)
     rows = combine.frame.toArrow()
     rows = rows.select(combine.schema.names + [KEY_GROUP]).cast(combine.schema.append(pa.field(KEY_GROUP, pa.int32())))
     late = late_records(combine, ctx)
@@ -122,11 +122,11 @@ def _assert_partials_cross_one_exchange(plan: str) -> None:
     assert "partial_count" in below and "partial_count" not in plan[:plan.index(exchanges[0])], plan
 
 
-def _assert_in_routed_partitions(frame) -> None:
+def _assert_in_routed_partitions(frame, routing: tuple[int, ...]) -> None:
     from pyspark.sql import functions as F
 
-    partitions = frame.select(F.col(PARTITION), F.spark_partition_id().alias("actual")).distinct().collect()
-    assert partitions and all(row[PARTITION] == row["actual"] for row in partitions), partitions
+    placed = frame.select(F.col(KEY_GROUP), F.spark_partition_id().alias("actual")).distinct().collect()
+    assert placed and all(routing[row[KEY_GROUP]] == row["actual"] for row in placed), placed
 
 
 def test_processing_time_windows_combine_in_spark(spark):
@@ -167,7 +167,7 @@ def test_a_constant_key_stays_with_its_partition(spark):
     stage = KeyedStagePlan(2, (0, 1, 1, 0))
     combine = native_combine(df, Operator(id="w", kind="window", name="w"), kernel, schema, ctx, stage, max_parallelism=4)
     _assert_partials_cross_one_exchange(combine.frame._jdf.queryExecution().executedPlan().toString())
-    _assert_in_routed_partitions(combine.frame)
+    _assert_in_routed_partitions(combine.frame, stage.routing)
 
 
 def _counting_pipeline(tag: str, spark_combines: bool):
@@ -238,3 +238,23 @@ def test_a_window_kernel_shipped_to_a_worker_still_finds_its_udafs():
     (_, shipped_udaf), = shipped.queries[0].aggregates
     assert shipped_udaf is not spread
     assert shipped.layout(schema).udaf_field == {id(shipped_udaf): "udaf:0:kwh"}
+
+
+def test_a_keyed_stage_refuses_rows_of_key_groups_routed_elsewhere(spark, tmp_path):
+    """State is owned by one partition per key group: rows of a key group that reach another
+    partition (here: combined for one routing table, run with another) fail the batch rather
+    than split the key group's state."""
+    from sluice.runtime.stages import keyed_stage
+
+    records = _records(seed=2)
+    kernel = WindowAggregateKernel(["meter"], _queries()[:1])
+    schema = pa.schema([f for f in records.schema if f.name != INGEST])
+    op = Operator(id="w", kind="window", name="w", params={"kernel": kernel})
+    ctx = BatchContext(1, 0, None, T0 + 30 * S)
+    df = spark.createDataFrame(records.to_pandas(), to_spark(records.schema)).repartition(2)
+    combine = native_combine(df, op, kernel, schema, ctx, KeyedStagePlan(2, (0, 1, 1, 0)), max_parallelism=4)
+    other = KeyedStagePlan(2, (1, 0, 0, 1))
+    frame = keyed_stage(combine.frame, op, combine.schema, other, (str(tmp_path), op.id, ["meter"]), None, ctx,
+                        str(tmp_path), None)
+    with pytest.raises(Exception, match="routed to other partitions"):
+        frame.collect()

@@ -172,11 +172,12 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     # the salt must reproduce exactly
     columns = [*(f"IF(spark_partition_id() >= 0, {_q(k)}, NULL) AS {name}" for name, k in zip(keys, kernel.key_columns)),
                f"spark_partition_id() AS {COMBINE_TASK}", f"{routing[PARTITION]} AS {PARTITION}", pane]
-    groups = [PARTITION, *keys, PANE_STATE, COMBINE_TASK, SALT]
+    groups = [*keys, PANE_STATE, COMBINE_TASK, SALT]
     columns += salt_sql(groups[:-1], PARTITION, stage.partitions)
 
-    # the salt steers the exchange and is needed no further: grouped by, not selected
-    selected = [PARTITION, *(f"{name} AS {_q(k)}" for name, k in zip(keys, kernel.key_columns)), PANE_STATE, COMBINE_TASK]
+    # the partition steers the salt and the salt the exchange; neither is needed after it
+    # (the keyed stage checks its rows' key groups against the routing table)
+    selected = [*(f"{name} AS {_q(k)}" for name, k in zip(keys, kernel.key_columns)), PANE_STATE, COMBINE_TASK]
     selected += [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
     # one key group per key, so any aggregate will do
     selected += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}", f"count(1) AS {RECORDS}"]

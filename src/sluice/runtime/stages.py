@@ -142,7 +142,7 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
 
     kernel = keyed_kernel(op)
     keys = kernel.key_columns
-    routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP, PARTITION)
+    routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP)
     out_schema = with_hidden(kernel.output_schema(in_schema.append(pa.field(KEY_GROUP, pa.int32()))), INGEST)
     kernel_state = kernel.state_schema(in_schema)
     state_schema = kernel_state.append(pa.field(KEY_GROUP, pa.int32()))
@@ -160,11 +160,13 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         # hidden ones): select by name, then conform the types
         rows = (pa.Table.from_batches(received).select(routed_schema.names).cast(routed_schema)
                 if received else routed_schema.empty_table())
-        if rows.num_rows and not pc.all(pc.equal(rows.column(PARTITION), partition)).as_py():
-            # state is owned by one partition per key group: never merge rows routed elsewhere
-            raise StateError(f"keyed operator {op.name!r}: partition {partition} received rows routed to "
-                             f"another partition; Spark re-partitioned them after the exchange by key group")
         kg_values, kg_counts = _counts(rows)
+        strays = [kg for kg in kg_values if routing[kg] != partition]
+        if strays:
+            # state is owned by one partition per key group: never merge rows routed elsewhere
+            raise StateError(f"keyed operator {op.name!r}: partition {partition} received rows of key groups "
+                             f"{strays[:5]} routed to other partitions; Spark re-partitioned them after the "
+                             f"exchange by key group")
         kgs = set(kg_values)
         if kernel.wants_timers:
             kgs |= {kg for kg in with_state if routing[kg] == partition}
@@ -176,7 +178,7 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         if state is None:
             state = state_schema.empty_table()
         ctx = BatchContext(context.batch_id, partition, context.watermark, context.processing_time)
-        data = rows.drop_columns([INGEST, PARTITION])
+        data = rows.drop_columns([INGEST])
         result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
         if result.upserts.num_rows or (result.deletes is not None and result.deletes.num_rows):
             store.write_delta(context.batch_id, partition, result.upserts, result.deletes)
