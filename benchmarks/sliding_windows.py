@@ -171,16 +171,20 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ratios = [r["size_over_slide"] for r in results["per_ratio"]]
+    rows = results["per_ratio"]
+    ratios = [r["size_over_slide"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(ratios, [r["sluice_rows_per_s"] for r in results["per_ratio"]], "o-", label="Sluice (shared panes)")
-    ax.plot(ratios, [r["spark_rows_per_s"] for r in results["per_ratio"]], "s-", label="Spark window()")
+    for system, marker, label in (("sluice", "o-", "Sluice (shared panes)"), ("spark", "s-", "Spark window()")):
+        line, = ax.plot(ratios, [r[f"{system}_rows_per_s"] for r in rows], marker, label=f"{label}, best run")
+        # the spread of the runs behind each best one (older results files lack it)
+        runs = [r.get(f"{system}_runs_rows_per_s") or [r[f"{system}_rows_per_s"]] for r in rows]
+        ax.vlines(ratios, [min(x) for x in runs], [max(x) for x in runs], colors=line.get_color(), alpha=0.5)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(ratios, [str(r) for r in ratios])
     ax.set_xlabel("window size / slide")
     ax.set_ylabel("sustained throughput (rows/s)")
-    ax.set_title("Keyed sliding-window count and mean, local[2]")
+    ax.set_title("Keyed sliding-window count and mean, local[2]\n(bars: every run, min to max)", fontsize=10)
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
@@ -199,7 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-shared", action="store_true", help="skip the 3-queries shared-panes case")
     parser.add_argument("--repeats", type=int, choices=(1, 2, 3), default=None,
                         help="runs of each system per case, best kept (default: 1 quick, 3 full)")
+    parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
     args = parser.parse_args(argv)
+    if args.replot:
+        plot(json.loads((RESULTS / "sliding_windows.json").read_text()), RESULTS / "sliding_windows.png")
+        return 0
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     # full mode: 11 steady batches a run, so one slow batch moves the median little
     n_batches = args.batches or (8 if args.quick else 14)

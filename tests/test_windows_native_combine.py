@@ -191,8 +191,9 @@ def _counting_pipeline(tag: str, spark_combines: bool):
 
 
 def test_a_source_feeding_spark_combine_is_measured_on_the_combined_rows(spark, tmp_path):
-    """The source's rows and latest event time, observed after Spark's combine, are the ones
-    an observation of every record gives: same rows per batch, same watermarks, same windows."""
+    """The source's rows and latest event time, measured by the keyed stage on Spark's
+    combined rows, are the ones an observation of every record gives: same rows per batch,
+    same watermarks, same windows."""
     import json
 
     from sluice.runtime.executor import combined_directly

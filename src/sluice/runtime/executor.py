@@ -165,8 +165,11 @@ class BatchExecutor:
         for op_id, store in self.stores.items():
             store.commit(batch_id, store.committed_files(batch_id))
 
-        m = self._metrics(batch_id, plan, started, observations, sink_stats, dead, context)
-        self._write_record(batch_id, "done", {"max_event_us": self._observed_event_times(observations)})
+        per_op = split_metrics(self.accumulator.value)
+        observed = {op_id: obs.read(per_op) if isinstance(obs, SourceStats) else obs.get
+                    for op_id, obs in observations.items()}
+        m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context)
+        self._write_record(batch_id, "done", {"max_event_us": self._observed_event_times(observed)})
         metrics_log.append(self.checkpoint, m)
         self._compact(batch_id)
         for frame in persisted:
@@ -235,12 +238,11 @@ class BatchExecutor:
                 frame = df if len(self.sources) == 1 else df.filter(F.col(SOURCE_ID) == src.index)
                 if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
                     frame = frame.select(*op.schema.names, INGEST)
-                obs = Observation(f"src_{op.id}_{batch_id}")
-                observations[op.id] = obs
                 combined_by = combined_directly(self.graph, op)
-                if combined_by is not None:  # observed after Spark's combine, on far fewer rows
-                    source_stats[combined_by] = SourceStats(obs, src.event_time)
+                if combined_by is not None:  # measured after Spark's combine, on far fewer rows
+                    source_stats[combined_by] = observations[op.id] = SourceStats(op.id, src.event_time)
                 else:
+                    obs = observations[op.id] = Observation(f"src_{op.id}_{batch_id}")
                     # SQL text: each F function would cost Py4J round trips, every batch
                     exprs = [F.expr("count(1) AS rows")]
                     if src.event_time:
@@ -275,7 +277,7 @@ class BatchExecutor:
                 if finish is not None:
                     finishers[op.id] = finish
                 frame = keyed_stage(routed, op, in_schema, stage, (self.checkpoint, op.id, kernel.key_columns),
-                                    index, context, self.checkpoint, self.accumulator)
+                                    index, context, self.checkpoint, self.accumulator, source_stats.get(op.id))
             if len(self.graph.consumers(op.id)) > 1:
                 frame = frame.persist()  # fan-out: no branch recomputes the shared upstream
                 persisted.append(frame)
@@ -321,18 +323,21 @@ class BatchExecutor:
             sinks.write_table(self.dead_letter_sink, pa.Table.from_pylist(records), batch_id, self.spark)
         return len(records)
 
-    def _observed_event_times(self, observations) -> dict[str, int]:
+    def _observed_event_times(self, observed: dict[str, dict]) -> dict[str, int]:
         out = {}
         for src in self.sources:
-            if src.event_time and src.op.id in observations:
-                value = observations[src.op.id].get.get("max_event_us")
+            if src.event_time and src.op.id in observed:
+                value = observed[src.op.id].get("max_event_us")
                 if value is not None:
                     out[src.op.id] = int(value)
                     self.max_event_us[src.op.id] = max(self.max_event_us.get(src.op.id, int(value)), int(value))
         return out
 
-    def _metrics(self, batch_id, plan, started, observations, sink_stats, dead, context) -> BatchMetrics:
-        per_op = split_metrics(self.accumulator.value)
+    def _metrics(self, batch_id, plan, started, per_op, observed, sink_stats, dead, context) -> BatchMetrics:
+        """``per_op``: the tasks' metrics by operator; ``observed``: each source's rows and
+        latest event time."""
+        for src in self.sources:  # a source measured by a keyed stage: already in ``observed``
+            per_op.pop(SourceStats(src.op.id, None).key, None)
         key_groups = {}
         for op_id, store in self.stores.items():
             rows = per_op.pop(f"{op_id}#kg", {})
@@ -341,7 +346,7 @@ class BatchExecutor:
                 str(kg): {"rows": int(rows.get(str(kg), 0)), "state_bytes": int(sizes.get(kg, 0))}
                 for kg in sorted(set(int(k) for k in rows) | set(sizes))
             }
-        rows_by_source = {op_id: int(obs.get.get("rows") or 0) for op_id, obs in observations.items()}
+        rows_by_source = {op_id: int(stats.get("rows") or 0) for op_id, stats in observed.items()}
         return BatchMetrics(
             batch_id=batch_id,
             plan_version=plan.version,
@@ -362,10 +367,10 @@ def combined_directly(graph: JobGraph, source: Operator) -> str | None:
     """The keyed operator whose Spark combine sees exactly the source's records (the
     source feeds only a key_by that feeds only it), if there is one.
 
-    The source's statistics (rows, latest event time) are then observed on the combined
-    rows, a few per key and pane, rather than on every record: an observation is an
-    operator Spark cannot compile into the stage's generated code, so it costs on every
-    row it sees."""
+    The source's statistics (rows, latest event time) are then measured by that keyed
+    stage on the combined rows, a few per key and pane (``native_combine.SourceStats``),
+    rather than observed on every record: an observation is an operator Spark cannot
+    compile into the stage's generated code, so it costs on every row it sees."""
     from sluice.runtime.native_combine import supports_native_combine
 
     consumers = graph.consumers(source.id)

@@ -36,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.graph.operators import Operator
 from sluice.graph.windows import EventTime
@@ -115,13 +116,38 @@ def _partial_sql(f: PartialField, layout: PartialLayout, schema: pa.Schema) -> s
     return f"coalesce({f.kind}({value}), {identity})"
 
 
-@dataclass
+@dataclass(frozen=True)
 class SourceStats:
-    """The observation of a source's statistics, made on the combined rows of its records:
-    ``rows`` (the records) and ``max_event_us`` (their latest event time, when it has one)."""
+    """A source's statistics, measured on the combined rows of its records by the keyed stage
+    that receives them: ``rows`` (the records) and ``max_event_us`` (their latest event time,
+    when it has one). Each task adds its share to the metrics accumulator under
+    ``<source>#source``; the driver reads them as the source's observation (:meth:`read`).
 
-    observation: object  # pyspark.sql.Observation
+    An observation (``DataFrame.observe``) of the combined rows would do the same in Spark,
+    but it is an operator outside the stage's generated code, evaluated row by row, and one
+    more transformation to analyze every batch."""
+
+    source: str  # the source operator's id
     event_time: str | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.source}#source"
+
+    def measure(self, rows: pa.Table, metrics) -> None:
+        """Add one task's combined rows to ``metrics`` (a ``TaskMetrics``)."""
+        if rows.num_rows == 0:
+            return
+        metrics.add(self.key, "rows", int(pc.sum(rows[RECORDS]).as_py() or 0))
+        if self.event_time is not None:
+            latest = pc.max(rows[_MAX_EVENT]).as_py()
+            if latest is not None:
+                metrics.add(self.key, "max_event_us_max", int(latest))
+
+    def read(self, per_op: dict) -> dict:
+        """The statistics from the batch's metrics (``split_metrics``), as an observation gives them."""
+        measured = per_op.get(self.key, {})
+        return {"rows": int(measured.get("rows", 0)), "max_event_us": measured.get("max_event_us_max")}
 
 
 @dataclass
@@ -139,14 +165,13 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
                    stage: KeyedStagePlan, max_parallelism: int, source_stats: SourceStats | None = None
                    ) -> NativeCombine:
     """Route ``df`` by key group and combine it into pane partials in Spark; with
-    ``source_stats``, also observe the statistics of the source ``df`` holds the records of.
+    ``source_stats``, the combined rows also carry what the keyed stage needs to measure the
+    source ``df`` holds the records of (:class:`SourceStats`).
 
     One SQL statement over a temporary view of ``df``: each DataFrame transformation
     costs Spark an analysis on the driver (several ms) and each ``F`` column Py4J round
     trips, every batch; one statement is analyzed once.
     """
-    from pyspark.sql import functions as F
-
     kernel.bind(in_schema)
     record_schema = kernel._record_schema(in_schema)
     layout = kernel.layout(record_schema)
@@ -181,14 +206,10 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     selected += [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
     # one key group per key, so any aggregate will do
     selected += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}", f"count(1) AS {RECORDS}"]
-    stats = [f"coalesce(sum({RECORDS}), 0L) AS rows"]
-    if source_stats is not None and source_stats.event_time:
+    if source_stats is not None and source_stats.event_time:  # every record is in one group
         selected.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
-        stats.append(f"max({_MAX_EVENT}) AS max_event_us")
     frame = spark.sql(f"SELECT {', '.join(selected)} FROM (SELECT *, {', '.join(columns)} FROM {view}) "
                       f"GROUP BY {', '.join(groups)}")
-    if source_stats is not None:  # every record is in one group: the sums are the source's
-        frame = frame.observe(source_stats.observation, *(F.expr(s) for s in stats))
 
     # timestamps travel as micros: collected, they would come back in the driver's time zone
     fields = [f"{_micros(f.name, f.type) if pa.types.is_timestamp(f.type) else _q(f.name)} AS {_q(f.name)}"

@@ -136,8 +136,11 @@ def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int):
 
 
 def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
-                context: BatchContext, root: str, accumulator):
-    """Run a keyed operator over routed rows, reading and writing the key-group store."""
+                context: BatchContext, root: str, accumulator, source_stats=None):
+    """Run a keyed operator over routed rows, reading and writing the key-group store.
+
+    ``source_stats``: the statistics of the source whose records Spark combined into these
+    rows, to measure here (``native_combine.SourceStats``)."""
     from sluice.runtime.state import KeyGroupStore
 
     kernel = keyed_kernel(op)
@@ -158,8 +161,10 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         metrics.add(op.id, "input_wait_s", time.perf_counter() - start)
         # columns arrive in the DataFrame's order (a with_columns may put some after the
         # hidden ones): select by name, then conform the types
-        rows = (pa.Table.from_batches(received).select(routed_schema.names).cast(routed_schema)
-                if received else routed_schema.empty_table())
+        rows = pa.Table.from_batches(received) if received else routed_schema.empty_table()
+        if source_stats is not None:
+            source_stats.measure(rows, metrics)
+        rows = rows.select(routed_schema.names).cast(routed_schema)
         kg_values, kg_counts = _counts(rows)
         strays = [kg for kg in kg_values if routing[kg] != partition]
         if strays:
