@@ -166,7 +166,7 @@ class BatchExecutor:
             store.commit(batch_id, store.committed_files(batch_id))
 
         per_op = split_metrics(self.accumulator.value)
-        observed = {op_id: obs.read(per_op) if isinstance(obs, SourceStats) else obs.get
+        observed = {op_id: obs.take(per_op) if isinstance(obs, SourceStats) else obs.get
                     for op_id, obs in observations.items()}
         m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context)
         self._write_record(batch_id, "done", {"max_event_us": self._observed_event_times(observed)})
@@ -336,8 +336,6 @@ class BatchExecutor:
     def _metrics(self, batch_id, plan, started, per_op, observed, sink_stats, dead, context) -> BatchMetrics:
         """``per_op``: the tasks' metrics by operator; ``observed``: each source's rows and
         latest event time."""
-        for src in self.sources:  # a source measured by a keyed stage: already in ``observed``
-            per_op.pop(SourceStats(src.op.id, None).key, None)
         key_groups = {}
         for op_id, store in self.stores.items():
             rows = per_op.pop(f"{op_id}#kg", {})

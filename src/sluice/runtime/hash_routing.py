@@ -28,8 +28,7 @@ SALT = "__salt"  # the grouping column that steers the exchange
 _MASK = 0xFFFFFFFF
 _C1, _C2 = 0xCC9E2D51, 0x1B873593  # murmur3_x86_32's constants, as in Spark's Murmur3_x86_32
 _H_ADD = 0xE6546B64
-_F1, _F2 = 0x85EBCA6B, 0xC2B2AE35
-SPARK_HASH_SEED = 42  # HashPartitioning and the SQL function hash() both start from 42
+_F1, _F2 = 0x85EBCA6B, 0xC2B2AE35  # (HashPartitioning and SQL's hash() both seed with 42)
 
 
 def _rotl(x: int, r: int) -> int:

@@ -121,7 +121,7 @@ class SourceStats:
     """A source's statistics, measured on the combined rows of its records by the keyed stage
     that receives them: ``rows`` (the records) and ``max_event_us`` (their latest event time,
     when it has one). Each task adds its share to the metrics accumulator under
-    ``<source>#source``; the driver reads them as the source's observation (:meth:`read`).
+    ``<source>#source``; the driver takes them out as the source's observation (:meth:`take`).
 
     An observation (``DataFrame.observe``) of the combined rows would do the same in Spark,
     but it is an operator outside the stage's generated code, evaluated row by row, and one
@@ -144,9 +144,10 @@ class SourceStats:
             if latest is not None:
                 metrics.add(self.key, "max_event_us_max", int(latest))
 
-    def read(self, per_op: dict) -> dict:
-        """The statistics from the batch's metrics (``split_metrics``), as an observation gives them."""
-        measured = per_op.get(self.key, {})
+    def take(self, per_op: dict) -> dict:
+        """The statistics, removed from the batch's metrics (``split_metrics``), as an
+        observation gives them."""
+        measured = per_op.pop(self.key, {})
         return {"rows": int(measured.get("rows", 0)), "max_event_us": measured.get("max_event_us_max")}
 
 
