@@ -49,6 +49,28 @@ class Pipeline:
         self.dead_letter_sink = spec
         return self
 
+    def constrain(self, latency, *, path: tuple | None = None, over="30s", p95=None,
+                  name: str | None = None) -> Pipeline:
+        """Bound the latency of a path (Nephele's constraint (S, l, t)): the mean latency of
+        the records that travel ``path`` over any ``over`` seconds stays at most ``latency``
+        (and their 95th percentile at most ``p95`` if given). The controller adapts the job
+        while it runs to keep it, at the highest throughput the bound allows.
+
+        ``path``: (from_stream, to_stream), streams or operator ids; None means from every
+        source to every sink. Durations: ``"800ms"``, ``"1.5s"``, ``"30s"`` or seconds.
+        Several constraints may be set; the path is checked when the graph is validated.
+        """
+        from sluice.graph.constraints import make_constraint
+
+        ends = None
+        if path is not None:
+            if not isinstance(path, (tuple, list)) or len(path) != 2:
+                raise PipelineError(f"constrain: path must be (from_stream, to_stream) or None, got {path!r}")
+            ends = tuple(end.op.id if hasattr(end, "op") else str(end) for end in path)
+        label = name or f"latency_{len(self.graph.constraints) + 1}"
+        self.graph.constraints.append(make_constraint(label, latency, path=ends, over=over, p95=p95))
+        return self
+
     def job_graph(self) -> JobGraph:
         return self.graph
 
@@ -56,7 +78,9 @@ class Pipeline:
         """Run on Spark until the sources are exhausted, ``duration`` passes, or Ctrl-C.
 
         Options: ``master``, ``duration`` (s), ``trigger_interval`` (s), ``max_rows_per_batch``,
-        ``on_batch`` (callback with each batch's metrics), ``spark`` (an existing session).
+        ``on_batch`` (callback with each batch's metrics), ``spark`` (an existing session),
+        ``policies`` (the control policies: a list of ``sluice.control.Policy``, a dict or a
+        YAML file; default: adaptive batch sizing when the pipeline has a constraint).
         """
         from sluice.runtime.job import run_pipeline
 

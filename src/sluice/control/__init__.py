@@ -1,1 +1,19 @@
-"""control"""
+"""The control plane (DESIGN.md section 7): QoS manager, policies, arbiter, controller.
+
+Pure of Spark: the simulator and the tests drive the same objects the running job uses.
+Start with ``Controller`` (the loop), ``Policy`` (what to implement for a new policy),
+``ControlView`` (what a policy sees) and ``Action`` (what it proposes).
+"""
+
+from sluice.control.actions import Action
+from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, LinearFit, ModelBatchSizing
+from sluice.control.config import build_policies, default_policies, load_policies, register
+from sluice.control.controller import Controller, EscalationWarning
+from sluice.control.decisions import read_decisions
+from sluice.control.policy import Policy
+from sluice.control.qos import ConstraintStatus, QoSManager, eq1_mean
+from sluice.control.view import ControlView, Resources
+
+__all__ = ["Action", "ConstraintStatus", "ControlView", "Controller", "EscalationWarning", "FixedAdmission",
+           "FixedPointBatchSizing", "LinearFit", "ModelBatchSizing", "Policy", "QoSManager", "Resources",
+           "build_policies", "default_policies", "eq1_mean", "load_policies", "read_decisions", "register"]

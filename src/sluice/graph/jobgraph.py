@@ -37,6 +37,7 @@ class JobGraph:
         self.name = name
         self.max_parallelism = max_parallelism
         self._operators: dict[str, Operator] = {}
+        self.constraints: list = []  # LatencyConstraint s (graph.constraints), checked by validate
 
     # ---- building -------------------------------------------------------------------------
     def add(self, op: Operator) -> Operator:
@@ -125,6 +126,9 @@ class JobGraph:
                     "this stream goes nowhere: add a sink or remove the operator", op.name, op.location
                 )
             op.schema = _check(op, inputs, typer)
+        from sluice.graph.constraints import validate_constraints
+
+        validate_constraints(self, self.constraints)
 
 
 def _fail(op: Operator, message: str, cls: type[PipelineError] = SchemaError) -> PipelineError:

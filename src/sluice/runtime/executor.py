@@ -21,7 +21,9 @@ import pyarrow.compute as pc
 
 from sluice.graph import JobGraph
 from sluice.graph.operators import Operator
+from sluice.graph.constraints import measuring_sinks, path_operators
 from sluice.graph.sinks import SinkSpec
+from sluice.models.latency import split_path_latency
 from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
@@ -158,7 +160,7 @@ class BatchExecutor:
         frames, observations, persisted, finishers = self._build(df, batch_id, plan, context)
         sink_stats = {}
         for op in self.graph.sinks():
-            sink_stats[op.id] = self._write_sink(op, frames[op.inputs[0]], batch_id)
+            sink_stats[op.id] = self._write_sink(op, frames[op.inputs[0]], batch_id, started)
         for op_id, finish in finishers.items():
             self.accumulator.add({f"{op_id}|{metric}": n for metric, n in finish().items() if n})
         dead = self._forward_dead_letters(batch_id)
@@ -176,12 +178,12 @@ class BatchExecutor:
             frame.unpersist()
         self.last_batch = m
         self.batches_done += 1
-        if self.on_batch:
-            self.on_batch(m)
-        if self.controller:
+        if self.controller:  # before on_batch, so a progress line shows this batch's decision
             new_plan = self.controller(m, plan)
             if new_plan is not None:
                 self.plan_log.write(_as_version(new_plan, batch_id + 1))
+        if self.on_batch:
+            self.on_batch(m)
 
     def _compact(self, batch_id: int) -> None:
         """Keep state reads bounded: snapshot a store once its deltas outweigh its state.
@@ -284,7 +286,7 @@ class BatchExecutor:
             frames[op.id] = frame
         return frames, observations, persisted, finishers
 
-    def _write_sink(self, op: Operator, frame, batch_id: int) -> dict:
+    def _write_sink(self, op: Operator, frame, batch_id: int, started: float) -> dict:
         """Write one sink and measure it: rows, and latency from the ingest times of its rows.
 
         Rows that come to the driver are measured there, in Arrow; for a sink that writes in
@@ -298,16 +300,19 @@ class BatchExecutor:
         if not sinks.collects_to_driver(spec):
             obs = Observation(f"sink_{op.id}_{batch_id}")
             frame = frame.observe(obs, F.expr("count(1) AS rows"), F.expr(
-                f"percentile_approx(unix_micros({INGEST}), array({', '.join(map(str, LATENCY_QUANTILES))}), 1000) AS q"))
+                f"percentile_approx(unix_micros({INGEST}), array({', '.join(map(str, LATENCY_QUANTILES))}), 1000) AS q"),
+                F.expr(f"avg(unix_micros({INGEST})) AS mean_us"))
         t0 = time.time()
         collected = sinks.write(spec, frame, batch_id)
         done = time.time()
         if obs is not None:
             stats = obs.get
-            rows, q = int(stats.get("rows") or 0), stats.get("q")
+            rows, q, mean_us = int(stats.get("rows") or 0), stats.get("q"), stats.get("mean_us")
         else:
-            rows, q = collected.num_rows, _ingest_quantiles(collected)
-        out = {"rows": rows, "write_s": round(done - t0, 4)}
+            rows, q, mean_us = collected.num_rows, _ingest_quantiles(collected), _ingest_mean(collected)
+        # committed_ms: from the batch's start to this sink's commit (the latency split's
+        # in-batch part; models.latency)
+        out = {"rows": rows, "write_s": round(done - t0, 4), "committed_ms": round((done - started) * 1000, 2)}
         if q is not None and out["rows"]:
             # latency of a record = commit time of the sink - its ingest time; the oldest
             # ingest times give the high percentiles
@@ -315,6 +320,8 @@ class BatchExecutor:
             out["latency_p99_ms"] = round((now_us - q[0]) / 1000, 2)
             out["latency_p95_ms"] = round((now_us - q[1]) / 1000, 2)
             out["latency_p50_ms"] = round((now_us - q[2]) / 1000, 2)
+            if mean_us is not None:  # Nephele Eq. 1 averages over records: the mean, not the median
+                out["latency_mean_ms"] = round((now_us - float(mean_us)) / 1000, 2)
         return out
 
     def _forward_dead_letters(self, batch_id: int) -> int:
@@ -345,6 +352,12 @@ class BatchExecutor:
                 for kg in sorted(set(int(k) for k in rows) | set(sizes))
             }
         rows_by_source = {op_id: int(stats.get("rows") or 0) for op_id, stats in observed.items()}
+        paths = {}
+        for constraint in self.graph.constraints:  # the latency split of each constrained path
+            split = split_path_latency(sink_stats, per_op, path_operators(self.graph, constraint),
+                                       measuring_sinks(self.graph, constraint))
+            if split is not None:
+                paths[constraint.name] = split
         return BatchMetrics(
             batch_id=batch_id,
             plan_version=plan.version,
@@ -358,6 +371,7 @@ class BatchExecutor:
             key_groups=key_groups,
             dead_letters=dead,
             watermark=context.watermark,
+            paths=paths,
         )
 
 
@@ -407,6 +421,15 @@ def _ingest_quantiles(hidden: pa.Table) -> list[float] | None:
     if len(micros) == 0:
         return None
     return np.quantile(micros, LATENCY_QUANTILES, method="lower").tolist()
+
+
+def _ingest_mean(hidden: pa.Table) -> float | None:
+    """Mean ingest time (micros) of the rows of a collected batch."""
+    if INGEST not in hidden.column_names or hidden.num_rows == 0:
+        return None
+    micros = pc.drop_null(hidden[INGEST].cast(pa.timestamp("us", tz="UTC"))).cast(pa.int64())
+    mean = pc.mean(micros).as_py()
+    return None if mean is None else float(mean)
 
 
 def _background(work):

@@ -24,10 +24,13 @@ class BatchMetrics:
     rows_by_source: dict[str, int] = field(default_factory=dict)
     backlog: dict[str, int | None] = field(default_factory=dict)
     operators: dict[str, dict[str, float]] = field(default_factory=dict)
-    sinks: dict[str, dict[str, float]] = field(default_factory=dict)  # rows, write_s, latency_p50/p95/p99_ms
+    # rows, write_s, committed_ms (batch start to commit), latency_mean/p50/p95/p99_ms
+    sinks: dict[str, dict[str, float]] = field(default_factory=dict)
     key_groups: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # op -> kg -> {rows, state_bytes}
     dead_letters: int = 0
     watermark: int | None = None
+    # constraint name -> latency split of its path (models.latency.split_path_latency)
+    paths: dict[str, dict] = field(default_factory=dict)
     skipped: bool = False  # a replay of a batch that had already committed
 
     @property

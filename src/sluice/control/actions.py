@@ -1,0 +1,60 @@
+"""What a policy proposes: an :class:`Action` with its reason and expected effect.
+
+Kinds and their actuators (``sluice.control.actuators``):
+
+- ``admission``: rows per micro-batch the sources may admit (``target`` ``"*"``: the whole
+  job's batch, split over the sources by their share of the input; or one source's id).
+  Written to the sources' admission files; the next batch Spark plans uses it.
+- ``chains``: the next Plan's fused Python chains (``value``: a tuple of tuples of ids).
+- ``threads``: worker threads per task of a Python operator (``target``: its id).
+- ``partitions``: partitions of a keyed stage (``target``: its id; key groups re-routed in
+  contiguous ranges; state follows its key groups through the store).
+- ``escalate``: no countermeasure can meet a constraint (``target``: its name; ``value``:
+  ``{"bottleneck": op id, "max_rate": rows/s at which the bound can hold, ...}``). Nothing is
+  actuated; it is logged, warned about and shown.
+
+Structural kinds change the Plan and go through the arbiter's one-at-a-time flush rule;
+``admission`` may change every batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ADMISSION = "admission"
+CHAINS = "chains"
+THREADS = "threads"
+PARTITIONS = "partitions"
+ESCALATE = "escalate"
+
+STRUCTURAL = frozenset({CHAINS, THREADS, PARTITIONS})
+KINDS = frozenset({ADMISSION, ESCALATE}) | STRUCTURAL
+
+ALL_SOURCES = "*"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One proposed change. ``expected``: the effect the policy predicts, in the same units
+    the controller measures afterwards (``batch_ms``, ``latency_ms``, ``rows``, ...)."""
+
+    kind: str
+    target: str
+    value: Any
+    reason: str
+    expected: dict = field(default_factory=dict)
+    policy: str = ""  # set by the controller: who proposed it
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown action kind {self.kind!r}; kinds: {sorted(KINDS)}")
+
+    @property
+    def structural(self) -> bool:
+        return self.kind in STRUCTURAL
+
+    def to_dict(self) -> dict:
+        value = [list(c) for c in self.value] if self.kind == CHAINS else self.value
+        return {"kind": self.kind, "target": self.target, "value": value, "reason": self.reason,
+                "expected": dict(self.expected), "policy": self.policy}

@@ -1,0 +1,74 @@
+"""The arbiter: which of the policies' proposals are applied after this batch (DESIGN.md 7).
+
+- At most one structural change (chains, threads, partitions) at a time. After one is
+  applied at batch b, further structural proposals wait until the QoS manager's windows hold
+  no measurement of batch b or earlier (Nephele's flush rule): the controller never reacts
+  to the transient of its own change.
+- Batch sizing (``admission``) may act every batch; if several policies size the same
+  target, the first policy in the configured order wins.
+- Escalations always pass: they change nothing, they report.
+- A proposal equal to what is in force is dropped (no churn in the log).
+
+Pure: no Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sluice.control.actions import ADMISSION, ESCALATE, Action
+from sluice.control.qos import QoSManager
+
+
+@dataclass
+class Verdict:
+    accepted: list[Action]
+    deferred: list[tuple[Action, str]]  # with why
+
+
+class Arbiter:
+    def __init__(self) -> None:
+        self.structural_at: int | None = None  # batch after which the last structural change applied
+        self.structural_action: Action | None = None
+
+    def waiting(self, qos: QoSManager) -> bool:
+        """True while the last structural change's old measurements are still in a window."""
+        if self.structural_at is None:
+            return False
+        if qos.flushed(self.structural_at):
+            self.structural_at = None
+            return False
+        return True
+
+    def arbitrate(self, proposals: list[Action], batch_id: int, qos: QoSManager,
+                  in_force: dict[tuple[str, str], object]) -> Verdict:
+        """``in_force``: (kind, target) -> the value in force now, to drop no-op proposals."""
+        accepted: list[Action] = []
+        deferred: list[tuple[Action, str]] = []
+        sized: set[str] = set()
+        structural_taken = False
+        waiting = self.waiting(qos)
+        for action in proposals:
+            if action.kind == ESCALATE:
+                accepted.append(action)
+            elif action.kind == ADMISSION:
+                if action.target in sized:
+                    deferred.append((action, "another policy sized this target first"))
+                elif in_force.get((ADMISSION, action.target)) == action.value:
+                    sized.add(action.target)
+                else:
+                    sized.add(action.target)
+                    accepted.append(action)
+            elif in_force.get((action.kind, action.target)) == action.value:
+                continue
+            elif waiting:
+                deferred.append((action, f"waiting for the windows to flush measurements taken before "
+                                         f"the change after batch {self.structural_at}"))
+            elif structural_taken:
+                deferred.append((action, "one structural change at a time"))
+            else:
+                structural_taken = True
+                accepted.append(action)
+                self.structural_at = batch_id
+                self.structural_action = action
+        return Verdict(accepted, deferred)

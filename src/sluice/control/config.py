@@ -1,0 +1,88 @@
+"""Policies configured per job, in Python or in a YAML file (``sluice run --policies``).
+
+YAML (or the same as a Python list of dicts)::
+
+    policies:
+      - batch_sizing: {safety: 0.8}
+      - fixed_point: {rho: 0.8}
+
+Each entry names a registered policy and its keyword arguments; order is priority (the
+arbiter lets the first policy win when two size the same target). Later policies (chaining,
+balancing, scaling) register here with ``register``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
+from sluice.control.policy import Policy
+from sluice.errors import ConfigError
+
+REGISTRY: dict[str, Callable[..., Policy]] = {
+    ModelBatchSizing.name: ModelBatchSizing,
+    FixedPointBatchSizing.name: FixedPointBatchSizing,
+    FixedAdmission.name: FixedAdmission,
+}
+
+
+def register(name: str, factory: Callable[..., Policy]) -> None:
+    REGISTRY[name] = factory
+
+
+def default_policies() -> list[Policy]:
+    """What a constrained job runs when the user names none."""
+    return [ModelBatchSizing()]
+
+
+def build_policies(spec) -> list[Policy]:
+    """Policies from a list of Policy objects, of {name: {kwargs}} or names, a
+    {"policies": [...]} dict, or a YAML file's path."""
+    if spec is None:
+        return default_policies()
+    if isinstance(spec, str):
+        return load_policies(spec)
+    if isinstance(spec, dict):
+        if "policies" not in spec:
+            raise ConfigError(f"a policies mapping needs a 'policies' list, got keys {sorted(spec)}")
+        spec = spec["policies"]
+    if not isinstance(spec, (list, tuple)):
+        raise ConfigError(f"policies must be a list, got {type(spec).__name__}")
+    out = []
+    for i, entry in enumerate(spec):
+        if isinstance(entry, Policy):
+            out.append(entry)
+            continue
+        if isinstance(entry, str):
+            name, kwargs = entry, {}
+        elif isinstance(entry, dict) and len(entry) == 1:
+            name, kwargs = next(iter(entry.items()))
+            kwargs = kwargs or {}
+        else:
+            raise ConfigError(f"policies[{i}]: expected a policy name or {{name: {{options}}}}, got {entry!r}")
+        if name not in REGISTRY:
+            raise ConfigError(f"policies[{i}]: unknown policy {name!r}; known: {sorted(REGISTRY)}")
+        try:
+            out.append(REGISTRY[name](**kwargs))
+        except TypeError as e:
+            raise ConfigError(f"policies[{i}] ({name}): {e}") from None
+    return out
+
+
+def load_policies(path: str) -> list[Policy]:
+    import os
+
+    import yaml
+
+    if not os.path.exists(path):
+        raise ConfigError(f"no such policies file: {path}")
+    with open(path) as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if isinstance(data, list):
+        data = {"policies": data}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with a 'policies' list")
+    return build_policies(data)

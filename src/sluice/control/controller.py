@@ -1,0 +1,193 @@
+"""The Controller: the control loop between micro-batches (DESIGN.md section 7).
+
+After each batch the executor calls ``controller(metrics, plan)``. The controller
+
+1. gives the batch's metrics to the QoS manager (the windows of every constraint) and
+   measures the effect of the decisions the batch ran with;
+2. builds a read-only ``ControlView`` and asks every policy, in the configured order, for
+   proposals;
+3. lets the arbiter pick what to apply (one structural change at a time, flush rule);
+4. applies it: admission limits now (the next batch Spark plans reads them), structural
+   changes as the Plan it returns for ``batch_id + 1``;
+5. logs every decision and escalation to ``<checkpoint>/decisions.jsonl`` and keeps the
+   state for the progress line and the dashboard (``state()``).
+
+Pure of Spark itself (the actuators it is given touch files), so the simulator and the
+pure tests drive the same object.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections import deque
+
+from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, Action
+from sluice.control.actuators import MemoryAdmission, apply_admission, plan_change
+from sluice.control.arbiter import Arbiter
+from sluice.control.decisions import DecisionLog
+from sluice.control.policy import Policy
+from sluice.control.qos import MET, UNKNOWN, VIOLATED, QoSManager
+from sluice.control.view import ControlView, Resources
+
+log = logging.getLogger("sluice.control")
+
+HISTORY_BATCHES = 60
+"""Batches of metrics a view holds (policies fit their models on them)."""
+
+ADAPTING_BATCHES = 3
+"""A constraint counts as adapting for this many batches after a change is applied."""
+
+
+class EscalationWarning(UserWarning):
+    """A latency constraint cannot be met by any countermeasure at the offered rate."""
+
+
+class Controller:
+    def __init__(self, graph, policies: list[Policy], *, checkpoint: str | None = None,
+                 admission: MemoryAdmission | None = None, resources: Resources | None = None,
+                 history: list | None = None):
+        self.graph = graph
+        self.constraints = tuple(graph.constraints)
+        self.policies = list(policies)
+        self.qos = QoSManager(list(self.constraints))
+        self.arbiter = Arbiter()
+        self.admission = admission or MemoryAdmission([op.id for op in graph.sources()])
+        self.resources = resources or Resources()
+        self.log = DecisionLog(checkpoint)
+        self.history: deque = deque(history or [], maxlen=HISTORY_BATCHES)
+        for policy in self.policies:
+            policy.restore(list(self.history))
+        self.escalated: dict[str, dict] = {}  # constraint -> details of the escalation in force
+        self.unmeasured: list[tuple[int, Action]] = []  # (decision id, action) awaiting their first batch
+        self.last_change_batch: int | None = None
+        self.last_decision: dict | None = None
+        self.decisions = 0
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def __call__(self, metrics, plan):
+        """After batch ``metrics.batch_id``: returns the Plan for the next batch, or None."""
+        if metrics.skipped:
+            return None
+        self.history.append(metrics)
+        self.qos.observe(metrics)
+        self._measure(metrics)
+        view = self.view(metrics.batch_id, plan)
+        proposals = []
+        for policy in self.policies:
+            for action in policy.propose(view):
+                proposals.append(_signed(action, policy.name))
+        verdict = self.arbiter.arbitrate(proposals, metrics.batch_id, self.qos, self._in_force(plan))
+        new_plan = None
+        escalating = set()
+        for action in verdict.accepted:
+            if action.kind == ESCALATE:
+                escalating.add(action.target)
+                self._escalate(metrics.batch_id, action)
+            elif action.kind == ADMISSION:
+                apply_admission(self.admission, action, view.source_shares())
+                self._decided(metrics.batch_id, action, view)
+            else:
+                new_plan = plan_change(new_plan or plan, action, metrics.batch_id + 1)
+                self._decided(metrics.batch_id, action, view)
+        for name in list(self.escalated):
+            if name not in escalating:  # the bound holds again, or can: say so once
+                self._end_escalation(metrics.batch_id, name)
+        return new_plan
+
+    def view(self, batch_id: int, plan) -> ControlView:
+        return ControlView(batch_id=batch_id, graph=self.graph, plan=plan, constraints=self.constraints,
+                           status=self.qos.statuses(), history=tuple(self.history),
+                           admission=self.admission.current(), resources=self.resources)
+
+    # ---- bookkeeping ---------------------------------------------------------------------------
+    def _in_force(self, plan) -> dict:
+        current = self.admission.current()
+        out: dict = {(ADMISSION, source): rows for source, rows in current.items()}
+        if current and all(v is not None for v in current.values()):
+            out[(ADMISSION, ALL_SOURCES)] = sum(current.values())
+        out[("chains", "*")] = plan.chains
+        for op, n in plan.threads.items():
+            out[("threads", op)] = n
+        for op, stage in plan.keyed.items():
+            out[("partitions", op)] = stage.partitions
+        return out
+
+    def _decided(self, batch_id: int, action: Action, view: ControlView) -> None:
+        decision_id = self.log.next_id()
+        record = {"type": "decision", "id": decision_id, "batch_id": batch_id, "time": round(time.time(), 3),
+                  "policy": action.policy, "action": action.to_dict(),
+                  "constraints": {name: s.to_dict() for name, s in view.status.items()}}
+        self.log.append(record)
+        self.unmeasured.append((decision_id, action))
+        self.last_change_batch = batch_id
+        self.last_decision = record
+        self.decisions += 1
+        log.info("batch %d: %s %s -> %s (%s)", batch_id, action.kind, action.target, action.value, action.reason)
+
+    def _measure(self, metrics) -> None:
+        """The measured effect of decisions made before this batch, on its first batch with rows."""
+        if not self.unmeasured or metrics.rows_in == 0:
+            return
+        measured = {"batch_ms": round(metrics.duration_s * 1000, 2), "rows": metrics.rows_in}
+        latencies = [p["mean_ms"] for p in (metrics.paths or {}).values()]
+        if latencies:
+            measured["latency_ms"] = max(latencies)
+        p95s = [p["p95_ms"] for p in (metrics.paths or {}).values() if p.get("p95_ms") is not None]
+        if p95s:
+            measured["p95_ms"] = max(p95s)
+        for decision_id, action in self.unmeasured:
+            self.log.append({"type": "measured", "decision": decision_id, "batch_id": metrics.batch_id,
+                             "time": round(time.time(), 3), "expected": dict(action.expected),
+                             "measured": measured})
+        self.unmeasured = []
+
+    def _escalate(self, batch_id: int, action: Action) -> None:
+        details = dict(action.value) if isinstance(action.value, dict) else {"value": action.value}
+        previous = self.escalated.get(action.target)
+        self.escalated[action.target] = details
+        if previous is not None:
+            return  # already said; the state shows it until it ends
+        self.log.append({"type": "escalation", "batch_id": batch_id, "time": round(time.time(), 3),
+                         "constraint": action.target, "state": "started", "policy": action.policy,
+                         "details": details, "reason": action.reason})
+        warnings.warn(f"latency constraint {action.target!r} cannot be met: {action.reason}",
+                      EscalationWarning, stacklevel=2)
+        log.warning("constraint %s cannot be met: %s", action.target, action.reason)
+
+    def _end_escalation(self, batch_id: int, name: str) -> None:
+        details = self.escalated.pop(name)
+        self.log.append({"type": "escalation", "batch_id": batch_id, "time": round(time.time(), 3),
+                         "constraint": name, "state": "ended", "details": details,
+                         "reason": "the bound can hold at the offered rate again"})
+
+    # ---- what the progress line and the dashboard show -------------------------------------------
+    def constraint_state(self, name: str) -> str:
+        """met / violated / adapting / escalated / unknown."""
+        if name in self.escalated:
+            return "escalated"
+        status = self.qos.status(name)
+        latest = self.history[-1].batch_id if self.history else None
+        recent = self.last_change_batch is not None and latest is not None \
+            and latest - self.last_change_batch < ADAPTING_BATCHES
+        if status.state == VIOLATED and (recent or self.arbiter.structural_at is not None):
+            return "adapting"
+        return status.state if status.state in (MET, VIOLATED) else UNKNOWN
+
+    def state(self) -> dict:
+        """Each constraint's state and window figures, the last decision, escalations."""
+        return {
+            "constraints": {name: {**self.qos.status(name).to_dict(), "state": self.constraint_state(name)}
+                            for name in self.qos.constraints},
+            "admission": self.admission.current(),
+            "last_decision": self.last_decision,
+            "escalations": dict(self.escalated),
+            "decisions": self.decisions,
+        }
+
+
+def _signed(action: Action, policy: str) -> Action:
+    from dataclasses import replace
+
+    return action if action.policy == policy else replace(action, policy=policy)

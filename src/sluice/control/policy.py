@@ -1,0 +1,29 @@
+"""The Policy interface: ``propose(view) -> list[Action]``.
+
+A policy is a small pure class (no Spark import): it reads a ``ControlView`` and proposes
+actions, each with a reason and an expected effect. It does not apply anything; the
+controller's arbiter decides what is applied and when (``sluice.control.controller``).
+Policies may keep state between calls (a fitted model, say); ``restore(history)`` lets one
+warm up from the batches of an earlier run of the same checkpoint.
+"""
+
+from __future__ import annotations
+
+from sluice.control.actions import Action
+from sluice.control.view import ControlView
+
+
+class Policy:
+    """Base class of every control policy. Subclasses set ``name`` and implement ``propose``."""
+
+    name: str = "policy"
+
+    def propose(self, view: ControlView) -> list[Action]:
+        raise NotImplementedError
+
+    def restore(self, history: list) -> None:
+        """Warm up from earlier batches' metrics (a restart); the default ignores them."""
+
+    def describe(self) -> dict:
+        """The policy's settings, for the decisions log and the docs."""
+        return {"policy": self.name}

@@ -1,0 +1,104 @@
+"""What a policy sees: a read-only :class:`ControlView` of the running job.
+
+It holds the recent batches' metrics (``history``, oldest first), the Plan in force, the
+job graph, the constraints with their window status (``status``, from the QoS manager), the
+admission limits in force and the resources. Helpers derive what policies commonly need:
+the offered input rate, each operator's CPU use, the Plan's chains. Pure: no Spark, so the
+simulator can build views and drive the very same policies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sluice.graph.constraints import LatencyConstraint
+
+if TYPE_CHECKING:
+    from sluice.control.qos import ConstraintStatus
+    from sluice.graph import JobGraph
+    from sluice.plan.physical import Plan
+
+
+@dataclass(frozen=True)
+class Resources:
+    cores: int = 2  # task slots the job can use at once (Spark's default parallelism)
+    executors: int = 1
+
+
+@dataclass(frozen=True)
+class ControlView:
+    batch_id: int  # the batch just finished; actions apply from batch_id + 1
+    graph: JobGraph
+    plan: Plan
+    constraints: tuple[LatencyConstraint, ...]
+    status: dict[str, ConstraintStatus]
+    history: tuple = ()  # BatchMetrics of recent batches, oldest first, the last is batch_id's
+    admission: dict[str, int | None] = field(default_factory=dict)  # source -> rows per batch (None: no cap)
+    resources: Resources = Resources()
+
+    @property
+    def latest(self):
+        return self.history[-1] if self.history else None
+
+    def batches(self, last: int | None = None) -> list:
+        """The recent batches that admitted rows (replays skipped), at most ``last`` of them."""
+        useful = [m for m in self.history if m.rows_in > 0 and not m.skipped]
+        return useful if last is None else useful[-last:]
+
+    @property
+    def admission_total(self) -> int | None:
+        """The job's rows per batch in force (None if any source is uncapped)."""
+        if not self.admission or any(v is None for v in self.admission.values()):
+            return None
+        return sum(self.admission.values())
+
+    @property
+    def chains(self) -> tuple[tuple[str, ...], ...]:
+        return self.plan.chains
+
+    def offered_rate(self, last: int = 4) -> float | None:
+        """Rows per second arriving at the sources over the last batches, or None when a
+        source reports no backlog (it could produce any number of rows at once: pull mode).
+
+        Arrivals between two plannings = rows admitted + growth of the backlog."""
+        batches = [m for m in self.history if not m.skipped][-(last + 1):]
+        if len(batches) < 2:
+            return None
+        arrived, seconds = 0, 0.0
+        for prev, cur in zip(batches, batches[1:]):
+            if not cur.backlog or any(v is None for v in cur.backlog.values()) \
+                    or not prev.backlog or any(v is None for v in prev.backlog.values()):
+                return None
+            arrived += cur.rows_in + sum(cur.backlog.values()) - sum(prev.backlog.values())
+            seconds += cur.started_at - prev.started_at
+        return max(arrived, 0) / seconds if seconds > 0 else None
+
+    def backlog(self) -> int | None:
+        latest = self.latest
+        if latest is None or not latest.backlog or any(v is None for v in latest.backlog.values()):
+            return None
+        return int(sum(latest.backlog.values()))
+
+    def operator_cpu(self, op_id: str, last: int = 10) -> float:
+        """Cores the operator kept busy over the last batches: its task time (summed over
+        tasks, all its stages) per second of batch. Nephele chains tasks only while their
+        summed CPU stays under one core (section 3.5.2)."""
+        busy, wall = 0.0, 0.0
+        for m in self.batches(last):
+            wall += m.duration_s
+            for stage, values in m.operators.items():
+                if stage == op_id or stage.startswith(op_id + "."):
+                    busy += float(values.get("time_s", 0.0)) - float(values.get("input_wait_s", 0.0))
+        return busy / wall if wall > 0 else 0.0
+
+    def source_shares(self, last: int = 10) -> dict[str, float]:
+        """Each source's share of the rows admitted recently (equal shares before any)."""
+        totals: dict[str, float] = {s: 0.0 for s in self.admission}
+        for m in self.batches(last):
+            for source, rows in m.rows_by_source.items():
+                totals[source] = totals.get(source, 0.0) + rows
+        whole = sum(totals.values())
+        if whole <= 0:
+            return {s: 1 / len(totals) for s in totals} if totals else {}
+        return {s: v / whole for s, v in totals.items()}

@@ -1,0 +1,117 @@
+"""A simulated micro-batch engine for the control policies (pure, no Spark).
+
+One source, one constrained path. The engine plans a batch the moment the previous one
+ends (Spark's trigger 0, plus a fixed ``gap``): it admits the waiting rows up to the
+admission cap, the batch takes ``a + b * rows`` seconds times a noise factor, and every row's
+latency is the batch's commit time minus the row's arrival. Rows arrive at a piecewise
+constant rate (``rate_steps``: (from second, rows/s) pairs), or, with ``pull=True``, are all
+there and stamped on admission (a replayed file).
+
+Each batch yields a ``SimBatch`` with the fields of ``runtime.metrics.BatchMetrics`` the
+controller reads, so ``sluice.control.Controller`` runs on it unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PULL_BATCH_ROWS = 100_000  # what an uncapped pull source admits (runtime ENDLESS_BATCH_ROWS)
+
+
+@dataclass
+class SimBatch:
+    batch_id: int
+    started_at: float
+    duration_s: float
+    rows_in: int
+    plan_version: int = 0
+    rows_by_source: dict = field(default_factory=dict)
+    backlog: dict = field(default_factory=dict)
+    operators: dict = field(default_factory=dict)
+    sinks: dict = field(default_factory=dict)
+    paths: dict = field(default_factory=dict)
+    skipped: bool = False
+
+
+class RateTrace:
+    """Rows arriving at a piecewise constant rate: ``steps`` = [(from second, rows/s), ...]."""
+
+    def __init__(self, steps: list[tuple[float, float]]):
+        self.starts = np.array([s for s, _ in steps], dtype=float)
+        self.rates = np.array([r for _, r in steps], dtype=float)
+        widths = np.diff(self.starts)
+        self.cum = np.concatenate([[0.0], np.cumsum(widths * self.rates[:-1])])  # rows by each step's start
+
+    def rate_at(self, t: float) -> float:
+        return float(self.rates[max(np.searchsorted(self.starts, t, side="right") - 1, 0)])
+
+    def arrived(self, t: float) -> float:
+        i = max(int(np.searchsorted(self.starts, t, side="right")) - 1, 0)
+        return float(self.cum[i] + (t - self.starts[i]) * self.rates[i])
+
+    def arrival_time(self, rows: np.ndarray) -> np.ndarray:
+        """When row number ``rows`` (0-based) arrived."""
+        i = np.clip(np.searchsorted(self.cum, rows, side="right") - 1, 0, len(self.cum) - 1)
+        return self.starts[i] + (rows - self.cum[i]) / self.rates[i]
+
+
+class MicroBatchEngine:
+    def __init__(self, a: float, b: float, *, rate_steps: list[tuple[float, float]] | None = None,
+                 pull: bool = False, noise: float = 0.0, gap: float = 0.01, seed: int = 0,
+                 source: str = "source_1", constraint: str = "latency_1", operator: str = "work"):
+        self.a, self.b, self.noise, self.gap = a, b, noise, gap
+        self.trace = RateTrace(rate_steps or [(0.0, 1000.0)])
+        self.pull = pull
+        self.rng = np.random.default_rng(seed)
+        self.source, self.constraint, self.operator = source, constraint, operator
+        self.now = 0.0
+        self.admitted = 0
+        self.batch_id = 0
+
+    def step(self, cap: int | None) -> SimBatch:
+        """Plan and run one batch admitting at most ``cap`` rows (None: no cap)."""
+        if not self.pull:  # Spark plans no batch before a row has arrived
+            self.now = max(self.now, float(self.trace.arrival_time(np.array([float(self.admitted + 1)]))[0]))
+        start = self.now
+        if self.pull:
+            n = PULL_BATCH_ROWS if cap is None else cap
+            arrivals = np.full(n, start)
+            backlog = None
+        else:
+            waiting = int(math.floor(self.trace.arrived(start))) - self.admitted
+            n = waiting if cap is None else min(waiting, cap)
+            arrivals = self.trace.arrival_time(np.arange(self.admitted, self.admitted + n, dtype=float))
+            backlog = waiting - n
+        self.admitted += n
+        factor = math.exp(self.rng.normal(0.0, self.noise)) if self.noise else 1.0
+        duration = (self.a + self.b * n) * factor
+        commit = start + duration
+        batch = SimBatch(self.batch_id, start, duration, n, rows_by_source={self.source: n},
+                         backlog={self.source: backlog},
+                         operators={self.operator: {"time_s": duration, "time_s_max": duration}})
+        if n:
+            latency_ms = (commit - arrivals) * 1000
+            mean = float(latency_ms.mean())
+            batch.paths[self.constraint] = {
+                "mean_ms": round(mean, 3), "p95_ms": round(float(np.quantile(latency_ms, 0.95)), 3), "rows": n,
+                "sink": "sink", "source_wait": round(mean - duration * 1000, 3),
+                "operators": {self.operator: round(duration * 1000, 3)}, "exchange": 0.0, "sink_commit": 0.0,
+                "rest": 0.0}
+        self.now = commit + self.gap
+        self.batch_id += 1
+        return batch
+
+
+def run_controlled(engine: MicroBatchEngine, controller, plan, batches: int) -> list[SimBatch]:
+    """Run ``batches`` batches, the controller sizing each after the last (as on Spark)."""
+    out = []
+    for _ in range(batches):
+        limits = controller.admission.current()
+        cap = None if any(v is None for v in limits.values()) else sum(limits.values())
+        batch = engine.step(cap)
+        out.append(batch)
+        plan = controller(batch, plan) or plan
+    return out
