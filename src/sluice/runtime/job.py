@@ -12,6 +12,7 @@ from sluice.errors import ConfigError, PlanError, SluiceError
 from sluice.plan.physical import Plan, initial_plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime.executor import MICROS, BatchExecutor, SourceInfo
+from sluice.runtime.interrupt import StopOnSigint
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.planlog import PlanLog
 
@@ -99,9 +100,10 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
     started = time.time()
     query = writer.queryName(f"sluice_{graph.name}_{int(started * 1000)}").start()
     finite = all(getattr(op.params["spec"], "finite", False) for op in graph.sources())
+    sigint = StopOnSigint()  # Ctrl-C: finish the running batch, then stop quietly
     try:
         while query.isActive:
-            if query.exception() is not None:
+            if query.exception() is not None or sigint.requested.is_set():
                 break
             if finite and all(is_exhausted(controls, info.op.id) for info in infos):
                 query.processAllAvailable()
@@ -115,6 +117,7 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
         pass
     finally:
         _stop_between_batches(query, executor)
+        sigint.restore()
         error = query.exception()
         executor.close()
     if error is not None:
