@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable
@@ -19,7 +20,7 @@ from sluice.graph.sources import (
 )
 from sluice.runtime.sources import is_exhausted, read_backlog, set_max_rows
 from sluice.runtime.sources import row_reader
-from sluice.runtime.sources.admission import default_read_limit
+from sluice.runtime.sources.admission import DEFAULT_MAX_ROWS_PER_BATCH, default_read_limit
 from sluice.runtime.sources.datasource import READERS, decode_spec, encode_spec, stream_schema
 
 SECOND = 1_000_000
@@ -197,3 +198,47 @@ def test_directory_admits_whole_files_in_order_and_keeps_a_file_log(tmp_path):
     o4 = again.latestOffset(o3, default_read_limit())
     assert read_all(again, o3, o4).column("id").to_pylist() == [7]
     assert read_backlog(str(ctl), "dir")["available_rows"] == 10
+
+
+def test_a_rate_source_behind_its_rate_is_capped_and_its_backlog_counts_rows_due_now(tmp_path, clock):
+    """After 9.5 minutes of downtime at 2,000 rows/s, 1.14 M rows are due: an uncapped batch
+    used to take them all and report a backlog of 0, then 0 again while they ran. With the
+    default cap each batch takes DEFAULT_MAX_ROWS_PER_BATCH, the rest waits at the source
+    and shows as backlog, growing with the rows that arrive while a batch runs."""
+    spec = GeneratorSource(fields={"i": Sequence()}, rate=2000, start_time=100.0)
+    reader = reader_for(spec, tmp_path)
+    limit = default_read_limit()
+    clock["us"] = 100 * SECOND + 570 * SECOND  # 570 s of rows due: 1,140,001
+    due = 1_140_001
+    o1 = reader.latestOffset(reader.initialOffset(), limit)
+    assert o1["rows"] == DEFAULT_MAX_ROWS_PER_BATCH
+    assert read_backlog(str(tmp_path), "src", now_us=clock["us"])["backlog"] == due - o1["rows"]
+    # 10 s later, the batch still running: 20,000 more rows are due and waiting
+    assert read_backlog(str(tmp_path), "src", now_us=clock["us"] + 10 * SECOND)["backlog"] == \
+        due + 20_000 - o1["rows"]
+    offset, admitted = reader.initialOffset(), []
+    while True:  # catch up, batch by batch: every row once, in order
+        nxt = reader.latestOffset(offset, limit)
+        if nxt == offset:
+            break
+        assert nxt["rows"] - offset["rows"] <= DEFAULT_MAX_ROWS_PER_BATCH
+        admitted.append((offset, nxt))
+        offset = nxt
+    assert offset["rows"] == due and read_backlog(str(tmp_path), "src", now_us=clock["us"])["backlog"] == 0
+    ids = pa.concat_arrays([read_all(reader, a, b).column("i").combine_chunks() for a, b in admitted])
+    assert pc.all(pc.equal(ids, pa.array(range(due)))).as_py()  # nothing lost, nothing twice
+
+
+def test_a_directory_without_a_limit_admits_a_bounded_batch(tmp_path, monkeypatch):
+    monkeypatch.setattr("sluice.runtime.sources.admission.DEFAULT_MAX_ROWS_PER_BATCH", 10)
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    for k in range(6):
+        write_lines(inbox / f"{k}.json", range(4 * k, 4 * k + 4))  # 4 rows each
+    reader = reader_for(DirectorySource(str(inbox)), tmp_path / "ctl", "dir")
+    offset, sizes, ids = reader.initialOffset(), [], []
+    while (nxt := reader.latestOffset(offset, default_read_limit())) != offset:
+        sizes.append(nxt["rows"] - offset["rows"])
+        ids += read_all(reader, offset, nxt).column("id").to_pylist()
+        offset = nxt
+    assert sizes == [8, 8, 8] and ids == list(range(24))

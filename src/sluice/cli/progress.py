@@ -30,9 +30,9 @@ class ProgressLine:
         self.last_print = now
         rate = self.rows / max(now - self.started, 1e-9)
         lat = m.latency_ms
-        backlog = sum(v for v in m.backlog.values() if v) if m.backlog else 0
+        backlog = format_backlog(m.backlog)
         text = (f"batch {m.batch_id:>6}  batches {self.batches:>5}  rows {self.rows:>11,}  {rate:>11,.0f} rows/s  "
-                f"latency p50 {lat.get('p50', 0):>8.0f} ms  p99 {lat.get('p99', 0):>8.0f} ms  backlog {backlog:>9,}")
+                f"latency p50 {lat.get('p50', 0):>8.0f} ms  p99 {lat.get('p99', 0):>8.0f} ms  backlog {backlog:>9}")
         if m.dead_letters:
             text += f"  dead letters {m.dead_letters}"
         if self.tty:
@@ -44,3 +44,11 @@ class ProgressLine:
     def close(self) -> None:
         if self.tty:
             self.stream.write("\n")
+
+
+def format_backlog(backlog: dict[str, float | None]) -> str:
+    """Rows waiting at the sources; ``unbounded`` when a source could produce any number
+    at once (a generator without a rate reports None)."""
+    if any(v is None for v in backlog.values()):
+        return "unbounded"
+    return f"{int(sum(backlog.values())):,}"

@@ -88,9 +88,10 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
 
     def backlog() -> dict:
         out = {}
-        for info in infos:
-            status = read_backlog(controls, info.op.id) or {}
-            out[info.op.id] = status.get("backlog")
+        for info in infos:  # None: unbounded (a rate-less generator); a Spark source has no report
+            status = read_backlog(controls, info.op.id)
+            if status is not None:
+                out[info.op.id] = status.get("backlog")
         return out
 
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PULL_BATCH_ROWS = 100_000  # what an uncapped pull source admits (runtime ENDLESS_BATCH_ROWS)
+PULL_BATCH_ROWS = 100_000  # what an uncapped pull source admits (runtime DEFAULT_MAX_ROWS_PER_BATCH)
 
 
 @dataclass

@@ -17,10 +17,13 @@ from sluice.runtime.sources.control import get_max_rows
 NO_LIMIT = 1 << 62
 """The ReadMaxRows declared when no limit is set: big enough to never bind."""
 
-ENDLESS_BATCH_ROWS = 100_000
-"""Rows per batch for a source that could produce any number at once (a generator without
-rate or end) when no limit is set: without a cap one batch would be unbounded and run the
-JVM out of memory (SPARK-NOTES)."""
+DEFAULT_MAX_ROWS_PER_BATCH = 100_000
+"""Rows per batch of every source when no limit is set. Without a cap a batch takes all that
+has arrived: a source that could produce any number at once (a generator without rate)
+would run the JVM out of memory (SPARK-NOTES), and a source that falls behind (or restarts
+after downtime) admits ever bigger batches, each slower than the last, while reporting no
+backlog. With it, rows wait at the source, where they show as backlog. The control plane
+sizes batches through the same admission file (``set_max_rows``)."""
 
 
 def default_read_limit() -> ReadLimit:
@@ -33,11 +36,11 @@ def admission_cap(limit: ReadLimit, control_dir: str, name: str,
 
     ``ReadAllAvailable`` from Spark (e.g. Trigger.Once) overrides every configured limit, as
     Spark's contract asks; otherwise the live limit (``set_max_rows``) wins over the spec's
-    ``max_rows_per_batch``.
+    ``max_rows_per_batch``, which wins over ``DEFAULT_MAX_ROWS_PER_BATCH``.
     """
     if isinstance(limit, ReadAllAvailable):
         return None
-    cap = get_max_rows(control_dir, name) or spec_default
+    cap = get_max_rows(control_dir, name) or spec_default or DEFAULT_MAX_ROWS_PER_BATCH
     if isinstance(limit, ReadMaxRows) and limit.max_rows < NO_LIMIT:
         cap = min(cap, limit.max_rows) if cap else limit.max_rows
     return cap

@@ -107,15 +107,34 @@ class BacklogReporter:
             self._last_write = now
 
 
-def read_backlog(control_dir: str, name: str) -> dict | None:
+def read_backlog(control_dir: str, name: str, now_us: int | None = None) -> dict | None:
     """What source ``name`` reported when it last planned a batch, or None before that.
 
     Keys: ``source``, ``kind``, ``planned_rows`` (rows admitted so far, through the batch
     being planned), ``available_rows`` (rows that have arrived; None if unbounded),
     ``backlog`` (arrived but not admitted; None if unbounded), ``max_rows`` (the limit
     in force), ``exhausted`` (a finite source admitted its last row), ``time`` (epoch s).
+
+    A source with a rate keeps receiving rows while a batch runs, so its ``available_rows``
+    and ``backlog`` are counted now, when read, from its clock (``start_us``, ``rate``): the
+    rows due by now (``now_us``, default the clock) and not admitted, not those waiting
+    when the batch was planned.
     """
-    return read_json(control_path(control_dir, name, "backlog"))
+    status = read_json(control_path(control_dir, name, "backlog"))
+    if status and status.get("rate") and status.get("start_us") is not None:
+        status = {**status, **_due_now(status, time.time_ns() // 1000 if now_us is None else now_us)}
+    return status
+
+
+def _due_now(status: dict, now_us: int) -> dict:
+    """``available_rows`` and ``backlog`` of a source with a rate, as of ``now_us``."""
+    from sluice.graph.sources import rows_arrived
+
+    due = rows_arrived(status["start_us"], status["rate"], now_us)
+    if status.get("total_rows") is not None:
+        due = min(due, status["total_rows"])
+    due = max(due, status.get("available_rows") or 0)
+    return {"available_rows": due, "backlog": max(due - status["planned_rows"], 0)}
 
 
 def is_exhausted(control_dir: str, name: str) -> bool:

@@ -34,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from sluice.graph.sources import GENERATOR_BLOCK_ROWS, TIMESTAMP, arrival_us, rows_arrived
 from sluice.runtime.sources.admission import (
-    ENDLESS_BATCH_ROWS,
+    DEFAULT_MAX_ROWS_PER_BATCH,
     admission_cap,
     default_read_limit,
 )
@@ -148,19 +148,19 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = admission_cap(limit, self.control_dir, self.name, self.spec.max_rows_per_batch)
         total = self.total_rows()
         if total is not None and first >= total:
-            self._report(first, first, available, cap, now)
+            self._report(start, first, available, cap, now)
             return start if start.get("end") else end_of_input(start, now)
         if self._available_now:
             if self._target is None:
                 self._target = available if available is not None else (
-                    first + (cap or ENDLESS_BATCH_ROWS))
+                    first + (cap or DEFAULT_MAX_ROWS_PER_BATCH))
             available = self._target if available is None else min(available, self._target)
         if available is None:  # endless and rate-less: one batch's worth at a time
-            end = first + (cap or ENDLESS_BATCH_ROWS)
+            end = first + (cap or DEFAULT_MAX_ROWS_PER_BATCH)
         else:
             end = available if cap is None else min(available, first + cap)
         end = max(end, first)
-        self._report(first, end, available, cap, now)
+        self._report(start, end, available, cap, now)
         if end == first:
             return start
         return {"source": self.name, "rows": end, "start_us": start["start_us"], "at_us": now}
@@ -174,8 +174,11 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"source": self.name, "rows": self._last_start["rows"], "unbounded": True}
         return {"source": self.name, "rows": available, "start_us": self._last_start["start_us"]}
 
-    def _report(self, first: int, end: int, available: int | None, cap: int | None,
+    def _report(self, start: dict, end: int, available: int | None, cap: int | None,
                 now: int) -> None:
+        """Write the backlog file. With a rate, rows keep arriving while the batch runs:
+        ``start_us`` and ``rate`` let ``read_backlog`` count them when it is read."""
+        first = start["rows"]
         total = self.total_rows()
         self._backlog.report({
             "source": self.name,
@@ -186,6 +189,8 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "batch_rows": end - first,
             "max_rows": cap,
             "total_rows": total,
+            "start_us": start["start_us"],
+            "rate": self.rate,
             "exhausted": total is not None and end >= total,
             "time": now / 1e6,
         }, planned_batch=end > first)

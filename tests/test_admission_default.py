@@ -1,0 +1,37 @@
+"""A source that has fallen behind its rate (here: started 100 s ago, as after downtime) is
+admitted in bounded batches by default, and the backlog each batch reports is the rows
+still waiting, counted against the input."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import sluice
+from sluice import sinks, sources
+from sluice.runtime import metrics as metrics_log
+from sluice.runtime.sinks import clear_memory, memory_table
+from sluice.runtime.sources.admission import DEFAULT_MAX_ROWS_PER_BATCH
+
+TOTAL = 250_000
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_source_behind_its_rate_is_admitted_in_bounded_batches_with_a_true_backlog(spark, tmp_path):
+    clear_memory("behind")
+    p = sluice.Pipeline("behind")
+    # 3,000 rows/s for the last 100 s: 300,000 rows due, of which the first TOTAL exist
+    p.source(sources.generator(fields={"i": sources.Sequence()}, rate=3000, start_time=time.time() - 100,
+                               total_rows=TOTAL), name="numbers").sink(sinks.memory("behind"))
+    checkpoint = str(tmp_path / "ck")
+    result = p.run(checkpoint, spark=spark)
+    batches = [m for m in metrics_log.read(checkpoint) if m.rows_in]
+    assert [m.rows_in for m in batches] == [DEFAULT_MAX_ROWS_PER_BATCH, DEFAULT_MAX_ROWS_PER_BATCH,
+                                            TOTAL - 2 * DEFAULT_MAX_ROWS_PER_BATCH]
+    # what waits after each batch: every row is due already, so exactly the rest of the input
+    assert [m.backlog["numbers"] for m in batches] == [TOTAL - DEFAULT_MAX_ROWS_PER_BATCH,
+                                                       TOTAL - 2 * DEFAULT_MAX_ROWS_PER_BATCH, 0]
+    ids = memory_table("behind").column("i").to_pylist()
+    assert sorted(ids) == list(range(TOTAL)) and result.rows_in == TOTAL
