@@ -65,3 +65,23 @@ class SinkError(SluiceError):
 
 class EnvironmentProblem(SluiceError):
     """The machine lacks something Sluice needs (Java 17+, a service), with how to fix it."""
+
+
+def from_traceback(text: str) -> SluiceError | None:
+    """The Sluice error a traceback's text ends in, rebuilt with its class, or None.
+
+    An error raised in a Spark task (or in ``foreachBatch``) reaches the driver as Spark's
+    exception, holding the Python traceback only as text, whose last line of ours reads
+    ``sluice.errors.<Class>: <message>``. Rebuilding the class lets callers catch, say, a
+    ``StateCorruptionError`` raised on an executor as what it is."""
+    import re
+
+    found = None
+    for match in re.finditer(r"sluice\.errors\.(\w+): ?(.*)", text):
+        cls = globals().get(match.group(1))
+        if isinstance(cls, type) and issubclass(cls, SluiceError):
+            found = (cls, match.group(2).strip())
+    if found is None:
+        return None
+    cls, message = found
+    return cls(message)  # the message already names the operator and location, if any

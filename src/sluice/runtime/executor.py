@@ -27,7 +27,7 @@ from sluice.models.latency import split_path_latency
 from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
-from sluice.runtime.files import filesystem, read_bytes, write_atomic
+from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.metrics import BatchMetrics
@@ -56,11 +56,11 @@ class SourceInfo:
 class BatchExecutor:
     """Runs each micro-batch of one job; the ``foreachBatch`` function of the query."""
 
-    def __init__(self, spark, graph: JobGraph, checkpoint: str, plan_log: PlanLog, sources: list[SourceInfo],
+    def __init__(self, spark, graph: JobGraph, checkpoint: str | Checkpoint, plan_log: PlanLog, sources: list[SourceInfo],
                  dead_letter_sink: SinkSpec | None = None, controller=None, on_batch=None, backlog=None):
         self.spark = spark
         self.graph = graph
-        self.checkpoint = checkpoint
+        self.checkpoint = Checkpoint.of(checkpoint)
         self.plan_log = plan_log
         self.sources = sources
         self.dead_letter_sink = dead_letter_sink
@@ -68,48 +68,41 @@ class BatchExecutor:
         self.on_batch = on_batch
         self.backlog = backlog or (lambda: {})
         self.order = graph.topological_order()
-        self.fs, self.base = filesystem(checkpoint)
         self.accumulator = spark.sparkContext.accumulator({}, MetricsParam())
         self.stores = {op.id: self._store(op) for op in graph.operators if op.is_keyed}
         self.max_event_us = self._recover_event_times()
         self.last_batch: BatchMetrics | None = None
         self.in_batch = False
+        self.failure: Exception | None = None  # what a batch raised, for the job to report
         self.batches_done = 0
         self._compaction = None  # a concurrent.futures.Future: the running background compaction
 
     # ---- persistence of batch records -----------------------------------------------------
-    def _record_path(self, batch_id: int, what: str) -> str:
-        return f"{self.base}/batches/{batch_id:09d}.{what}.json"
-
     def _read_record(self, batch_id: int, what: str) -> dict | None:
-        data = read_bytes(self.fs, self._record_path(batch_id, what))
-        return json.loads(data) if data else None
+        return self.checkpoint.read_json(Checkpoint.batch_record(batch_id, what))
 
     def _write_record(self, batch_id: int, what: str, payload: dict) -> None:
-        write_atomic(self.fs, self._record_path(batch_id, what), json.dumps(payload).encode())
+        self.checkpoint.write_json(Checkpoint.batch_record(batch_id, what), payload)
 
     def _recover_event_times(self) -> dict[str, int]:
-        from sluice.runtime.files import list_files
-
         latest: dict[str, int] = {}
-        for path in list_files(self.fs, f"{self.base}/batches"):
-            if path.endswith(".done.json"):
-                record = json.loads(read_bytes(self.fs, path))
-                for name, us in (record.get("max_event_us") or {}).items():
-                    latest[name] = max(latest.get(name, us), us)
+        for batch_id in self.checkpoint.done_batches():
+            record = self._read_record(batch_id, "done") or {}
+            for name, us in (record.get("max_event_us") or {}).items():
+                latest[name] = max(latest.get(name, us), us)
         return latest
 
     def _store(self, op: Operator):
         from sluice.runtime.state import KeyGroupStore
 
-        return KeyGroupStore(self.checkpoint, op.id, keyed_kernel(op).key_columns)
+        return KeyGroupStore(self.checkpoint.uri, op.id, keyed_kernel(op).key_columns)
 
     def _ended_sources(self, batch_id: int) -> set[str]:
         """Sources whose input has ended as of ``batch_id``, read from Spark's offset log.
 
         Spark writes ``spark/offsets/<batch_id>`` before it runs the batch and a replay reuses
         it, so every execution of the batch, before or after a crash, finds the same ends."""
-        return ended_in_offset_log(read_bytes(self.fs, f"{self.base}/spark/offsets/{batch_id}"))
+        return ended_in_offset_log(self.checkpoint.read_bytes(Checkpoint.spark_offsets(batch_id)))
 
     def _watermark(self, ended: set[str]) -> int | None:
         """Minimum over event-time sources of (max event time seen so far - delay); an ended
@@ -141,6 +134,10 @@ class BatchExecutor:
         self.in_batch = True
         try:
             self._run(df, batch_id)
+        except Exception as exc:
+            # Spark hands the query's caller only this error's text: keep it whole
+            self.failure = exc
+            raise
         finally:
             self.in_batch = False
 
@@ -278,7 +275,7 @@ class BatchExecutor:
                                                      source_stats.get(op.id))
                 if finish is not None:
                     finishers[op.id] = finish
-                frame = keyed_stage(routed, op, in_schema, stage, (self.checkpoint, op.id, kernel.key_columns),
+                frame = keyed_stage(routed, op, in_schema, stage, (self.checkpoint.uri, op.id, kernel.key_columns),
                                     index, context, self.checkpoint, self.accumulator, source_stats.get(op.id))
             if len(self.graph.consumers(op.id)) > 1:
                 frame = frame.persist()  # fan-out: no branch recomputes the shared upstream

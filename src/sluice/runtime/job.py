@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from sluice.errors import ConfigError, PlanError, SluiceError
+from sluice.errors import ConfigError, PlanError, SluiceError, from_traceback
 from sluice.plan.physical import Plan, initial_plan
 from sluice.runtime import metrics as metrics_log
+from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.executor import MICROS, BatchExecutor, SourceInfo
 from sluice.runtime.interrupt import StopOnSigint
 from sluice.runtime.metrics import BatchMetrics
@@ -30,16 +30,13 @@ class JobResult:
         return self.rows_in / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-def control_dir(checkpoint: str) -> str:
-    return os.path.join(checkpoint, "sources")
-
-
-def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=None,
+def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None = None, spark=None,
                  duration: float | None = None, trigger_interval: float = 0.0,
                  max_rows_per_batch: int | None = None, plan: Plan | None = None,
                  controller: Callable | None = None, on_batch: Callable[[BatchMetrics], None] | None = None,
                  stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True) -> JobResult:
-    """Run ``pipeline`` on Spark with its state and logs under ``checkpoint``.
+    """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
+    URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
     Stops when every source is finite and exhausted, after ``duration`` seconds, when
     ``stop_when(executor)`` says so, or on Ctrl-C. Restarting with the same checkpoint
@@ -53,7 +50,7 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
         raise ConfigError(f"duration must be positive seconds, got {duration}")
     if trigger_interval < 0:
         raise ConfigError(f"trigger_interval must be >= 0 seconds, got {trigger_interval}")
-    checkpoint = os.path.abspath(checkpoint)
+    checkpoint = Checkpoint.of(checkpoint)
     spark = spark or spark_session(master)
     graph = pipeline.graph
     graph.validate(typer=SparkTyper(spark))
@@ -62,12 +59,13 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
     if plan is not None:
         _check_plan(plan, graph)
         # a given plan applies from the next batch on; batches already run keep theirs
-        next_batch = 0 if plan_log.latest() is None else _next_batch(checkpoint)
+        recorded = checkpoint.started_batches()
+        next_batch = recorded[-1] + 1 if recorded and plan_log.latest() is not None else 0
         plan_log.write(replace(plan, version=next_batch))
     elif plan_log.latest() is None:
         plan_log.write(initial_plan(graph, pipeline.partitions, fuse=fuse))
 
-    controls = control_dir(checkpoint)
+    controls = checkpoint.sources
     from pyspark.sql import functions as F
 
     frames, infos = [], []
@@ -96,7 +94,7 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
 
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
                              controller=controller, on_batch=on_batch, backlog=backlog)
-    writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", os.path.join(checkpoint, "spark"))
+    writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
     started = time.time()
     query = writer.queryName(f"sluice_{graph.name}_{int(started * 1000)}").start()
@@ -122,11 +120,11 @@ def run_pipeline(pipeline, checkpoint: str, *, master: str | None = None, spark=
         error = query.exception()
         executor.close()
     if error is not None:
-        raise _unwrap(error)
+        raise _unwrap(error, executor.failure)
     elapsed = time.time() - started
     all_metrics = metrics_log.read(checkpoint)
     mine = [m for m in all_metrics if m.started_at >= started]
-    return JobResult(checkpoint, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics)
+    return JobResult(checkpoint.uri, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics)
 
 
 def _check_plan(plan: Plan, graph) -> None:
@@ -135,14 +133,6 @@ def _check_plan(plan: Plan, graph) -> None:
         raise PlanError(f"the plan routes keyed operators {sorted(plan.keyed)}, the pipeline has {sorted(keyed)}")
     if plan.max_parallelism != graph.max_parallelism:
         raise PlanError(f"the plan has max parallelism {plan.max_parallelism}, the pipeline {graph.max_parallelism}")
-
-
-def _next_batch(checkpoint: str) -> int:
-    """One past the last batch recorded as started (a new plan must not rewrite history)."""
-    import glob
-
-    started = [int(os.path.basename(p).split(".")[0]) for p in glob.glob(os.path.join(checkpoint, "batches", "*.json"))]
-    return max(started) + 1 if started else 0
 
 
 def _stop_between_batches(query, executor: BatchExecutor, patience_s: float = 120.0) -> None:
@@ -154,10 +144,16 @@ def _stop_between_batches(query, executor: BatchExecutor, patience_s: float = 12
     query.stop()
 
 
-def _unwrap(error) -> Exception:
-    """Turn Spark's wrapped exception back into the SluiceError raised in foreachBatch."""
+def _unwrap(error, failure: BaseException | None = None) -> Exception:
+    """The error the query failed with, as the SluiceError it was raised as.
+
+    ``failure`` is what ``foreachBatch`` raised on the driver, if it raised: a SluiceError
+    raised there is returned itself. One raised in a Spark task reaches the driver as text
+    inside Spark's exception and is rebuilt with its class (``errors.from_traceback``)."""
+    if isinstance(failure, SluiceError):
+        return failure
     text = str(error)
-    for line in text.splitlines():
-        if "sluice.errors." in line or "SluiceError" in line:
-            return SluiceError(line.strip())
+    rebuilt = from_traceback(f"{failure or ''}\n{text}")
+    if rebuilt is not None:
+        return rebuilt
     return SluiceError(f"the streaming query failed: {text.splitlines()[0] if text else error!r}\n{text[:4000]}")

@@ -8,10 +8,9 @@ ingest-timestamp column), per key group rows and state size, dead letters.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 
-from sluice.runtime.files import filesystem
+from sluice.runtime.checkpoint import METRICS, Checkpoint
 
 
 @dataclass
@@ -48,27 +47,17 @@ class BatchMetrics:
         return json.dumps(asdict(self), default=str)
 
 
-def metrics_path(checkpoint: str) -> str:
-    return os.path.join(checkpoint, "metrics.jsonl")
-
-
-def append(checkpoint: str, metrics: BatchMetrics) -> None:
-    fs, base = filesystem(checkpoint)
-    fs.create_dir(base, recursive=True)
+def append(checkpoint: str | Checkpoint, metrics: BatchMetrics) -> None:
     # append-only JSON lines; a replayed batch appends again and readers keep the last
-    with open(metrics_path(base), "a") as f:
-        f.write(metrics.to_json() + "\n")
+    Checkpoint.of(checkpoint).append_line(METRICS, metrics.to_json())
 
 
-def read(checkpoint: str) -> list[BatchMetrics]:
+def read(checkpoint: str | Checkpoint) -> list[BatchMetrics]:
     """Every batch's metrics, one per batch id (the latest record wins), in batch order."""
-    path = metrics_path(checkpoint)
-    if not os.path.exists(path):
-        return []
+    data = Checkpoint.of(checkpoint).read_bytes(METRICS)
     by_batch: dict[int, BatchMetrics] = {}
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                d = json.loads(line)
-                by_batch[d["batch_id"]] = BatchMetrics(**d)
+    for line in (data or b"").decode().splitlines():
+        if line.strip():
+            d = json.loads(line)
+            by_batch[d["batch_id"]] = BatchMetrics(**d)
     return [by_batch[b] for b in sorted(by_batch)]

@@ -4,25 +4,24 @@ so a batch replayed after a crash runs with the plan it ran with before."""
 from __future__ import annotations
 
 from sluice.plan.physical import Plan
-from sluice.runtime.files import filesystem, list_files, read_bytes, write_atomic
+from sluice.runtime.checkpoint import PLANS, Checkpoint
 
 
 class PlanLog:
-    def __init__(self, checkpoint: str):
-        self.fs, base = filesystem(checkpoint)
-        self.dir = f"{base}/plans"
+    def __init__(self, checkpoint: str | Checkpoint):
+        self.checkpoint = Checkpoint.of(checkpoint)
         self._cache: dict[int, Plan] = {}
 
     def versions(self) -> list[int]:
-        return sorted(int(p.rsplit("/", 1)[1].split(".")[0]) for p in list_files(self.fs, self.dir) if p.endswith(".json"))
+        return sorted(int(name.split(".")[0]) for name in self.checkpoint.files(PLANS) if name.endswith(".json"))
 
     def write(self, plan: Plan) -> None:
-        write_atomic(self.fs, f"{self.dir}/{plan.version:09d}.json", plan.to_json().encode())
+        self.checkpoint.write_bytes(_plan_file(plan.version), plan.to_json().encode())
         self._cache[plan.version] = plan
 
     def read(self, version: int) -> Plan:
         if version not in self._cache:
-            self._cache[version] = Plan.from_json(read_bytes(self.fs, f"{self.dir}/{version:09d}.json").decode())
+            self._cache[version] = Plan.from_json(self.checkpoint.read_bytes(_plan_file(version)).decode())
         return self._cache[version]
 
     def plan_for(self, batch_id: int) -> Plan | None:
@@ -33,3 +32,7 @@ class PlanLog:
     def latest(self) -> Plan | None:
         versions = self.versions()
         return self.read(versions[-1]) if versions else None
+
+
+def _plan_file(version: int) -> str:
+    return f"{PLANS}/{version:09d}.json"

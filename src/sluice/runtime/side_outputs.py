@@ -13,9 +13,8 @@ import traceback
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.fs as pafs
 
-from sluice.runtime.files import filesystem, list_files, read_bytes, write_atomic
+from sluice.runtime.checkpoint import Checkpoint
 
 DEAD_LETTER = "dead_letter"
 
@@ -29,8 +28,8 @@ def _jsonable(value: Any) -> Any:
 class SideOutputWriter:
     """Collects a task's side records and writes them as one JSON-lines file."""
 
-    def __init__(self, root: str, channel: str, batch_id: int, stage: str, partition: int):
-        self.root, self.channel, self.batch_id = root, channel, batch_id
+    def __init__(self, root: str | Checkpoint, channel: str, batch_id: int, stage: str, partition: int):
+        self.root, self.channel, self.batch_id = Checkpoint.of(root), channel, batch_id
         self.stage, self.partition = stage, partition
         self.records: list[dict] = []
 
@@ -51,24 +50,25 @@ class SideOutputWriter:
     def flush(self) -> int:
         if not self.records:
             return 0
-        fs, base = filesystem(self.root)
-        path = f"{base}/{self.channel}/batch={self.batch_id:09d}/{self.stage}-p{self.partition:05d}.jsonl"
-        write_atomic(fs, path, "\n".join(json.dumps(r) for r in self.records).encode() + b"\n")
+        path = f"{_batch_dir(self.channel, self.batch_id)}/{self.stage}-p{self.partition:05d}.jsonl"
+        self.root.write_bytes(path, "\n".join(json.dumps(r) for r in self.records).encode() + b"\n")
         n = len(self.records)
         self.records = []
         return n
 
 
-def read_side_output(root: str, channel: str = DEAD_LETTER, batch_id: int | None = None) -> list[dict]:
+def read_side_output(root: str | Checkpoint, channel: str = DEAD_LETTER, batch_id: int | None = None) -> list[dict]:
     """Side records of one batch, or of all batches, in a stable order."""
-    fs, base = filesystem(root)
+    checkpoint = Checkpoint.of(root)
+    batch_dirs = [_batch_dir(channel, batch_id)] if batch_id is not None else [
+        f"{channel}/{name}" for name in checkpoint.dirs(channel)]
     out: list[dict] = []
-    batch_dirs = [f"{base}/{channel}/batch={batch_id:09d}"] if batch_id is not None else [
-        i.path for i in fs.get_file_info(pafs.FileSelector(f"{base}/{channel}", allow_not_found=True))
-        if i.type == pafs.FileType.Directory
-    ]
-    for directory in sorted(batch_dirs):
-        for path in list_files(fs, directory):
-            data = read_bytes(fs, path) or b""
+    for directory in batch_dirs:
+        for name in checkpoint.files(directory):
+            data = checkpoint.read_bytes(f"{directory}/{name}") or b""
             out.extend(json.loads(line) for line in data.decode().splitlines() if line)
     return out
+
+
+def _batch_dir(channel: str, batch_id: int) -> str:
+    return f"{channel}/batch={batch_id:09d}"

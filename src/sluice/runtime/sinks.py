@@ -9,13 +9,14 @@ import pyarrow as pa
 
 from sluice.errors import SinkError
 from sluice.graph.sinks import CallbackSink, ConsoleSink, FileSink, MemorySink, SinkSpec
+from sluice.runtime import files
 
 _MEMORY: dict[str, dict[int, pa.Table]] = {}
 _MEMORY_LOCK = threading.Lock()
 
 
 def batch_dir(path: str, batch_id: int) -> str:
-    return f"{path.rstrip('/')}/batch={batch_id:09d}"
+    return files.join(files.normalize(path), f"batch={batch_id:09d}")
 
 
 def collects_to_driver(spec: SinkSpec) -> bool:
@@ -91,21 +92,24 @@ def clear_memory(name: str | None = None) -> None:
 
 
 def read_files(path: str, format: str = "parquet") -> pa.Table | None:  # noqa: A002
-    """All complete batches a file sink wrote (directories with Spark's _SUCCESS marker)."""
-    import glob
-    import os
-
+    """All complete batches a file sink wrote (directories with Spark's _SUCCESS marker), from
+    a local path or any ``pyarrow.fs`` URI."""
     import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
 
-    dirs = sorted(d for d in glob.glob(os.path.join(path, "batch=*")) if os.path.exists(os.path.join(d, "_SUCCESS")))
+    fs, base = files.filesystem(path)
     tables = []
-    for d in dirs:
-        # a batch with no rows (e.g. the one ending the input) leaves an empty JSON part file
-        files = sorted(f for f in glob.glob(os.path.join(d, "part-*")) if os.path.getsize(f) > 0)
-        if not files:
+    for directory in files.list_dirs(fs, base):
+        if not directory.rsplit("/", 1)[1].startswith("batch="):
             continue
-        fmt = "parquet" if format == "parquet" else "json"
-        tables.append(ds.dataset(files, format=fmt).to_table())
+        infos = fs.get_file_info(pafs.FileSelector(directory))
+        if not any(i.base_name == "_SUCCESS" for i in infos):
+            continue
+        # a batch with no rows (e.g. the one ending the input) leaves an empty JSON part file
+        parts = sorted(i.path for i in infos if i.base_name.startswith("part-") and i.size)
+        if parts:
+            tables.append(ds.dataset(parts, format="parquet" if format == "parquet" else "json",
+                                     filesystem=fs).to_table())
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="permissive")

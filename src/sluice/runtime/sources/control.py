@@ -11,19 +11,20 @@ One running query holds its source readers in a Python worker process that Spark
 - ``<name>.files.json`` (directory sources): the log of files found, in admission order.
 
 Files are replaced atomically (write a temporary file, then rename), so a reader never sees
-half a file. ``control_dir`` should live beside the checkpoint: the directory source's file
-log must survive a restart together with Spark's offsets.
+half a file. ``control_dir`` should live beside the checkpoint (``Checkpoint.sources``): the
+directory source's file log must survive a restart together with Spark's offsets. It is a
+path or any ``pyarrow.fs`` URI, opened the same way by the driver and by Spark's Python
+workers wherever they run.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import time
 
 from sluice.errors import ConfigError
+from sluice.runtime import files
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -38,31 +39,23 @@ def check_source_name(name: str) -> str:
 
 
 def control_path(control_dir: str, name: str, what: str) -> str:
-    return os.path.join(control_dir, f"{check_source_name(name)}.{what}.json")
+    """Location (path or URI) of source ``name``'s ``what`` file."""
+    return files.join(files.normalize(control_dir), f"{check_source_name(name)}.{what}.json")
 
 
-def write_json_atomic(path: str, payload: dict) -> None:
-    """Replace ``path`` with ``payload`` as JSON so that readers see the old or the new file,
-    never a partial one."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+def write_json_atomic(location: str, payload: dict) -> None:
+    """Replace ``location`` with ``payload`` as JSON so that readers see the old or the new
+    file, never a partial one."""
+    fs, path = files.filesystem(location)
+    files.write_atomic(fs, path, json.dumps(payload).encode())
+
+
+def read_json(location: str) -> dict | None:
+    """The JSON object in ``location``, or None if there is none (yet)."""
+    fs, path = files.filesystem(location)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def read_json(path: str) -> dict | None:
-    """The JSON object in ``path``, or None if there is none (yet)."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
+        return json.loads(files.read_bytes(fs, path) or b"null")
+    except json.JSONDecodeError:
         return None
 
 

@@ -8,7 +8,6 @@ picks the reader for the spec's kind. A SparkSource is the user's own DataFrame.
 from __future__ import annotations
 
 import base64
-import os
 
 import pyarrow as pa
 from pyspark import cloudpickle
@@ -26,6 +25,7 @@ from sluice.graph.sources import (
     SourceSpec,
     SparkSource,
 )
+from sluice.runtime import files
 from sluice.runtime.sources.control import check_source_name
 from sluice.runtime.sources.directory import DirectoryStreamReader
 from sluice.runtime.sources.generator import GeneratorStreamReader
@@ -85,8 +85,7 @@ def open_stream(spark, spec: SourceSpec, control_dir: str, name: str):
         return _open_spark_source(spark, spec, name)
     if type(spec) not in READERS:
         raise SourceError(f"source {name!r}: cannot open a {type(spec).__name__}")
-    control_dir = os.path.abspath(control_dir)
-    os.makedirs(control_dir, exist_ok=True)
+    control_dir = files.normalize(control_dir)  # the Python workers may run elsewhere
     spark.dataSource.register(SluiceDataSource)
     return (
         spark.readStream.format(FORMAT)

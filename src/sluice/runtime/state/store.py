@@ -49,16 +49,15 @@ run ``gc`` while tasks still read through an index older than the latest snapsho
 from __future__ import annotations
 
 import json
-import os
 import posixpath
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from sluice.errors import StateCorruptionError, StateError
+from sluice.errors import ConfigError, StateCorruptionError, StateError
+from sluice.runtime import files
 from sluice.runtime.state.cache import FILE_CACHE
 from sluice.runtime.state.format import (
     KEY_GROUP,
@@ -86,13 +85,10 @@ def _record_checksum(body: dict[str, Any]) -> str:
 
 def _resolve_root(root: str) -> tuple[pafs.FileSystem, str]:
     """A file system and a path in it for ``root``: a URI, or a (possibly relative) local path."""
-    if "://" not in root:
-        root = os.path.abspath(root)
     try:
-        fs, path = pafs.FileSystem.from_uri(root)
-    except (pa.ArrowInvalid, ValueError, OSError) as exc:
+        return files.filesystem(root)
+    except ConfigError as exc:
         raise StateError(f"cannot open checkpoint directory {root!r} for state: {exc}") from exc
-    return fs, path.rstrip("/") or "/"
 
 
 class KeyGroupStore:
@@ -170,16 +166,7 @@ class KeyGroupStore:
         File systems (local, HDFS): temp file in the same directory, then rename over the
         target. Object stores have no rename but a single PUT is already atomic.
         """
-        path = self._abs(rel)
-        self.fs.create_dir(posixpath.dirname(path), recursive=True)
-        if self.fs.type_name in ("local", "hdfs", "mock"):
-            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(data)
-            self.fs.move(tmp, path)
-        else:
-            with self.fs.open_output_stream(path) as out:
-                out.write(data)
+        files.write_atomic(self.fs, self._abs(rel), data)
 
     def _list(self, rel_dir: str) -> list[pafs.FileInfo]:
         selector = pafs.FileSelector(self._abs(rel_dir), allow_not_found=True)

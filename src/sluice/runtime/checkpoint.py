@@ -1,0 +1,141 @@
+"""A job's checkpoint: the one directory that holds everything a run keeps, so that a restart
+(on this machine or another) resumes exactly where the last run committed.
+
+``Checkpoint`` owns every path under it and reads and writes through ``pyarrow.fs``, so the
+checkpoint can be a plain path (relative or absolute), a ``file://`` URI, or any URI pyarrow
+supports (``s3://bucket/x``, ``hdfs://namenode/x``). It is small and picklable (only the
+location travels): Spark's tasks and Python workers open the same files from it.
+
+Layout::
+
+    plans/<version>.json                    the plan log (runtime.planlog)
+    batches/<batch>.start.json              a batch's processing time and watermark, fixed
+    batches/<batch>.done.json               a batch committed (runtime.executor)
+    metrics.jsonl                           one line of BatchMetrics per batch
+    sources/<source>.<what>.json            control files of the running sources
+    dead_letter/batch=<batch>/...           records an operator raised on (side_outputs)
+    side/<operator>/<channel>/batch=<batch> side outputs, e.g. late records of a window
+    state/<operator>/...                    the key-group store of a keyed operator (runtime.state)
+    spark/                                  Spark's own checkpoint: offset and commit logs
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from sluice.runtime import files
+
+PLANS = "plans"
+BATCHES = "batches"
+METRICS = "metrics.jsonl"
+SOURCES = "sources"
+STATE = "state"
+SPARK = "spark"
+
+
+class Checkpoint:
+    """Every file of one job's checkpoint, by name, through ``pyarrow.fs``."""
+
+    def __init__(self, location: str | Checkpoint):
+        self.uri = location.uri if isinstance(location, Checkpoint) else files.normalize(location)
+        self._fs: pafs.FileSystem | None = None
+        self._base = ""
+
+    @classmethod
+    def of(cls, location: str | Checkpoint) -> Checkpoint:
+        """``location`` as a Checkpoint (itself if it is one)."""
+        return location if isinstance(location, Checkpoint) else cls(location)
+
+    # only the location travels to Spark's tasks; each process opens the file system itself
+    def __getstate__(self) -> dict[str, Any]:
+        return {"uri": self.uri}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["uri"])
+
+    def __repr__(self) -> str:
+        return f"Checkpoint({self.uri!r})"
+
+    def __str__(self) -> str:
+        return self.uri
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Checkpoint) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)
+
+    # ---- where things are ------------------------------------------------------------------
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            self._fs, self._base = files.filesystem(self.uri)
+        return self._fs
+
+    def path(self, *parts: str) -> str:
+        """The path of ``parts`` inside ``self.fs``."""
+        _ = self.fs
+        return files.join(self._base, *parts)
+
+    def location(self, *parts: str) -> str:
+        """The location (URI or absolute path) of ``parts``, for whoever opens it elsewhere:
+        Spark's checkpointLocation, the source readers in Spark's Python workers."""
+        return files.join(self.uri, *parts)
+
+    @property
+    def sources(self) -> str:
+        """Location of the control files through which sources and the runtime talk."""
+        return self.location(SOURCES)
+
+    @property
+    def spark(self) -> str:
+        """Location of Spark's own checkpoint (its offset and commit logs)."""
+        return self.location(SPARK)
+
+    @staticmethod
+    def batch_record(batch_id: int, what: str) -> str:
+        """Relative path of a batch's ``start`` or ``done`` record."""
+        return f"{BATCHES}/{batch_id:09d}.{what}.json"
+
+    @staticmethod
+    def spark_offsets(batch_id: int) -> str:
+        """Relative path of Spark's offset-log entry of a batch."""
+        return f"{SPARK}/offsets/{batch_id}"
+
+    # ---- reading and writing ---------------------------------------------------------------
+    def read_bytes(self, rel: str) -> bytes | None:
+        """The whole file ``rel``, or None if there is none."""
+        return files.read_bytes(self.fs, self.path(rel))
+
+    def read_json(self, rel: str) -> Any:
+        data = self.read_bytes(rel)
+        return json.loads(data) if data else None
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Replace ``rel`` atomically: readers see the old content or the new, never a part."""
+        files.write_atomic(self.fs, self.path(rel), data)
+
+    def write_json(self, rel: str, payload: Any) -> None:
+        self.write_bytes(rel, json.dumps(payload).encode())
+
+    def append_line(self, rel: str, line: str) -> None:
+        files.append(self.fs, self.path(rel), line.encode() + b"\n")
+
+    def files(self, rel: str) -> list[str]:
+        """Names of the files directly in directory ``rel`` (sorted, hidden ones left out)."""
+        return [p.rsplit("/", 1)[1] for p in files.list_files(self.fs, self.path(rel))]
+
+    def dirs(self, rel: str) -> list[str]:
+        """Names of the directories directly in directory ``rel`` (sorted)."""
+        return [p.rsplit("/", 1)[1] for p in files.list_dirs(self.fs, self.path(rel))]
+
+    # ---- what the records say --------------------------------------------------------------
+    def started_batches(self) -> list[int]:
+        """Ids of the batches recorded as started (a new plan must not rewrite their history)."""
+        return sorted({int(name.split(".")[0]) for name in self.files(BATCHES) if name.endswith(".json")})
+
+    def done_batches(self) -> list[int]:
+        return sorted(int(name.split(".")[0]) for name in self.files(BATCHES) if name.endswith(".done.json"))
