@@ -216,8 +216,8 @@ def _attach_ingest(output: pa.Table, rows: pa.Table, keys: list[str], processing
     batch; rows fired by time alone (no input this batch) get the batch's processing time.
 
     ``key_ids``: the kernel's key id of each output row and of each input row, if it has them.
-    A null key matches no input row (as in a join). Rows stay in the order the kernel emitted
-    them."""
+    Keys match as the kernels group them (``kernels.grouping``: a null key is one key). Rows
+    stay in the order the kernel emitted them."""
     ts_type = pa.timestamp("us", tz="UTC")
     if output.num_rows == 0:
         return output.append_column(INGEST, pa.array([], ts_type))
@@ -227,7 +227,7 @@ def _attach_ingest(output: pa.Table, rows: pa.Table, keys: list[str], processing
                 key_ids = _key_ids(output, rows, keys)
             if key_ids is not None:
                 return output.append_column(INGEST, pa.array(_oldest(rows, keys, key_ids, processing_time), ts_type))
-        # keys a dictionary encoding would match otherwise than a join (floats: -0.0, NaN)
+        # keys a dictionary encoding may tell apart although equal (decimals, nested types)
         oldest = rows.group_by(keys, use_threads=False).aggregate([(INGEST, "min")])  # -> "__ingest_ts_min"
         joined = output.join(oldest, keys=keys, join_type="left outer", use_threads=False)
         ingest = pc.fill_null(joined.column(f"{INGEST}_min").cast(ts_type), pa.scalar(processing_time, ts_type))
@@ -259,9 +259,6 @@ def _oldest(rows: pa.Table, keys: list[str], key_ids: tuple[np.ndarray, np.ndarr
     out_ids, row_ids = key_ids
     ingest = rows.column(INGEST)
     valid = np.ones(len(row_ids), dtype=bool)
-    for k in keys:
-        if rows.column(k).null_count:  # a null key matches nothing
-            valid &= np.asarray(rows.column(k).is_valid().to_numpy(zero_copy_only=False), bool)
     if ingest.null_count:  # min() skips nulls
         valid &= np.asarray(ingest.is_valid().to_numpy(zero_copy_only=False), bool)
     micros = np.asarray(pc.fill_null(pc.cast(ingest, pa.int64()), 0).to_numpy(), np.int64)

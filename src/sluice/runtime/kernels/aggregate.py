@@ -1,16 +1,19 @@
-"""Running aggregates per key, vectorized: one Arrow group-by per batch, then a join with the
-key's previous partial aggregate. Only user-defined aggregates call Python, and then once per
-key and batch (with all of the key's new values as one array), never once per record.
+"""Running aggregates per key, vectorized: one Arrow group-by per batch, then a lookup of the
+key's previous partial aggregate by the key's id (``kernels.grouping``: NULL is one key).
+Only user-defined aggregates call Python, and then once per key and batch (with all of the
+key's new values as one array), never once per record.
 """
 
 from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.graph.aggregates import Aggregate
+from sluice.runtime.kernels.grouping import state_and_row_ids
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 
 
@@ -34,6 +37,9 @@ def _combine(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Chunke
         return pc.add(pc.fill_null(old, 0), pc.fill_null(new, 0))
     fn = pc.min_element_wise if kind == "min" else pc.max_element_wise
     return fn(old, new, skip_nulls=True)
+
+
+_KEY_ID = "__key_id"  # the key's id in the batch's numbering of keys
 
 
 class AggregateKernel(KeyedKernel):
@@ -64,6 +70,11 @@ class AggregateKernel(KeyedKernel):
         if rows.num_rows == 0:
             return KeyedResult(out_schema.empty_table(), state_schema.append(pa.field(KEY_GROUP, pa.int32())).empty_table())
         keys = self.key_columns + [KEY_GROUP]
+        # the keys of the state and of the rows in one numbering (nulls one key, as in SQL):
+        # state row i has id i, so a key's committed state is found by its id, not by a join
+        # on the key columns (a join never matches a null key)
+        ids, first, all_keys = state_and_row_ids(state, rows, self.key_columns)
+        n_state = state.num_rows
 
         # 1. this batch's partial aggregates per key, in one vectorized group-by
         specs, labels = [], []
@@ -80,31 +91,29 @@ class AggregateKernel(KeyedKernel):
             else:
                 specs.append((agg.column, "list"))
                 labels.append(f"{name}__values")
-        grouped = rows.group_by(keys, use_threads=False).aggregate(specs)
-        # the key columns keep their names; the aggregates are the other columns, in order
-        # (pyarrow has put them before the keys in some versions and after in others)
+        group_keys = [_KEY_ID, KEY_GROUP]
+        grouped = rows.append_column(_KEY_ID, pa.array(ids[n_state:])).group_by(group_keys, use_threads=False).aggregate(specs)
+        # the grouping columns keep their names; the aggregates are the other columns, in
+        # order (pyarrow has put them before the keys in some versions and after in others)
         names = grouped.column_names
-        key_positions = [names.index(k) for k in keys]
+        key_positions = [names.index(k) for k in group_keys]
         agg_positions = [i for i in range(len(names)) if i not in key_positions]
+        key_id = np.asarray(grouped.column(_KEY_ID).to_numpy(), np.int64)
+        key_values = all_keys.take(pa.array(first[key_id]))
         partial = pa.table(
-            [grouped.column(i) for i in key_positions] + [grouped.column(i) for i in agg_positions],
+            [key_values.column(k) for k in self.key_columns] + [grouped.column(KEY_GROUP)]
+            + [grouped.column(i) for i in agg_positions],
             names=keys + [f"__new__{label}" for label in labels],
         )
 
-        # 2. look up the committed state of those keys, aligned row by row with ``partial``
-        #    (Arrow's join cannot carry list columns, so only keys and a position go in)
-        import numpy as np
-
-        probe = partial.select(keys).append_column("__pos", pa.array(np.arange(partial.num_rows)))
+        # 2. the committed state of those keys, aligned row by row with ``partial``: a key's
+        #    state row is its id, when the id is one of the state's
         state_cols = [f.name for f in state_schema if f.name not in keys]
-        if state.num_rows:
-            old = probe.join(state.select(keys + state_cols), keys=keys, join_type="left outer",
-                             use_threads=False).sort_by("__pos")
+        in_state = key_id < n_state
+        if in_state.any():
+            old = state.select(state_cols).take(pa.array(np.where(in_state, key_id, 0), mask=~in_state))
         else:
-            old = probe
-            for f in state_schema:
-                if f.name not in keys:
-                    old = old.append_column(f.name, pa.nulls(partial.num_rows, f.type))
+            old = pa.table({f.name: pa.nulls(partial.num_rows, f.type) for f in state_schema if f.name not in keys})
         joined = partial
         for name in state_cols:
             joined = joined.append_column(name, old.column(name))
@@ -133,4 +142,4 @@ class AggregateKernel(KeyedKernel):
         upserts = pa.table([columns[f.name] for f in state_schema] + [columns[KEY_GROUP]],
                            schema=state_schema.append(pa.field(KEY_GROUP, pa.int32())))
         output = pa.table([results[f.name] for f in out_schema], schema=out_schema)
-        return KeyedResult(output=output, upserts=upserts)
+        return KeyedResult(output=output, upserts=upserts, key_ids=(key_id, ids[n_state:]))

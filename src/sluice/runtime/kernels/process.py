@@ -60,15 +60,11 @@ class ProcessKernel(KeyedKernel):
 
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         out_schema = self.output_schema(rows.schema)
-        previous = {}
-        if state.num_rows:
-            keys = [state.column(k).to_pylist() for k in self.key_columns]
-            for i, blob in enumerate(state.column(_STATE).to_pylist()):
-                previous[tuple(col[i] for col in keys)] = pickle.loads(blob)
+        blobs = state.column(_STATE).to_pylist() if state.num_rows else []
         outputs, upserts, deletes = [], [], []
-        for key, key_rows in groups(rows, self.key_columns):
+        for key, state_row, key_rows in groups(state, rows, self.key_columns):
             kg = key_rows.column(KEY_GROUP)[0].as_py()
-            key_state = KeyState(previous.get(key))
+            key_state = KeyState(pickle.loads(blobs[state_row]) if state_row is not None else None)
             out = self.fn(key, key_rows.drop_columns([KEY_GROUP]), key_state)
             outputs.append(_as_table(out, out_schema))
             record = dict(zip(self.key_columns, key), **{KEY_GROUP: kg})

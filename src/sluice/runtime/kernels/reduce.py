@@ -28,14 +28,11 @@ class ReduceKernel(KeyedKernel):
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         out_schema = self.output_schema(rows.schema)
         state_schema = self.state_schema(rows.schema)
-        previous = {}
-        if state.num_rows:
-            for record in state.to_pylist():
-                previous[tuple(record[k] for k in self.key_columns)] = record
+        previous = state.to_pylist() if state.num_rows else []
         reduced = []
-        for key, key_rows in groups(rows, self.key_columns):
+        for key, state_row, key_rows in groups(state, rows, self.key_columns):
             records = key_rows.to_pylist()
-            acc = previous.get(key)
+            acc = previous[state_row] if state_row is not None else None
             kg = records[0][KEY_GROUP]
             for record in records:
                 record.pop(KEY_GROUP)

@@ -59,7 +59,8 @@ from sluice.graph.windows import (
     pane_length,
     window_output_schema,
 )
-from sluice.runtime.kernels.grouping import dense_ids
+from sluice.runtime.kernels.grouping import concat_column as _concat_column
+from sluice.runtime.kernels.grouping import state_and_row_ids as key_ids  # the one key encoding
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.panes import (
     END_OF_TIME,
@@ -92,35 +93,6 @@ INGEST = "__ingest_ts"  # the runtime's hidden ingest-time column (kept as the o
 
 # ---------------------------------------------------------------------------------------
 # Helpers shared by the fixed-window and the session kernel
-
-
-def key_ids(state: pa.Table, rows: pa.Table, key_columns: list[str]) -> tuple[np.ndarray, np.ndarray, pa.Table]:
-    """Dense ids for the keys of the state rows followed by the batch rows.
-
-    Returns (id per row of state then rows, position of each id's first row, the key
-    columns of state then rows). Ids are numbered in order of first appearance, so state row
-    i (one row per key) has id i.
-    """
-    n = state.num_rows + rows.num_rows
-    keys = pa.table({c: _concat_column(state, rows, c) for c in key_columns}) if key_columns else pa.table({})
-    ids = dense_ids([keys[c] for c in key_columns]) if key_columns else np.zeros(n, dtype=np.int64)
-    if n == 0:
-        return ids, np.zeros(0, np.int64), keys
-    running_max = np.maximum.accumulate(ids)
-    is_first = np.empty(n, dtype=bool)
-    is_first[0] = True
-    is_first[1:] = running_max[1:] > running_max[:-1]
-    return ids, np.flatnonzero(is_first), keys
-
-
-def _concat_column(state: pa.Table, rows: pa.Table, name: str) -> pa.ChunkedArray:
-    target = rows.schema.field(name).type
-    parts = []
-    if state.num_rows:
-        column = state[name]
-        parts += (column.cast(target) if column.type != target else column).chunks
-    parts += rows[name].chunks
-    return pa.chunked_array(parts, type=target)
 
 
 def record_times(query: WindowQuery, rows: pa.Table, ctx: BatchContext) -> tuple[np.ndarray, np.ndarray]:

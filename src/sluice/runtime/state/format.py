@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.errors import StateError
-from sluice.runtime.kernels.grouping import exact_key_type
+from sluice.runtime.kernels.grouping import canonical_key, exact_key_type
 
 KEY_GROUP = "__kg"
 DELETED = "__deleted"
@@ -139,9 +139,10 @@ def merge_latest(pieces: list[pa.Table], key_columns: list[str]) -> pa.Table:
 
 
 def _codes(values: pa.ChunkedArray | np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense codes of the values (nulls are one value), and how many there are."""
-    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else pa.array(values)
-    encoded = pc.dictionary_encode(array, null_encoding="encode")
+    """Dense codes of the values, keys compared as kernels compare them (nulls are one value,
+    NaN one value, -0.0 = 0.0), and how many there are."""
+    array = values if isinstance(values, pa.ChunkedArray) else pa.array(values)
+    encoded = pc.dictionary_encode(canonical_key(array), null_encoding="encode")
     return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64), len(encoded.dictionary)
 
 
