@@ -26,7 +26,7 @@ from sluice.runtime.sinks import clear_memory, memory_batches, memory_table
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROWS, PER_BATCH = 800, 200
+ROWS, PER_BATCH = 600, 200
 START_US = 1_700_000_000_000_000
 STEP_US = 10_000  # 10 ms between records, and 3 s between blocks of 100 (new sessions)
 KEYS = ["a", "b", "ü", "日本", None]
