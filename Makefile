@@ -8,10 +8,14 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean java
+.PHONY: demo test bench clean java browser
 
 java:
 	@scripts/check_java.sh
+
+# headless Chromium for the dashboard's browser test (installed with apt-get when root)
+browser:
+	@scripts/check_browser.sh
 
 $(STAMP): pyproject.toml
 	@scripts/check_java.sh
@@ -23,7 +27,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/sluice demo $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest $(ARGS)
 
 clean:

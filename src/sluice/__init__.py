@@ -9,9 +9,10 @@
     p.run("/tmp/ckpt", duration=60)
 """
 
+from sluice import agg, sinks, sources, windows
 from sluice.api import KeyedStream, Pipeline, Stream
 from sluice.errors import SluiceError
 
 __version__ = "0.1.0"
 
-__all__ = ["KeyedStream", "Pipeline", "SluiceError", "Stream", "__version__"]
+__all__ = ["KeyedStream", "Pipeline", "SluiceError", "Stream", "__version__", "agg", "sinks", "sources", "windows"]

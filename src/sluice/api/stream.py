@@ -68,7 +68,15 @@ class Stream:
     def map_batches(self, fn: Callable, schema=None, *, format: str = "arrow", name: str | None = None,
                     threads: int = 1, perf_model: str | None = None) -> Stream:
         """Apply ``fn`` to whole batches: a ``pyarrow.RecordBatch`` (or a pandas DataFrame
-        with ``format="pandas"``) in, the same kind out. The fast path for Python logic."""
+        with ``format="pandas"``) in, the same kind out. The fast path for Python logic.
+
+        ``schema`` is the output's columns, as a dict of column name to type name
+        (``{"meter": "string", "kwh": "double", "ts": "timestamp"}``; type names: ``int``/
+        ``int64``/``long``, ``int32``, ``double``/``float``, ``float32``, ``string``, ``bool``,
+        ``timestamp`` (microseconds, UTC), ``binary``; Python types ``int``, ``float``,
+        ``str``, ``bool``, ``bytes`` work too) or a ``pyarrow.Schema``. Without it the output
+        is assumed to have exactly the input's columns: give it whenever ``fn`` adds, drops,
+        renames or retypes a column."""
         _require_callable(fn, "map_batches", name)
         if format not in ("arrow", "pandas"):
             raise PipelineError(f"format must be 'arrow' or 'pandas', not {format!r}", name or "map_batches", user_location())
@@ -78,14 +86,26 @@ class Stream:
 
     def map(self, fn: Callable[[dict], dict], schema=None, *, name: str | None = None, threads: int = 1,
             perf_model: str | None = None) -> Stream:
-        """Apply ``fn`` to each record (a dict); it returns the new record (a dict)."""
+        """Apply ``fn`` to each record (a dict); it returns the new record (a dict).
+
+        ``schema``: the output's columns, as for :meth:`map_batches` (a dict such as
+        ``{"word": "string", "n": "int"}`` or a ``pyarrow.Schema``); without it the output is
+        assumed to have the input's columns. A record that raises, or whose output does not
+        fit the schema, goes to the dead-letter sink with the reason."""
         _require_callable(fn, "map", name)
         op = self._then("map", name, params={"fn": fn}, schema=as_schema(schema), threads=threads, perf_model=perf_model)
         return Stream(self.pipeline, op)
 
     def flat_map(self, fn: Callable[[dict], Any], schema=None, *, name: str | None = None,
                  perf_model: str | None = None) -> Stream:
-        """Apply ``fn`` to each record; it returns an iterable of records (zero or more)."""
+        """Apply ``fn`` to each record; it returns an iterable of records (zero or more).
+
+        ``schema``: the output's columns, as for :meth:`map_batches` (a dict of column name to
+        type name, or a ``pyarrow.Schema``), e.g.
+        ``lines.flat_map(lambda r: ({"word": w} for w in r["text"].split()), schema={"word": "string"})``.
+        Without it the output is assumed to have the input's columns, which is rarely true of
+        a flat_map: if a later operator then names a column the input lacks, the error says
+        this flat_map's schema is probably missing."""
         _require_callable(fn, "flat_map", name)
         op = self._then("flat_map", name, params={"fn": fn}, schema=as_schema(schema), perf_model=perf_model)
         return Stream(self.pipeline, op)
@@ -183,6 +203,11 @@ class KeyedStream:
         this batch, ``state`` a :class:`sluice.runtime.kernels.process.KeyState` (``.value``,
         ``.update(v)``, ``.clear()``). ``fn`` returns records to emit (a list of dicts, a
         ``pyarrow.Table``, or None).
+
+        ``schema``: the columns of the records ``fn`` emits, as a dict of column name to type
+        name (``{"meter": "string", "alerts": "int", "ts": "timestamp"}``) or a
+        ``pyarrow.Schema`` (see :meth:`Stream.map_batches` for the type names). Without it the
+        output is assumed to have the input's columns.
         """
         _require_callable(fn, "process", name)
         return self._then("process", name, params={"keys": self.keys, "fn": fn}, schema=as_schema(schema))

@@ -147,15 +147,25 @@ def render(report: dict) -> str:
         lines.append(f"  {slot:<8}" + ", ".join(f"{t} x{n}" for t, n in per.items()))
     lines += [
         "",
-        f"predicted sustainable rate: {report['predicted_rate']:.1f} tuples/s (limited by {report['bottleneck']}, "
-        f"{report['routing']} routing)",
+        predicted_rate_line(report),
         *[f"  with {k.split('_')[2]} routing instead: {v:.1f} tuples/s"
-          for k, v in report.items() if k.startswith("predicted_rate_") and k.endswith("_routing")],
+          for k, v in report.items() if k.startswith("predicted_rate_") and k.endswith("_routing") and math.isfinite(v)],
         "",
         "Spark settings:",
     ]
     lines += [f"  {k} = {v}" for k, v in report.get("spark", {}).items()]
     return "\n".join(lines)
+
+
+def predicted_rate_line(report: dict) -> str:
+    """The predicted rate and what limits it; with no modelled operator nothing does, and the
+    line says why rather than printing an infinite rate limited by nothing."""
+    if not math.isfinite(report["predicted_rate"]) or not report["bottleneck"]:
+        return ("predicted sustainable rate: not bounded by any model (no operator of this pipeline has a "
+                "performance model; with --unmodelled native they count as free): profile the costly ones with "
+                "`sluice profile PIPELINE.py:OPERATOR` and plan again")
+    return (f"predicted sustainable rate: {report['predicted_rate']:.1f} tuples/s (limited by {report['bottleneck']}, "
+            f"{report['routing']} routing)")
 
 
 def _write_run_plan(pipeline, report: dict, path: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
+import sys
 
 from sluice.errors import ConfigError
 
@@ -22,35 +24,71 @@ def load_pipeline(path: str):
 
 
 def register(subparsers) -> None:
+    from sluice.cli.ui import add_server_options
+
     p = subparsers.add_parser("run", help="run a pipeline file on Spark")
     p.add_argument("pipeline", help="a Python file that defines `pipeline`")
     p.add_argument("--checkpoint", default=None, help="checkpoint directory (default .sluice/<name>)")
-    p.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    p.add_argument("--master", default=None, help="Spark master URL (default local[*], or the --plan's)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--trigger-interval", type=float, default=0.0, help="seconds between micro-batches")
     p.add_argument("--max-rows-per-batch", type=int, default=None, help="admission limit per source")
     p.add_argument("--plan", default=None, help="a plan JSON written by `sluice plan --output`")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    p.add_argument("--ui", action="store_true", help="serve the live dashboard and /metrics while the job runs")
+    add_server_options(p)
     p.set_defaults(func=main)
 
 
-def main(args) -> int:
+def read_plan_file(path: str):
+    """The physical plan of a ``sluice plan --output`` file, and the master it recommends
+    (None when the file has no model plan, e.g. one written by hand)."""
+    from sluice.plan.physical import Plan
+
+    with open(path) as f:
+        text = f.read()
+    spark = json.loads(text).get("model_plan", {}).get("spark", {})
+    return Plan.from_json(text), spark.get("master (one machine)")
+
+
+def progress_display():
+    """A rich table on a terminal; a line every few seconds in a log."""
     from sluice.cli.progress import ProgressLine
+
+    if sys.stderr.isatty():
+        from sluice.cli.progress_table import ProgressTable
+
+        return ProgressTable()
+    return ProgressLine()
+
+
+def main(args) -> int:
+    from sluice.cli.summary import run_summary
 
     pipeline = load_pipeline(args.pipeline)
     checkpoint = args.checkpoint or os.path.join(".sluice", pipeline.name)
-    progress = None if args.quiet else ProgressLine()
-    options = {}
+    master, options = args.master, {}
     if args.plan:
-        from sluice.plan.physical import Plan
+        options["plan"], planned_master = read_plan_file(args.plan)
+        if master is None and planned_master:
+            master = planned_master
+            print(f"master {master} (recommended by the plan {args.plan}; --master overrides it)", flush=True)
+    server = None
+    if args.ui:
+        from sluice.cli.ui import start_server
 
-        with open(args.plan) as f:
-            options["plan"] = Plan.from_json(f.read())
-    result = pipeline.run(checkpoint, master=args.master, duration=args.duration,
-                          trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
-                          on_batch=progress, **options)
-    if progress:
-        progress.close()
-    print(f"{result.batches} batches, {result.rows_in:,} rows in {result.elapsed_s:.1f} s "
-          f"({result.throughput:,.0f} rows/s); checkpoint {checkpoint}")
+        server = start_server(checkpoint, args, job=pipeline.name)
+    progress = None if args.quiet else progress_display()
+    try:
+        result = pipeline.run(checkpoint, master=master, duration=args.duration,
+                              trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
+                              on_batch=progress, **options)
+    finally:
+        if progress:
+            progress.close()
+        if server:
+            server.stop()
+    print(run_summary(result, checkpoint))
+    if server:
+        print(f"the dashboard stopped with the job; `sluice ui {checkpoint}` serves it again")
     return 0

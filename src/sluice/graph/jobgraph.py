@@ -117,6 +117,7 @@ class JobGraph:
             raise PipelineError("the pipeline has no source")
         if not self.sinks():
             raise PipelineError("the pipeline has no sink: nothing would be written (use .sink(...))")
+        assumed: dict[str, Operator] = {}  # operator id -> the Python operator whose schema it assumes
         for op in order:
             inputs = [self._operators[i].schema for i in op.inputs]
             if op.kind != "source" and not op.inputs:
@@ -125,10 +126,37 @@ class JobGraph:
                 raise PipelineError(
                     "this stream goes nowhere: add a sink or remove the operator", op.name, op.location
                 )
-            op.schema = _check(op, inputs, typer)
+            declared = op.schema
+            culprit = next((assumed[i] for i in op.inputs if i in assumed), None)
+            try:
+                op.schema = _check(op, inputs, typer)
+            except SchemaError as exc:
+                if culprit is None:
+                    raise
+                raise _schema_probably_missing(culprit, exc) from None
+            if op.kind in ("map_batches", "map", "flat_map") and declared is None:
+                assumed[op.id] = op
+            elif culprit is not None and op.kind in _SCHEMA_PASSING:
+                assumed[op.id] = culprit
+
         from sluice.graph.constraints import validate_constraints
 
         validate_constraints(self, self.constraints)
+
+
+# operators whose output columns are their input's: an assumed schema flows through them
+_SCHEMA_PASSING = frozenset({"filter_expr", "filter_fn", "key_by", "union", "reduce", "sink"})
+
+
+def _schema_probably_missing(culprit: Operator, error: SchemaError) -> SchemaError:
+    """A column error downstream of a Python operator without ``schema=`` is most likely that
+    operator's missing output schema (it was assumed to keep its input's columns): say so at
+    that operator, and keep the downstream error as the evidence."""
+    return SchemaError(
+        f"{culprit.kind} has no schema=, so its output was assumed to have its input's columns, and a later "
+        f"operator then failed: {error}. Its output schema is probably missing: pass schema={{'column': 'type', "
+        f"...}} (or a pyarrow.Schema) to the {culprit.kind}",
+        culprit.name, culprit.location)
 
 
 def _fail(op: Operator, message: str, cls: type[PipelineError] = SchemaError) -> PipelineError:

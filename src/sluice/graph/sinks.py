@@ -67,6 +67,17 @@ class CallbackSink(SinkSpec):
 
 
 def files(path: str, format: str = "parquet") -> FileSink:  # noqa: A002
+    """Write each micro-batch's records to ``path/batch=<id>/`` as Parquet (default) or JSON
+    lines (``format="json"``), through Spark's file commit protocol: a batch's directory is
+    complete (it has ``_SUCCESS``) or absent, and a batch replayed after a crash replaces its
+    own directory, so the files hold every batch exactly once.
+
+    The output is a changelog, one directory per batch: a keyed aggregate writes each key
+    again in every batch that changed it (its running value then). For the latest value per
+    key read it with ``sluice.sinks.read_latest(path, keys=[...])``; for every record in batch
+    order, ``sluice.sinks.read_files(path)``; from Spark or pandas, read the Parquet files
+    of ``path`` and keep, per key, the row of the highest ``batch=`` directory.
+    """
     return FileSink(path=str(path), format=format)
 
 
@@ -79,4 +90,16 @@ def memory(name: str) -> MemorySink:
 
 
 def callback(fn: Callable, format: str = "arrow") -> CallbackSink:  # noqa: A002
+    """Call ``fn(batch_id, table)`` on the driver once per micro-batch with the batch's
+    records: a ``pyarrow.Table`` (or a pandas DataFrame with ``format="pandas"``) without
+    the runtime's hidden columns.
+
+    Replays: after a crash, a batch that had not committed runs again and calls ``fn`` again
+    with the same ``batch_id`` and the same records. For exactly-once output ``fn`` must be
+    idempotent per batch id: overwrite what that batch id wrote (upsert keyed by batch id,
+    or write to a place named by it), or record the last batch id it applied in the same
+    transaction as the data and skip a batch id it has already applied. ``fn`` runs between
+    the batch's start and its commit: if it raises, the job stops with the error, and the
+    restarted job runs that batch again.
+    """
     return CallbackSink(fn=fn, format=format)

@@ -1,0 +1,130 @@
+"""The live progress table of ``sluice run`` on a terminal: a header with the job's rate,
+latency and backlog, and one row per source, operator and sink, redrawn after each batch.
+
+Rates are measured from the start of the first batch this run executed, not from Spark's
+start-up (which takes seconds and would make the first minute's rates look low).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from sluice.runtime.metrics import BatchMetrics
+
+
+@dataclass
+class RunTotals:
+    """Running totals of a run's batches, the figures both progress displays show."""
+
+    first_start: float | None = None
+    last_end: float | None = None
+    batches: int = 0
+    rows: int = 0
+    dead_letters: int = 0
+    late: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+    operators: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> rows_in, rows_out, time_s
+    sinks: dict[str, int] = field(default_factory=dict)
+    last: BatchMetrics | None = None
+
+    def add(self, m: BatchMetrics) -> None:
+        if m.skipped:
+            return
+        if self.first_start is None:
+            self.first_start = m.started_at
+        self.last_end = m.started_at + m.duration_s
+        self.batches += 1
+        self.rows += m.rows_in
+        self.dead_letters += m.dead_letters
+        self.late += batch_late_records(m)
+        for source, n in m.rows_by_source.items():
+            self.by_source[source] = self.by_source.get(source, 0) + n
+        for op, stats in m.operators.items():
+            mine = self.operators.setdefault(op, {"rows_in": 0, "rows_out": 0, "time_s": 0.0})
+            for k in mine:
+                mine[k] += stats.get(k, 0) or 0
+        for sink, stats in m.sinks.items():
+            self.sinks[sink] = self.sinks.get(sink, 0) + int(stats.get("rows", 0) or 0)
+        self.last = m
+
+    @property
+    def elapsed_s(self) -> float:
+        if self.first_start is None or self.last_end is None:
+            return 0.0
+        return max(self.last_end - self.first_start, 1e-9)
+
+    def rate(self, rows: float) -> float:
+        """Rows per second since the first batch started."""
+        return rows / self.elapsed_s if self.elapsed_s else 0.0
+
+
+def batch_late_records(m: BatchMetrics) -> int:
+    """Late records of a batch: the runtime's own count if it has one, else the windows'."""
+    own = getattr(m, "late_records", None)
+    if isinstance(own, int):
+        return own
+    return int(sum(stats.get("late_seen", 0) or 0 for stats in m.operators.values()))
+
+
+def progress_table(t: RunTotals) -> Group:
+    """What the terminal shows after each batch."""
+    m = t.last
+    lat = m.latency_ms if m else {}
+    backlog = sum(v for v in m.backlog.values() if v) if m and m.backlog else 0
+    head = Text.assemble(
+        ("batch ", "dim"), (f"{m.batch_id if m else '-'}", "bold"),
+        ("   batches ", "dim"), f"{t.batches:,}",
+        ("   rows ", "dim"), f"{t.rows:,}",
+        ("   ", ""), (f"{t.rate(t.rows):,.0f}", "bold cyan"), (" rows/s", "dim"),
+        ("   latency p50 ", "dim"), f"{lat.get('p50', 0):,.0f}", (" p99 ", "dim"), f"{lat.get('p99', 0):,.0f} ms",
+        ("   backlog ", "dim"), f"{backlog:,}",
+        ("   dead letters ", "dim"), (f"{t.dead_letters:,}", "bold red" if t.dead_letters else ""),
+        ("   late ", "dim"), (f"{t.late:,}", "bold yellow" if t.late else ""),
+    )
+    table = Table(box=None, pad_edge=False, header_style="dim", show_edge=False)
+    for name, justify in (("", "left"), ("name", "left"), ("rows", "right"), ("rows/s", "right"),
+                          ("", "right")):
+        table.add_column(name, justify=justify)
+    for source, rows in t.by_source.items():
+        b = m.backlog.get(source) if m else None
+        table.add_row("source", source, f"{rows:,}", f"{t.rate(rows):,.0f}",
+                      f"backlog {b:,}" if isinstance(b, int) else "")
+    for op, stats in t.operators.items():
+        per_batch = stats["time_s"] / max(t.batches, 1)
+        sel = stats["rows_out"] / stats["rows_in"] if stats["rows_in"] else None
+        table.add_row("operator", op, f"{int(stats['rows_out']):,}", f"{t.rate(stats['rows_out']):,.0f}",
+                      f"{per_batch:.3f} s/batch" + (f"  out/in {sel:.2f}" if sel is not None else ""))
+    for sink, rows in t.sinks.items():
+        s = m.sinks.get(sink, {}) if m else {}
+        p99 = s.get("latency_p99_ms")
+        table.add_row("sink", sink, f"{rows:,}", f"{t.rate(rows):,.0f}",
+                      f"latency p99 {p99:,.0f} ms" if p99 is not None else "")
+    return Group(head, table)
+
+
+class ProgressTable:
+    """``on_batch`` callback that keeps a rich table up to date on a terminal."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(file=sys.stderr)
+        self.totals = RunTotals()
+        self.live: Live | None = None
+
+    def __call__(self, m: BatchMetrics) -> None:
+        self.totals.add(m)
+        if self.live is None:
+            self.live = Live(progress_table(self.totals), console=self.console, refresh_per_second=4,
+                             transient=False)
+            self.live.start()
+        else:
+            self.live.update(progress_table(self.totals))
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()

@@ -1,0 +1,91 @@
+"""``sluice status CHECKPOINT``: a job summarized from its checkpoint (running or finished):
+batches, rates, latency, state size, dead letters and late records, the plan and the
+controller's last decisions. Reads files only: no Spark is started."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from sluice.errors import ConfigError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("status", help="summarize a job from its checkpoint")
+    p.add_argument("checkpoint", help="the job's checkpoint directory")
+    p.add_argument("--decisions", type=int, default=5, help="how many of the last decisions to show")
+    p.set_defaults(func=main)
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} TiB"
+
+
+def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -> str:
+    from sluice.cli.summary import median
+    from sluice.ui.job_view import JobView
+
+    view = JobView(checkpoint)
+    view.refresh()
+    batches = [b for b in view.batches if not b["skipped"]]
+    if not batches:
+        return f"{checkpoint}: no batch recorded yet (no metrics.jsonl lines)"
+    now = time.time() if now is None else now
+    t = view.totals()
+    last = batches[-1]
+    recent = batches[-10:]
+    span = recent[-1]["t"] + recent[-1]["duration_s"] - recent[0]["t"]
+    whole = t["last_t"] - t["first_t"]
+    age = now - t["last_t"]
+    lines = [
+        f"job checkpoint {checkpoint}",
+        f"  batches            {t['batches']:,} (last: {last['batch_id']}, {age:,.0f} s ago)",
+        f"  rows               {t['rows']:,} in {whole:,.1f} s: {t['rows'] / max(whole, 1e-9):,.0f} rows/s; "
+        f"last {len(recent)} batches {sum(b['rows_in'] for b in recent) / max(span, 1e-9):,.0f} rows/s",
+        f"  batch duration     median {median([b['duration_s'] for b in batches]):.2f} s, "
+        f"last {last['duration_s']:.2f} s",
+    ]
+    latencies = [b for b in batches if b["latency"]]
+    if latencies:
+        worst = {p: [max(lat.get(p, 0) for lat in b["latency"].values()) for b in latencies] for p in ("p50", "p95", "p99")}
+        lines.append(f"  latency            median of batches p50 {median(worst['p50']):,.0f} ms  "
+                     f"p95 {median(worst['p95']):,.0f} ms  p99 {median(worst['p99']):,.0f} ms; "
+                     f"last batch p99 {worst['p99'][-1]:,.0f} ms")
+    for name, c in view.constraints().items():
+        state = {True: "holds", False: "VIOLATED"}.get(c["holds"], "")
+        value = f"{c['value_ms']:,.0f} ms" if c["value_ms"] is not None else "?"
+        bound = f"{c['bound_ms']:,.0f} ms" if c["bound_ms"] is not None else "?"
+        lines.append(f"  constraint {name:<8} {value} against {bound} {state}")
+    backlog = sum(last["backlog"].values())
+    lines.append(f"  backlog            {backlog:,} rows at the sources after the last batch")
+    state_sizes = last["state_bytes"]
+    if state_sizes:
+        lines.append(f"  state              {_bytes(sum(state_sizes.values()))}: "
+                     + ", ".join(f"{op} {_bytes(n)}" for op, n in state_sizes.items()))
+    lines.append(f"  dead letters       {t['dead_letters']:,}    late records {t['late']:,}")
+    plan = view.plan()
+    if plan:
+        stages = ", ".join(f"{op} {s['partitions']} partitions" for op, s in plan["keyed"].items())
+        lines.append(f"  plan               version {plan['version']}" + (f": {stages}" if stages else ""))
+    if view.decisions:
+        lines.append(f"  decisions          {len(view.decisions)}; the last {min(decisions, len(view.decisions))}:")
+        for d in view.decisions[-decisions:]:
+            action = d.get("action")
+            if isinstance(action, dict):
+                action = action.get("kind") or action.get("type") or action
+            lines.append(f"    batch {d.get('batch_id', d.get('batch', '?'))}: {d.get('policy', '?')} {action}"
+                         f" - {d.get('reason', '')}")
+    else:
+        lines.append("  decisions          none logged")
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    if "://" not in args.checkpoint and not os.path.isdir(args.checkpoint):
+        raise ConfigError(f"no checkpoint directory at {args.checkpoint}")
+    print(status_text(args.checkpoint, args.decisions))
+    return 0

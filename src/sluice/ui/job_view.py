@@ -1,0 +1,229 @@
+"""A job as its checkpoint shows it: the per-batch metrics, the controller's decisions and the
+current plan, read incrementally and tolerantly.
+
+The files are written by other parts of Sluice while we read them, and each of them grows
+new fields over time, so nothing here insists on a field: a record is a plain dict, a field
+that is absent is shown as absent, and a line still being written is read on the next poll.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+
+import pyarrow.fs as pafs
+
+from sluice.runtime.files import filesystem
+from sluice.runtime.planlog import PlanLog
+
+PERCENTILES = ("p50", "p95", "p99")
+
+
+class JsonLinesFollower:
+    """Reads the complete lines appended to a JSON-lines file since the last call."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str):
+        self.fs, self.path = fs, path
+        self.offset = 0
+        self.skipped = 0  # lines that were not JSON objects (reported, never fatal)
+
+    def new_records(self) -> list[dict]:
+        try:
+            with self.fs.open_input_file(self.path) as f:
+                size = f.size()
+                if size < self.offset:  # the file was replaced: start again
+                    self.offset = 0
+                f.seek(self.offset)
+                data = f.read(size - self.offset)
+        except (FileNotFoundError, OSError):
+            return []
+        end = data.rfind(b"\n") + 1  # a last line without its newline is still being written
+        self.offset += end
+        out = []
+        for line in data[:end].splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                self.skipped += 1
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+            else:
+                self.skipped += 1
+        return out
+
+
+def late_records(m: dict) -> int:
+    """Late records of one batch: the runtime's own count if it reports one, else the window
+    operators' ``late_seen``."""
+    for name in ("late_records", "late"):
+        if isinstance(m.get(name), (int, float)):
+            return int(m[name])
+    return int(sum(op.get("late_seen", 0) or 0 for op in (m.get("operators") or {}).values()))
+
+
+def sink_latencies(m: dict) -> dict[str, dict[str, float]]:
+    """sink -> {p50, p95, p99} in ms, for sinks that measured latency this batch."""
+    out = {}
+    for sink, stats in (m.get("sinks") or {}).items():
+        lat = {p: stats[f"latency_{p}_ms"] for p in PERCENTILES if stats.get(f"latency_{p}_ms") is not None}
+        if lat:
+            out[sink] = lat
+    return out
+
+
+def constraints_of(record: dict) -> dict[str, dict]:
+    """Constraints a metrics or decision record reports, as name -> {bound_ms, value_ms, holds}.
+
+    Accepts a dict by name or a list of dicts with a ``name``; a bound may be called
+    ``bound_ms`` or ``bound``, the measured value ``value_ms``, ``mean_ms`` or ``value``.
+    """
+    raw = record.get("constraints")
+    if isinstance(raw, list):
+        raw = {str(c.get("name", i)): c for i, c in enumerate(raw) if isinstance(c, dict)}
+    if not isinstance(raw, dict):
+        return {}
+    out = {}
+    for name, c in raw.items():
+        if not isinstance(c, dict):
+            continue
+        bound = _first_number(c, "bound_ms", "bound")
+        value = _first_number(c, "value_ms", "mean_ms", "measured_ms", "value", "mean")
+        holds = c.get("holds", c.get("met"))
+        out[str(name)] = {"bound_ms": bound, "value_ms": value, "holds": holds,
+                          "path": c.get("path"), "kind": c.get("kind", "latency")}
+    return out
+
+
+def _first_number(d: dict, *names: str) -> float | None:
+    for n in names:
+        if isinstance(d.get(n), (int, float)):
+            return float(d[n])
+    return None
+
+
+def batch_point(m: dict, previous_start: float | None) -> dict:
+    """One batch as the dashboard plots it (small: the page keeps hundreds of them)."""
+    started = float(m.get("started_at") or 0.0)
+    duration = float(m.get("duration_s") or 0.0)
+    rows = int(m.get("rows_in") or 0)
+    # rows/s over the time since the previous batch started (the batch plus the wait before it)
+    span = started - previous_start if previous_start is not None and started > previous_start else duration
+    backlog = {k: v for k, v in (m.get("backlog") or {}).items() if isinstance(v, (int, float))}
+    operators = {op: round(float(stats.get("time_s", 0) or 0), 4)
+                 for op, stats in (m.get("operators") or {}).items() if isinstance(stats, dict) and "time_s" in stats}
+    key_groups, state_bytes = {}, {}
+    for op, groups in (m.get("key_groups") or {}).items():
+        state_bytes[op] = sum(int(stats.get("state_bytes", 0) or 0) for stats in groups.values())
+        if groups:
+            size = max(int(kg) for kg in groups) + 1
+            rows_by_kg = [0] * size
+            for kg, stats in groups.items():
+                rows_by_kg[int(kg)] = int(stats.get("rows", 0) or 0)
+            key_groups[op] = rows_by_kg
+    return {
+        "batch_id": m.get("batch_id"),
+        "t": started,
+        "duration_s": duration,
+        "rows_in": rows,
+        "rows_per_s": rows / span if span > 0 else 0.0,
+        "rows_by_source": m.get("rows_by_source") or {},
+        "backlog": backlog,
+        "latency": sink_latencies(m),
+        "operators": operators,
+        "operator_rows": {op: int(stats.get("rows_out", 0) or 0)
+                          for op, stats in (m.get("operators") or {}).items() if isinstance(stats, dict)},
+        "sink_rows": {sink: int(stats.get("rows", 0) or 0) for sink, stats in (m.get("sinks") or {}).items()},
+        "key_groups": key_groups,
+        "state_bytes": state_bytes,
+        "dead_letters": int(m.get("dead_letters") or 0),
+        "late": late_records(m),
+        "plan_version": m.get("plan_version"),
+        "watermark": m.get("watermark"),
+        "skipped": bool(m.get("skipped")),
+    }
+
+
+@dataclass
+class JobView:
+    """The checkpoint of one job, followed as it grows."""
+
+    checkpoint: str
+    batches: list[dict] = field(default_factory=list)  # batch_point()s, one per batch id
+    raw_latest: dict | None = None  # the latest metrics record as written
+    decisions: list[dict] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.fs, self.base = filesystem(self.checkpoint)
+        self._metrics = JsonLinesFollower(self.fs, posixpath.join(self.base, "metrics.jsonl"))
+        self._decisions = JsonLinesFollower(self.fs, posixpath.join(self.base, "decisions.jsonl"))
+        self._index: dict[int, int] = {}  # batch id -> position in self.batches
+
+    def refresh(self) -> None:
+        for m in self._metrics.new_records():
+            if not isinstance(m.get("batch_id"), int):
+                continue
+            previous = self.batches[-1]["t"] if self.batches else None
+            point = batch_point(m, previous)
+            if m["batch_id"] in self._index:  # a replayed batch: its latest record wins
+                self.batches[self._index[m["batch_id"]]] = point
+            else:
+                self._index[m["batch_id"]] = len(self.batches)
+                self.batches.append(point)
+            self.raw_latest = m
+        self.decisions.extend(self._decisions.new_records())
+
+    def constraints(self) -> dict[str, dict]:
+        """Constraint state from the latest metrics, else from the latest decision naming any."""
+        if self.raw_latest and constraints_of(self.raw_latest):
+            return constraints_of(self.raw_latest)
+        for d in reversed(self.decisions):
+            if constraints_of(d):
+                return constraints_of(d)
+        return {}
+
+    def plan(self) -> dict | None:
+        """The current plan's shape: partitions and key groups per partition of each keyed stage."""
+        try:
+            plan = PlanLog(self.checkpoint).latest()
+        except (OSError, ValueError, KeyError):
+            return None
+        if plan is None:
+            return None
+        keyed = {}
+        for op, stage in plan.keyed.items():
+            counts = [0] * stage.partitions
+            for p in stage.routing:
+                counts[p] += 1
+            keyed[op] = {"partitions": stage.partitions, "key_groups_per_partition": counts}
+        return {"version": plan.version, "max_parallelism": plan.max_parallelism, "keyed": keyed,
+                "chains": [list(c) for c in plan.chains]}
+
+    def totals(self) -> dict:
+        done = [b for b in self.batches if not b["skipped"]]
+        return {
+            "batches": len(done),
+            "rows": sum(b["rows_in"] for b in done),
+            "dead_letters": sum(b["dead_letters"] for b in done),
+            "late": sum(b["late"] for b in done),
+            "first_t": done[0]["t"] if done else None,
+            "last_t": done[-1]["t"] + done[-1]["duration_s"] if done else None,
+        }
+
+    def state(self, since: int = -1, max_batches: int = 600, max_decisions: int = 200) -> dict:
+        """What the page asks for every second: batches after ``since`` and the rest whole."""
+        self.refresh()
+        new = [b for b in self.batches if (b["batch_id"] or 0) > since][-max_batches:]
+        latest = self.raw_latest or {}
+        return {
+            "checkpoint": self.checkpoint,
+            "batches": new,
+            "decisions": self.decisions[-max_decisions:],
+            "constraints": self.constraints(),
+            "plan": self.plan(),
+            "executors": latest.get("executors"),
+            "totals": self.totals(),
+        }

@@ -1,0 +1,106 @@
+"""The dashboard's HTTP server: the page, its JSON feed and Prometheus' ``/metrics``.
+
+Python's own threaded HTTP server is enough for a page polled once a second by a few people
+and scraped by Prometheus: no web framework to install. Routes:
+
+    /                 the dashboard (static HTML, CSS and JavaScript; charts drawn in the
+                      browser, nothing loaded from the internet)
+    /api/state        JSON: the batches after ``?since=<batch id>``, decisions, constraints,
+                      plan, totals (see JobView.state)
+    /metrics          Prometheus text exposition (see prometheus.JobCollector)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from urllib.parse import parse_qs, urlparse
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from sluice.ui.job_view import JobView
+from sluice.ui.prometheus import registry_for
+
+STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+                ".css": "text/css; charset=utf-8"}
+
+
+class DashboardServer:
+    """Serves one job's checkpoint on ``host:port`` (port 0 picks a free one) in a thread."""
+
+    def __init__(self, checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None):
+        self.view = JobView(checkpoint)
+        self.job = job or os.path.basename(os.path.normpath(checkpoint))
+        self.registry = registry_for(self.view, self.job)
+        self.lock = threading.Lock()  # one JobView, read by concurrent requests
+        self.httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self.httpd.daemon_threads = True
+        self.thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def start(self) -> DashboardServer:
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="sluice-dashboard", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def state(self, since: int) -> dict:
+        with self.lock:
+            out = self.view.state(since)
+        out["job"] = self.job
+        return out
+
+    def metrics(self) -> bytes:
+        with self.lock:
+            return generate_latest(self.registry)
+
+
+def _handler(server: DashboardServer):
+    static = resources.files("sluice.ui") / "static"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            url = urlparse(self.path)
+            if url.path == "/api/state":
+                since = parse_qs(url.query).get("since", ["-1"])[0]
+                try:
+                    since_id = int(since)
+                except ValueError:
+                    return self._send(400, b"since must be a batch id", "text/plain")
+                body = json.dumps(server.state(since_id), default=str).encode()
+                return self._send(200, body, "application/json")
+            if url.path == "/metrics":
+                return self._send(200, server.metrics(), CONTENT_TYPE_LATEST)
+            name = "index.html" if url.path in ("/", "/index.html") else url.path.removeprefix("/static/")
+            ext = os.path.splitext(name)[1]
+            if "/" in name or ext not in STATIC_TYPES or not (static / name).is_file():
+                return self._send(404, b"not found", "text/plain")
+            return self._send(200, (static / name).read_bytes(), STATIC_TYPES[ext])
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format, *args):  # noqa: A002 - quiet: the page polls every second
+            pass
+
+    return Handler
+
+
+def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None) -> DashboardServer:
+    """Start serving ``checkpoint``'s dashboard in a background thread; returns the server."""
+    return DashboardServer(checkpoint, host, port, job).start()
