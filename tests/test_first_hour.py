@@ -8,6 +8,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,48 @@ def test_read_latest_gives_the_current_count_per_word(spark, tmp_path):
     assert dict(zip(latest.column("word").to_pylist(), latest.column("n").to_pylist())) == expected
     assert latest.num_rows == len(expected) == 4 < changelog.num_rows  # four batches each changed the words
     assert sum(expected.values()) > 400
+
+
+PIPELINE_FILE = '''
+import pyarrow as pa
+import pyarrow.compute as pc
+from sluice import Pipeline, sinks, sources
+
+def to_wh(batch):
+    return pa.RecordBatch.from_arrays([batch.column("meter"), pc.multiply(batch.column("kwh"), 1000.0)],
+                                      names=["meter", "wh"])
+
+def words(record):
+    return [{"meter": record["meter"], "wh": record["wh"]}] * 2
+
+pipeline = Pipeline("profiled")
+(pipeline.source(sources.generator(fields={"meter": sources.Keys(10), "kwh": sources.Normal(0.4, 0.1)}, seed=1))
+    .map_batches(to_wh, schema={"meter": "string", "wh": "double"}, name="parse")
+    .filter("wh > 0")
+    .flat_map(words, schema={"meter": "string", "wh": "double"}, name="twice")
+    .sink(sinks.console()))
+'''
+
+
+def test_profile_takes_an_operator_of_a_pipeline_file_by_name(tmp_path):
+    from sluice.cli.profile import resolve_operator
+    from sluice.control.pipeline_operator import PipelineOperator
+    from sluice.errors import ConfigError
+
+    path = tmp_path / "meters.py"
+    path.write_text(PIPELINE_FILE)
+    spec, kwargs, name = resolve_operator(f"{path}:twice", {})
+    assert spec.endswith("pipeline_operator.py:PipelineOperator") and name == "twice"
+    op = PipelineOperator(**kwargs)
+    op.setup()
+    parse = PipelineOperator(str(path), "parse")
+    parse.setup()
+    # `twice`'s sample is the source's rows through `parse` (kWh -> Wh); the SQL filter is not run
+    assert len(op.records) == len(parse.records) == 2000
+    assert [r["wh"] for r in op.records] == pytest.approx([r["kwh"] * 1000.0 for r in parse.records])
+    assert op.process(3) == [op.records[3]] * 2
+    assert parse.process(2).column("wh").to_pylist() == pytest.approx([parse.records[2]["kwh"] * 1000.0])
+    with pytest.raises(ConfigError, match="no operator 'nope'.*'parse', 'twice'"):
+        resolve_operator(f"{path}:nope", {})
+    pi = f"{Path(__file__).resolve().parents[1]}/examples/operators/pi.py:Pi"
+    assert resolve_operator(pi, {"iterations": 3}) == (pi, {"iterations": 3}, None)

@@ -18,7 +18,7 @@ def register(subparsers) -> None:
 
 
 def main(args) -> int:
-    from sluice.cli.progress import ProgressLine
+    from sluice.cli.run import progress_display
     from sluice.demo import build_pipeline
     from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
 
@@ -30,7 +30,7 @@ def main(args) -> int:
     duration = None if args.forever else args.duration
     print(f"Sluice demo: smart-meter readings at {args.rate:,.0f}/s on local Spark "
           f"({'until Ctrl-C' if duration is None else f'{duration:.0f} s'}) ...", flush=True)
-    progress = ProgressLine()
+    progress = progress_display()
     result = pipeline.run(checkpoint, master=args.master, duration=duration, on_batch=progress)
     progress.close()
 

@@ -16,12 +16,14 @@ class ProgressLine:
         self.stream = stream
         self.tty = stream.isatty()
         self.every_s = every_s
-        self.started = time.time()
+        self.started: float | None = None  # the first batch's start: Spark's start-up is not the job's rate
         self.rows = 0
         self.batches = 0
         self.last_print = 0.0
 
     def __call__(self, m: BatchMetrics) -> None:
+        if self.started is None:
+            self.started = m.started_at
         self.rows += m.rows_in
         self.batches += 1
         now = time.time()
