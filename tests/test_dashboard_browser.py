@@ -9,7 +9,6 @@ taken this way).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -36,24 +35,23 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
         pytest.fail(f"{CHROMIUM} is missing: run scripts/check_browser.sh (as root it installs Debian's chromium)")
     from playwright.sync_api import sync_playwright
 
+    from sluice.control import Controller, FixedAdmission
+    from sluice.control.actuators import SourceAdmission
+    from sluice.runtime.job import control_dir
+
     checkpoint = str(tmp_path / "checkpoint")
     pipeline = build_pipeline(str(tmp_path / "out"), rate=5_000)
+    pipeline.constrain("2s", over="10s", name="alerts")
+    sources = [op.id for op in pipeline.graph.sources()]
+    # the real control loop, with a policy that surely acts: cap admission at 4,000 rows a batch
+    controller = Controller(pipeline.graph, [FixedAdmission(4000)], checkpoint=checkpoint,
+                            admission=SourceAdmission(control_dir(checkpoint), sources))
     stop = threading.Event()
-    decision = {"batch_id": 2, "policy": "batch_sizing", "action": {"kind": "set_max_rows", "rows": 4000},
-                "reason": "latency p95 above the bound: smaller batches wait less at the source",
-                "expected": {"latency_p95_ms": 600}, "measured": None}
-
-    def log_a_decision(m):
-        # the control loop's decisions.jsonl line, written at the batch boundary as it would be
-        if m.batch_id == 2:
-            with open(os.path.join(checkpoint, "decisions.jsonl"), "a") as f:
-                f.write(json.dumps(decision) + "\n")
-
     errors: list[BaseException] = []
 
     def run():
         try:
-            pipeline.run(checkpoint, spark=spark, on_batch=log_a_decision, stop_when=lambda _: stop.is_set(),
+            pipeline.run(checkpoint, spark=spark, controller=controller, stop_when=lambda _: stop.is_set(),
                          duration=900)
         except BaseException as exc:  # noqa: BLE001 - reported by the test below
             errors.append(exc)
@@ -63,7 +61,8 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
     enough = 20 if keep_shot else 3
     job = threading.Thread(target=run)
     job.start()
-    server = serve(checkpoint, port=0, job="smart_meter_demo")
+    server = serve(checkpoint, port=0, job="smart_meter_demo",
+                   constraints=[c.to_dict() for c in pipeline.graph.constraints])
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -84,9 +83,13 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
             assert page.inner_text("#t-batches").replace(",", "") != "0"
             heatmaps = page.eval_on_selector_all("#heatmaps canvas", "cs => cs.map(c => c.dataset.op)")
             assert set(heatmaps) == {"meter_stats", "spike_alerts"}
-            row = page.inner_text("#decisions tr.decision")
-            assert "batch_sizing" in row and "set_max_rows" in row and "smaller batches wait less" in row
-            assert "latency_p95_ms: 600" in row
+            row = page.inner_text("#decisions tbody")
+            assert "fixed" in row and "admission * -> 4000" in row and "fixed configuration" in row
+            # the latency chart holds the constrained path's mean and the bound of 2,000 ms
+            assert page.get_attribute("#c-latency", "data-lines") == "bound alerts: 2.0k ms"
+            assert "alerts mean" in page.get_attribute("#c-latency", "data-series").split("|")
+            assert "dashed: constraint bound" in page.inner_text("#constraint-note")
+            assert any(b["paths"].get("alerts") is not None for b in batches)
             assert page.inner_text("#status").startswith("live")
             shot = tmp_path / "dashboard.png"
             page.wait_for_timeout(1500)  # one more poll, so the screenshot shows the latest batch

@@ -15,6 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from sluice.cli.progress import format_backlog
 from sluice.runtime.metrics import BatchMetrics
 
 
@@ -76,14 +77,14 @@ def progress_table(t: RunTotals) -> Group:
     """What the terminal shows after each batch."""
     m = t.last
     lat = m.latency_ms if m else {}
-    backlog = sum(v for v in m.backlog.values() if v) if m and m.backlog else 0
+    backlog = format_backlog(m.backlog) if m else "0"
     head = Text.assemble(
         ("batch ", "dim"), (f"{m.batch_id if m else '-'}", "bold"),
         ("   batches ", "dim"), f"{t.batches:,}",
         ("   rows ", "dim"), f"{t.rows:,}",
         ("   ", ""), (f"{t.rate(t.rows):,.0f}", "bold cyan"), (" rows/s", "dim"),
         ("   latency p50 ", "dim"), f"{lat.get('p50', 0):,.0f}", (" p99 ", "dim"), f"{lat.get('p99', 0):,.0f} ms",
-        ("   backlog ", "dim"), f"{backlog:,}",
+        ("   backlog ", "dim"), backlog,
         ("   dead letters ", "dim"), (f"{t.dead_letters:,}", "bold red" if t.dead_letters else ""),
         ("   late ", "dim"), (f"{t.late:,}", "bold yellow" if t.late else ""),
     )
@@ -92,9 +93,8 @@ def progress_table(t: RunTotals) -> Group:
                           ("", "right")):
         table.add_column(name, justify=justify)
     for source, rows in t.by_source.items():
-        b = m.backlog.get(source) if m else None
-        table.add_row("source", source, f"{rows:,}", f"{t.rate(rows):,.0f}",
-                      f"backlog {b:,}" if isinstance(b, int) else "")
+        waiting = format_backlog({source: m.backlog[source]}) if m and source in m.backlog else ""
+        table.add_row("source", source, f"{rows:,}", f"{t.rate(rows):,.0f}", f"backlog {waiting}" if waiting else "")
     for op, stats in t.operators.items():
         per_batch = stats["time_s"] / max(t.batches, 1)
         sel = stats["rows_out"] / stats["rows_in"] if stats["rows_in"] else None

@@ -77,7 +77,8 @@ def main(args) -> int:
     if args.ui:
         from sluice.cli.ui import start_server
 
-        server = start_server(checkpoint, args, job=pipeline.name)
+        server = start_server(checkpoint, args, job=pipeline.name,
+                              constraints=[c.to_dict() for c in pipeline.graph.constraints])
     progress = None if args.quiet else progress_display()
     try:
         result = pipeline.run(checkpoint, master=master, duration=args.duration,

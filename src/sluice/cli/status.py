@@ -56,10 +56,10 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
                      f"p95 {median(worst['p95']):,.0f} ms  p99 {median(worst['p99']):,.0f} ms; "
                      f"last batch p99 {worst['p99'][-1]:,.0f} ms")
     for name, c in view.constraints().items():
-        state = {True: "holds", False: "VIOLATED"}.get(c["holds"], "")
-        value = f"{c['value_ms']:,.0f} ms" if c["value_ms"] is not None else "?"
-        bound = f"{c['bound_ms']:,.0f} ms" if c["bound_ms"] is not None else "?"
-        lines.append(f"  constraint {name:<8} {value} against {bound} {state}")
+        state = c.get("state") or {True: "met", False: "violated"}.get(c.get("holds"), "")
+        value = f"mean {c['value_ms']:,.0f} ms" if c.get("value_ms") is not None else "not measured yet"
+        bound = f"{c['bound_ms']:,.0f} ms" if c.get("bound_ms") is not None else "?"
+        lines.append(f"  constraint {name:<8} {value} against a bound of {bound}: {state}")
     backlog = sum(last["backlog"].values())
     lines.append(f"  backlog            {backlog:,} rows at the sources after the last batch")
     state_sizes = last["state_bytes"]
@@ -74,11 +74,8 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
     if view.decisions:
         lines.append(f"  decisions          {len(view.decisions)}; the last {min(decisions, len(view.decisions))}:")
         for d in view.decisions[-decisions:]:
-            action = d.get("action")
-            if isinstance(action, dict):
-                action = action.get("kind") or action.get("type") or action
-            lines.append(f"    batch {d.get('batch_id', d.get('batch', '?'))}: {d.get('policy', '?')} {action}"
-                         f" - {d.get('reason', '')}")
+            measured = f"; measured {d['measured']}" if d["measured"] else ""
+            lines.append(f"    batch {d['batch_id']}: {d['policy']} {d['action']} - {d['reason']}{measured}")
     else:
         lines.append("  decisions          none logged")
     return "\n".join(lines)

@@ -75,11 +75,55 @@ def sink_latencies(m: dict) -> dict[str, dict[str, float]]:
     return out
 
 
+def action_text(action) -> str:
+    """``admission * -> 4000`` for the controller's action dicts, the text itself otherwise."""
+    if not isinstance(action, dict):
+        return "" if action is None else str(action)
+    kind, target, value = action.get("kind") or action.get("type"), action.get("target"), action.get("value")
+    if kind is None:
+        return json.dumps(action, default=str)
+    text = str(kind) + (f" {target}" if target not in (None, "") else "")
+    if value is not None and not isinstance(value, (dict, list)):
+        text += f" -> {value}"
+    return text
+
+
+def decision_rows(records: list[dict]) -> list[dict]:
+    """The lines of ``decisions.jsonl`` as rows to show, oldest first: each decision with its
+    reason, expected effect and (once a batch ran with it) measured effect; escalations as
+    rows of their own. Lines of other shapes are shown as they are."""
+    rows: list[dict] = []
+    by_id: dict = {}
+    for r in records:
+        kind = r.get("type", "decision")
+        if kind == "measured":
+            row = by_id.get(r.get("decision"))
+            if row is not None:
+                row["measured"] = r.get("measured")
+            continue
+        action = r.get("action")
+        nested = action if isinstance(action, dict) else {}
+        if kind == "escalation":
+            row = {"batch_id": r.get("batch_id"), "policy": r.get("policy") or "escalation",
+                   "action": f"escalation {r.get('state', '')}: {r.get('constraint', '')}".strip(),
+                   "reason": r.get("reason", ""), "expected": r.get("details"), "measured": None}
+        else:
+            row = {"batch_id": r.get("batch_id", r.get("batch")), "policy": r.get("policy", ""),
+                   "action": action_text(action), "reason": r.get("reason", nested.get("reason", "")),
+                   "expected": r.get("expected", nested.get("expected")), "measured": r.get("measured")}
+        row["type"] = kind
+        rows.append(row)
+        if r.get("id") is not None:
+            by_id[r["id"]] = row
+    return rows
+
+
 def constraints_of(record: dict) -> dict[str, dict]:
     """Constraints a metrics or decision record reports, as name -> {bound_ms, value_ms, holds}.
 
     Accepts a dict by name or a list of dicts with a ``name``; a bound may be called
-    ``bound_ms`` or ``bound``, the measured value ``value_ms``, ``mean_ms`` or ``value``.
+    ``bound_ms`` or ``bound``, the measured value ``mean_ms``, ``value_ms`` or ``value``;
+    whether it holds ``holds``, ``met`` or ``state`` ("met" / "violated").
     """
     raw = record.get("constraints")
     if isinstance(raw, list):
@@ -91,10 +135,12 @@ def constraints_of(record: dict) -> dict[str, dict]:
         if not isinstance(c, dict):
             continue
         bound = _first_number(c, "bound_ms", "bound")
-        value = _first_number(c, "value_ms", "mean_ms", "measured_ms", "value", "mean")
+        value = _first_number(c, "mean_ms", "value_ms", "measured_ms", "value", "mean")
         holds = c.get("holds", c.get("met"))
-        out[str(name)] = {"bound_ms": bound, "value_ms": value, "holds": holds,
-                          "path": c.get("path"), "kind": c.get("kind", "latency")}
+        if holds is None and c.get("state") in ("met", "violated"):
+            holds = c["state"] == "met"
+        out[str(name)] = {"bound_ms": bound, "value_ms": value, "holds": holds, "state": c.get("state"),
+                          "p95_bound_ms": _first_number(c, "p95_bound_ms"), "path": c.get("path")}
     return out
 
 
@@ -141,6 +187,9 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
         "state_bytes": state_bytes,
         "dead_letters": int(m.get("dead_letters") or 0),
         "late": late_records(m),
+        # each latency constraint's path: mean latency of the records on it this batch
+        "paths": {name: p["mean_ms"] for name, p in (m.get("paths") or {}).items()
+                  if isinstance(p, dict) and isinstance(p.get("mean_ms"), (int, float))},
         "plan_version": m.get("plan_version"),
         "watermark": m.get("watermark"),
         "skipped": bool(m.get("skipped")),
@@ -152,9 +201,15 @@ class JobView:
     """The checkpoint of one job, followed as it grows."""
 
     checkpoint: str
+    # constraints known up front (the pipeline's, when the job is served by `sluice run --ui`)
+    declared: list[dict] = field(default_factory=list)
     batches: list[dict] = field(default_factory=list)  # batch_point()s, one per batch id
     raw_latest: dict | None = None  # the latest metrics record as written
-    decisions: list[dict] = field(default_factory=list)
+    records: list[dict] = field(default_factory=list)  # decisions.jsonl as written
+
+    @property
+    def decisions(self) -> list[dict]:
+        return decision_rows(self.records)
 
     def __post_init__(self) -> None:
         self.fs, self.base = filesystem(self.checkpoint)
@@ -174,16 +229,17 @@ class JobView:
                 self._index[m["batch_id"]] = len(self.batches)
                 self.batches.append(point)
             self.raw_latest = m
-        self.decisions.extend(self._decisions.new_records())
+        self.records.extend(self._decisions.new_records())
 
     def constraints(self) -> dict[str, dict]:
-        """Constraint state from the latest metrics, else from the latest decision naming any."""
-        if self.raw_latest and constraints_of(self.raw_latest):
-            return constraints_of(self.raw_latest)
-        for d in reversed(self.decisions):
-            if constraints_of(d):
-                return constraints_of(d)
-        return {}
+        """Each constraint's bound and latest state: the declared bounds, updated by the latest
+        record (metrics, else a decision) that reports constraints."""
+        out = constraints_of({"constraints": self.declared})
+        latest = next((constraints_of(r) for r in [self.raw_latest or {}, *reversed(self.records)]
+                       if constraints_of(r)), {})
+        for name, c in latest.items():
+            out[name] = {**out.get(name, c), **{k: v for k, v in c.items() if v is not None}}
+        return out
 
     def plan(self) -> dict | None:
         """The current plan's shape: partitions and key groups per partition of each keyed stage."""

@@ -39,6 +39,8 @@ class JobCollector(Collector):
         job = self.job
         policies: dict[str, int] = {}
         for d in self.view.decisions:
+            if d["type"] != "decision":
+                continue
             policy = str(d.get("policy", "unknown"))
             policies[policy] = policies.get(policy, 0) + 1
 

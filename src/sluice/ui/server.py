@@ -31,8 +31,9 @@ STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; ch
 class DashboardServer:
     """Serves one job's checkpoint on ``host:port`` (port 0 picks a free one) in a thread."""
 
-    def __init__(self, checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None):
-        self.view = JobView(checkpoint)
+    def __init__(self, checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None,
+                 constraints: list[dict] | None = None):
+        self.view = JobView(checkpoint, declared=list(constraints or []))
         self.job = job or os.path.basename(os.path.normpath(checkpoint))
         self.registry = registry_for(self.view, self.job)
         self.lock = threading.Lock()  # one JobView, read by concurrent requests
@@ -101,6 +102,10 @@ def _handler(server: DashboardServer):
     return Handler
 
 
-def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None) -> DashboardServer:
-    """Start serving ``checkpoint``'s dashboard in a background thread; returns the server."""
-    return DashboardServer(checkpoint, host, port, job).start()
+def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None,
+          constraints: list[dict] | None = None) -> DashboardServer:
+    """Start serving ``checkpoint``'s dashboard in a background thread; returns the server.
+
+    ``constraints``: the job's latency constraints as dicts (``LatencyConstraint.to_dict()``),
+    so their bounds show before the controller's first decision reports them."""
+    return DashboardServer(checkpoint, host, port, job, constraints).start()

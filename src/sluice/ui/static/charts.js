@@ -60,6 +60,8 @@ function lineChart(canvas, series, opts) {
   const pad = { l: 52, r: opts.right ? 56 : 14, t: 22, b: 26 };
   const all = series.flatMap(s => s.points);
   canvas.dataset.points = String(all.length);
+  canvas.dataset.series = series.filter(s => s.points.length).map(s => s.name).join("|");
+  canvas.dataset.lines = (opts.hlines || []).map(l => l.name).join("|");
   if (!all.length) return empty(ctx, w, h);
   let x0 = Math.min(...all.map(p => p[0])), x1 = Math.max(...all.map(p => p[0]));
   if (x1 === x0) x1 = x0 + 1;

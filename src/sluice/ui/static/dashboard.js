@@ -95,10 +95,18 @@ function renderLatency(bs, t0, constraints) {
     points: bs.filter(b => Object.keys(b.latency).length)
       .map(b => [b.t - t0, Math.max(...Object.values(b.latency).map(l => l[p] || 0))]),
   }));
+  // each constrained path's mean latency per batch, the figure its bound is about (Eq. 1)
+  const names = [...new Set(bs.flatMap(b => Object.keys(b.paths || {})))].sort();
+  names.forEach((name, i) => series.push({
+    name: `${name} mean`, color: ["#17becf", "#9467bd", "#8c564b"][i % 3],
+    points: bs.filter(b => b.paths && b.paths[name] !== undefined).map(b => [b.t - t0, b.paths[name]]),
+  }));
   const hlines = Object.entries(constraints).filter(([, c]) => c.bound_ms !== null && c.bound_ms !== undefined)
     .map(([name, c], i) => ({ y: c.bound_ms, name: `bound ${name}: ${fmt(c.bound_ms)} ms`, color: i ? "#7f3fbf" : "#b2182b" }));
-  const held = Object.entries(constraints).map(([name, c]) =>
-    c.holds === true ? `${name} holds` : c.holds === false ? `${name} VIOLATED` : "").filter(Boolean);
+  const held = Object.entries(constraints).map(([name, c]) => {
+    const st = c.state || (c.holds === true ? "met" : c.holds === false ? "violated" : "");
+    return st ? `${name} ${st === "violated" ? "VIOLATED" : st}` : "";
+  }).filter(Boolean);
   $("constraint-note").textContent = hlines.length ? "dashed: constraint bound" + (held.length ? " · " + held.join(", ") : "")
     : "no latency constraint declared";
   lineChart($("c-latency"), series, { xLabel: "seconds since first batch", left: "ms", hlines });
@@ -165,12 +173,10 @@ function renderDecisions(decisions) {
   const body = $("decisions").tBodies[0];
   const fresh = decisions.length - state.seenDecisions;
   state.seenDecisions = decisions.length;
-  body.innerHTML = decisions.slice().reverse().map((d, i) => {
-    const action = d.action && typeof d.action === "object" ? (d.action.kind || d.action.type || describe(d.action)) : d.action;
-    return `<tr class="decision${i < fresh ? " new" : ""}"><td>${esc(d.batch_id ?? d.batch ?? "")}</td><td>${esc(d.policy ?? "")}</td>`
-      + `<td>${esc(action ?? "")}</td><td>${esc(d.reason ?? "")}</td>`
-      + `<td>${esc(describe(d.expected ?? d.expected_effect))}</td><td>${esc(describe(d.measured ?? d.measured_effect))}</td></tr>`;
-  }).join("");
+  body.innerHTML = decisions.slice().reverse().map((d, i) =>
+    `<tr class="decision ${esc(d.type)}${i < fresh ? " new" : ""}"><td>${esc(d.batch_id ?? "")}</td><td>${esc(d.policy)}</td>`
+    + `<td>${esc(d.action)}</td><td>${esc(d.reason)}</td>`
+    + `<td>${esc(describe(d.expected))}</td><td>${esc(describe(d.measured))}</td></tr>`).join("");
 }
 
 window.addEventListener("resize", () => state.data && render());
