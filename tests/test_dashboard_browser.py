@@ -9,6 +9,7 @@ taken this way).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -37,6 +38,7 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
 
     from sluice.control import Controller, FixedAdmission
     from sluice.control.actuators import SourceAdmission
+    from sluice.runtime.executors import executor_infos
     from sluice.runtime.job import control_dir
 
     checkpoint = str(tmp_path / "checkpoint")
@@ -62,7 +64,8 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
     job = threading.Thread(target=run)
     job.start()
     server = serve(checkpoint, port=0, job="smart_meter_demo",
-                   constraints=[c.to_dict() for c in pipeline.graph.constraints])
+                   constraints=[c.to_dict() for c in pipeline.graph.constraints],
+                   executors=lambda: executor_infos(spark))
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -91,6 +94,9 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
             assert "dashed: constraint bound" in page.inner_text("#constraint-note")
             assert any(b["paths"].get("alerts") is not None for b in batches)
             assert page.inner_text("#status").startswith("live")
+            # local Spark: one executor, the driver; the plan's two keyed stages with their partitions
+            plan = page.inner_text("#plan")
+            assert "executors: 1" in plan and "meter_stats 2 partitions" in plan.replace("\n", " ")
             shot = tmp_path / "dashboard.png"
             page.wait_for_timeout(1500)  # one more poll, so the screenshot shows the latest batch
             page.screenshot(path=str(shot), full_page=True)

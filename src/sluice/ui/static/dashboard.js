@@ -165,7 +165,9 @@ function renderPlan(plan, executors) {
 function describe(v) {
   if (v === null || v === undefined) return "";
   if (typeof v !== "object") return String(v);
-  return Object.entries(v).map(([k, x]) => `${k}: ${typeof x === "object" ? JSON.stringify(x) : x}`).join(", ");
+  const show = x => typeof x === "number" ? x.toLocaleString(undefined, { maximumFractionDigits: 1 })
+    : typeof x === "object" ? JSON.stringify(x) : x;
+  return Object.entries(v).map(([k, x]) => `${k}: ${show(x)}`).join(", ");
 }
 
 function renderDecisions(decisions) {
