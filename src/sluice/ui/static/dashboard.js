@@ -73,7 +73,7 @@ function renderTiles(d, bs) {
     $("t-rate").textContent = fmt(sum(recent.map(b => b.rows_in)) / Math.max(span, 1e-3));
     const last = bs[bs.length - 1];
     const p99 = Math.max(0, ...Object.values(last.latency).map(l => l.p99 || 0));
-    $("t-p99").textContent = Object.keys(last.latency).length ? fmt(p99) + " ms" : "–";
+    $("t-p99").textContent = !Object.keys(last.latency).length ? "–" : p99 >= 10000 ? fmt(p99 / 1000) + " s" : fmt(p99) + " ms";
     $("t-backlog").textContent = fmt(sum(Object.values(last.backlog)));
   }
   $("t-dead").textContent = t.dead_letters.toLocaleString();
