@@ -39,7 +39,7 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
     from sluice.control import Controller, FixedAdmission
     from sluice.control.actuators import SourceAdmission
     from sluice.runtime.executors import executor_infos
-    from sluice.runtime.job import control_dir
+    from sluice.runtime.checkpoint import Checkpoint
 
     checkpoint = str(tmp_path / "checkpoint")
     pipeline = build_pipeline(str(tmp_path / "out"), rate=5_000)
@@ -47,7 +47,7 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
     sources = [op.id for op in pipeline.graph.sources()]
     # the real control loop, with a policy that surely acts: cap admission at 4,000 rows a batch
     controller = Controller(pipeline.graph, [FixedAdmission(4000)], checkpoint=checkpoint,
-                            admission=SourceAdmission(control_dir(checkpoint), sources))
+                            admission=SourceAdmission(Checkpoint(checkpoint).sources, sources))
     stop = threading.Event()
     errors: list[BaseException] = []
 
