@@ -66,7 +66,7 @@ class Stream:
 
     # ---- stateless, Python ---------------------------------------------------------------
     def map_batches(self, fn: Callable, schema=None, *, format: str = "arrow", name: str | None = None,
-                    threads: int = 1, perf_model: str | None = None) -> Stream:
+                    threads: int = 1, perf_model: str | None = None, chain: bool = True) -> Stream:
         """Apply ``fn`` to whole batches: a ``pyarrow.RecordBatch`` (or a pandas DataFrame
         with ``format="pandas"``) in, the same kind out. The fast path for Python logic.
 
@@ -76,28 +76,35 @@ class Stream:
         ``timestamp`` (microseconds, UTC), ``binary``; Python types ``int``, ``float``,
         ``str``, ``bool``, ``bytes`` work too) or a ``pyarrow.Schema``. Without it the output
         is assumed to have exactly the input's columns: give it whenever ``fn`` adds, drops,
-        renames or retypes a column."""
+        renames or retypes a column.
+
+        ``chain=False`` keeps the operator in a Python pass of its own: neither the initial
+        plan nor the chaining policy fuses it with its neighbours."""
         _require_callable(fn, "map_batches", name)
         if format not in ("arrow", "pandas"):
             raise PipelineError(f"format must be 'arrow' or 'pandas', not {format!r}", name or "map_batches", user_location())
         op = self._then("map_batches", name, params={"fn": fn, "format": format}, schema=as_schema(schema),
-                        threads=threads, perf_model=perf_model)
+                        threads=threads, perf_model=perf_model, chain=chain)
         return Stream(self.pipeline, op)
 
     def map(self, fn: Callable[[dict], dict], schema=None, *, name: str | None = None, threads: int = 1,
-            perf_model: str | None = None) -> Stream:
+            perf_model: str | None = None, chain: bool = True) -> Stream:
         """Apply ``fn`` to each record (a dict); it returns the new record (a dict).
 
         ``schema``: the output's columns, as for :meth:`map_batches` (a dict such as
         ``{"word": "string", "n": "int"}`` or a ``pyarrow.Schema``); without it the output is
         assumed to have the input's columns. A record that raises, or whose output does not
-        fit the schema, goes to the dead-letter sink with the reason."""
+        fit the schema, goes to the dead-letter sink with the reason.
+
+        ``chain=False`` keeps the operator in a Python pass of its own: neither the initial
+        plan nor the chaining policy fuses it with its neighbours."""
         _require_callable(fn, "map", name)
-        op = self._then("map", name, params={"fn": fn}, schema=as_schema(schema), threads=threads, perf_model=perf_model)
+        op = self._then("map", name, params={"fn": fn}, schema=as_schema(schema), threads=threads, perf_model=perf_model,
+                        chain=chain)
         return Stream(self.pipeline, op)
 
     def flat_map(self, fn: Callable[[dict], Any], schema=None, *, name: str | None = None,
-                 perf_model: str | None = None) -> Stream:
+                 perf_model: str | None = None, chain: bool = True) -> Stream:
         """Apply ``fn`` to each record; it returns an iterable of records (zero or more).
 
         ``schema``: the output's columns, as for :meth:`map_batches` (a dict of column name to
@@ -105,18 +112,24 @@ class Stream:
         ``lines.flat_map(lambda r: ({"word": w} for w in r["text"].split()), schema={"word": "string"})``.
         Without it the output is assumed to have the input's columns, which is rarely true of
         a flat_map: if a later operator then names a column the input lacks, the error says
-        this flat_map's schema is probably missing."""
+        this flat_map's schema is probably missing.
+
+        ``chain=False`` keeps the operator in a Python pass of its own: neither the initial
+        plan nor the chaining policy fuses it with its neighbours."""
         _require_callable(fn, "flat_map", name)
-        op = self._then("flat_map", name, params={"fn": fn}, schema=as_schema(schema), perf_model=perf_model)
+        op = self._then("flat_map", name, params={"fn": fn}, schema=as_schema(schema), perf_model=perf_model,
+                        chain=chain)
         return Stream(self.pipeline, op)
 
-    def filter(self, condition: str | Callable[[dict], bool], *, name: str | None = None) -> Stream:
-        """Keep records matching a Spark SQL condition (runs natively) or a Python predicate."""
+    def filter(self, condition: str | Callable[[dict], bool], *, name: str | None = None,
+               chain: bool = True) -> Stream:
+        """Keep records matching a Spark SQL condition (runs natively) or a Python predicate.
+        ``chain=False`` (Python predicates): never fused with its neighbours."""
         if isinstance(condition, str):
             op = self._then("filter_expr", name, params={"expr": condition})
         else:
             _require_callable(condition, "filter", name)
-            op = self._then("filter_fn", name, params={"fn": condition})
+            op = self._then("filter_fn", name, params={"fn": condition}, chain=chain)
         return Stream(self.pipeline, op)
 
     # ---- stateless, native Spark SQL -----------------------------------------------------

@@ -5,7 +5,9 @@ Kinds and their actuators (``sluice.control.actuators``):
 - ``admission``: rows per micro-batch the sources may admit (``target`` ``"*"``: the whole
   job's batch, split over the sources by their share of the input; or one source's id).
   Written to the sources' admission files; the next batch Spark plans uses it.
-- ``chains``: the next Plan's fused Python chains (``value``: a tuple of tuples of ids).
+- ``chains``: the next Plan's fused Python chains (``value``: a tuple of tuples of ids, or
+  ``{"chains": ..., "rebalance": {head: partitions}}`` with the rebalance exchanges before
+  chains that the chaining policy places).
 - ``threads``: worker threads per task of a Python operator (``target``: its id).
 - ``partitions``: partitions of a keyed stage (``target``: its id; key groups re-routed in
   contiguous ranges; state follows its key groups through the store).
@@ -55,6 +57,9 @@ class Action:
         return self.kind in STRUCTURAL
 
     def to_dict(self) -> dict:
-        value = [list(c) for c in self.value] if self.kind == CHAINS else self.value
+        value = self.value
+        if self.kind == CHAINS:  # tuples of tuples, possibly with rebalances: as JSON lists
+            value = ({"chains": [list(c) for c in value["chains"]], "rebalance": dict(value.get("rebalance") or {})}
+                     if isinstance(value, dict) else [list(c) for c in value])
         return {"kind": self.kind, "target": self.target, "value": value, "reason": self.reason,
                 "expected": dict(self.expected), "policy": self.policy}

@@ -74,12 +74,16 @@ def apply_admission(admission: MemoryAdmission, action: Action, shares: dict[str
 def plan_change(plan: Plan, action: Action, version: int) -> Plan:
     """The Plan from ``version`` on with a structural action applied."""
     if action.kind == CHAINS:
-        chains = tuple(tuple(str(op) for op in chain) for chain in action.value)
+        # value: the chains, or {"chains": ..., "rebalance": {head: partitions}}
+        value = action.value if isinstance(action.value, dict) else {"chains": action.value,
+                                                                     "rebalance": plan.rebalance}
+        chains = tuple(tuple(str(op) for op in chain) for chain in value["chains"])
         old = sorted(op for chain in plan.chains for op in chain)
         new = sorted(op for chain in chains for op in chain)
         if old != new:
             raise PlanError(f"new chains {chains} must cover the same Python operators as {plan.chains}")
-        return replace(plan, version=version, chains=chains)
+        rebalance = {str(op): int(n) for op, n in (value.get("rebalance") or {}).items()}
+        return replace(plan, version=version, chains=chains, rebalance=rebalance)
     if action.kind == THREADS:
         return replace(plan, version=version, threads={**plan.threads, action.target: int(action.value)})
     if action.kind == PARTITIONS:

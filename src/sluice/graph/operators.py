@@ -35,6 +35,7 @@ class Operator:
     selectivity: float = 1.0  # output rows per input row, measured or declared
     perf_model: str | None = None  # name or path of a performance model (sluice.models)
     threads: int = 1  # worker threads inside one task (for I/O-bound operators)
+    chain: bool = True  # False: a Python operator always runs in a pass of its own (never fused)
 
     def __post_init__(self) -> None:
         if self.kind not in ALL_KINDS:

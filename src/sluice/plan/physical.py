@@ -41,11 +41,21 @@ class Plan:
     # worker threads per task of a Python operator (I/O-bound operators scale with threads;
     # the model-driven planner sets them); operators not named keep their own setting
     threads: dict[str, int] = field(default_factory=dict)
+    # a rebalance exchange before a chain: its head's input is spread round-robin over this
+    # many partitions (a costly chain whose input has fewer partitions than cores gets them all)
+    rebalance: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.threads.items() if int(v) < 1}
         if bad:
             raise PlanError(f"threads per task must be >= 1, got {bad}")
+        bad = {k: v for k, v in self.rebalance.items() if int(v) < 1}
+        if bad:
+            raise PlanError(f"a rebalance needs at least one partition, got {bad}")
+        heads = {chain[0] for chain in self.chains if chain}
+        if not set(self.rebalance) <= heads:
+            raise PlanError(f"rebalances before {sorted(set(self.rebalance) - heads)}, which head no chain "
+                            f"(chains: {[list(c) for c in self.chains]})")
 
     def with_routing(self, version: int, op_id: str, routing: list[int], partitions: int | None = None) -> Plan:
         """A later plan in which ``op_id``'s key groups are routed by ``routing``."""
@@ -65,6 +75,7 @@ class Plan:
             "keyed": {k: {"partitions": v.partitions, "routing": list(v.routing)} for k, v in self.keyed.items()},
             "chains": [list(c) for c in self.chains],
             "threads": dict(self.threads),
+            "rebalance": dict(self.rebalance),
         })
 
     @staticmethod
@@ -76,6 +87,7 @@ class Plan:
             keyed={k: KeyedStagePlan(v["partitions"], tuple(v["routing"])) for k, v in d["keyed"].items()},
             chains=tuple(tuple(c) for c in d["chains"]),
             threads={k: int(v) for k, v in d.get("threads", {}).items()},
+            rebalance={k: int(v) for k, v in d.get("rebalance", {}).items()},
         )
 
 
@@ -85,25 +97,11 @@ def range_routing(max_parallelism: int, partitions: int) -> list[int]:
 
 
 def fused_chains(graph: JobGraph) -> list[tuple[str, ...]]:
-    """Maximal runs of consecutive Python operators that can share one pass (task chaining).
+    """Maximal runs of consecutive Python operators that can share one pass (task chaining);
+    see ``sluice.plan.chaining.chainable_runs``."""
+    from sluice.plan.chaining import chainable_runs
 
-    An operator joins its upstream's chain when the upstream is Python too and feeds only
-    it: with a fan-out, each branch would recompute the shared part.
-    """
-    chains: list[list[str]] = []
-    chain_of: dict[str, list[str]] = {}
-    for op in graph.topological_order():
-        if not op.is_python:
-            continue
-        upstream = graph[op.inputs[0]]
-        if upstream.id in chain_of and len(graph.consumers(upstream.id)) == 1:
-            chain = chain_of[upstream.id]
-            chain.append(op.id)
-        else:
-            chain = [op.id]
-            chains.append(chain)
-        chain_of[op.id] = chain
-    return [tuple(c) for c in chains]
+    return chainable_runs(graph)
 
 
 def initial_plan(graph: JobGraph, partitions: int, fuse: bool = True) -> Plan:

@@ -262,8 +262,10 @@ class BatchExecutor:
                     continue  # inside a fused chain: runs in its tail's pass
                 chain = [_with_threads(self.graph[i], plan) for i in chain_of[op.id]]
                 upstream = self.graph[chain[0].inputs[0]]
-                frame = python_chain(frames[upstream.id], chain, upstream.schema, batch_id, self.checkpoint,
-                                     self.accumulator)
+                frame = frames[upstream.id]
+                if chain[0].id in plan.rebalance:  # a costly chain gets more tasks than its input has
+                    frame = frame.repartition(plan.rebalance[chain[0].id])
+                frame = python_chain(frame, chain, upstream.schema, batch_id, self.checkpoint, self.accumulator)
             else:  # keyed
                 key_by = self.graph[op.inputs[0]]
                 stage = plan.keyed[op.id]

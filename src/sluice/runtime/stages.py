@@ -49,6 +49,7 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
         dead = SideOutputWriter(root, DEAD_LETTER, batch_id, stage, _partition_id())
         ctx = KernelContext(dead=dead, metrics=metrics)
         yield from run_chain(kernels, batches, ctx)
+        metrics.add(stage, "tasks", 1)  # the chaining policy weighs work per task
         errors = dead.flush()
         if errors:
             metrics.add(stage, "dead_letters", errors)
