@@ -33,7 +33,9 @@ class SideOutputWriter:
         self.stage, self.partition = stage, partition
         self.records: list[dict] = []
 
-    def dead(self, operator: str, record: dict | None, error: BaseException | str, location: str | None = None) -> None:
+    def dead(self, operator: str, record: dict | None, error: BaseException | str, location: str | None = None,
+             key: tuple | None = None) -> None:
+        """One dead letter; ``key``: the record's key values, for a keyed operator's."""
         if isinstance(error, BaseException):
             reason = "".join(traceback.format_exception_only(type(error), error)).strip()
         else:
@@ -41,6 +43,8 @@ class SideOutputWriter:
         self.records.append({
             "batch_id": self.batch_id, "operator": operator, "location": location,
             "error": reason, "record": json.dumps(record, default=_jsonable) if record is not None else None,
+            # every dead letter has the field, so a table of mixed ones keeps it
+            "key": json.dumps(list(key), default=_jsonable) if key is not None else None,
         })
 
     def add_table(self, operator: str, table: pa.Table, reason: str) -> None:

@@ -194,6 +194,12 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
             writer = SideOutputWriter(root, f"side/{op.id}/{name}", context.batch_id, op.id, partition)
             writer.add_table(op.name, side, name)
             metrics.add(op.id, f"side_{name}", writer.flush())
+        # one file per (batch, operator, partition): a replayed task replaces it, never adds to it
+        dead = SideOutputWriter(root, DEAD_LETTER, context.batch_id, op.id, partition)
+        for letter in result.dead_letters:
+            dead.dead(op.name, letter.record, letter.error, op.location, key=letter.key)
+        if result.dead_letters:
+            metrics.add(op.id, "dead_letters", dead.flush())
         output = _attach_ingest(result.output, rows, keys, context.processing_time, result.key_ids)
         for kg, n in zip(kg_values, kg_counts):
             metrics.add(f"{op.id}#kg", f"{kg}", n)

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from sluice.graph.aggregates import Aggregate
 from sluice.runtime.kernels.grouping import state_and_row_ids
-from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
 
 
 def _state_fields(name: str, agg: Aggregate, input_schema: pa.Schema) -> list[pa.Field]:
@@ -119,6 +119,7 @@ class AggregateKernel(KeyedKernel):
             joined = joined.append_column(name, old.column(name))
         columns = {k: joined.column(k) for k in keys}
         results = {k: joined.column(k) for k in self.key_columns}
+        failed: dict[int, BaseException] = {}  # group (row of ``partial``) -> what a UDAF raised
         for name, agg in self.aggregates.items():
             if agg.kind in ("count", "sum", "min", "max"):
                 merged = _combine(agg.kind, joined.column(name), joined.column(f"__new__{name}"))
@@ -131,15 +132,44 @@ class AggregateKernel(KeyedKernel):
                 results[name] = pc.divide(s, pc.cast(c, pa.float64()))
             else:
                 accs, values = [], []
+                out_type = out_schema.field(name).type
                 new_lists = joined.column(f"__new__{name}__values").combine_chunks()
-                for acc_bytes, new_values in zip(joined.column(f"{name}__acc").to_pylist(), new_lists):
-                    acc = pickle.loads(acc_bytes) if acc_bytes is not None else agg.create()
-                    acc = agg.add(acc, new_values.values)  # one key's new values, as an Arrow array
-                    accs.append(pickle.dumps(acc))
-                    values.append(agg.result(acc))
+                for g, (acc_bytes, new_values) in enumerate(zip(joined.column(f"{name}__acc").to_pylist(), new_lists)):
+                    try:
+                        acc = pickle.loads(acc_bytes) if acc_bytes is not None else agg.create()
+                        acc = agg.add(acc, new_values.values)  # one key's new values, as an Arrow array
+                        accs.append(pickle.dumps(acc))
+                        values.append(pa.scalar(agg.result(acc), out_type))
+                    except Exception as exc:  # this key's batch is rejected (see _reject)
+                        failed.setdefault(g, exc)
+                        accs.append(None)
+                        values.append(None)
                 columns[f"{name}__acc"] = pa.array(accs, pa.binary())
-                results[name] = pa.array(values, out_schema.field(name).type)
+                results[name] = pa.array(values, out_type)
         upserts = pa.table([columns[f.name] for f in state_schema] + [columns[KEY_GROUP]],
                            schema=state_schema.append(pa.field(KEY_GROUP, pa.int32())))
         output = pa.table([results[f.name] for f in out_schema], schema=out_schema)
-        return KeyedResult(output=output, upserts=upserts, key_ids=(key_id, ids[n_state:]))
+        row_ids = ids[n_state:]
+        if failed:
+            return self._reject(failed, output, upserts, key_id, row_ids, rows)
+        return KeyedResult(output=output, upserts=upserts, key_ids=(key_id, row_ids))
+
+    def _reject(self, failed: dict[int, BaseException], output: pa.Table, upserts: pa.Table, key_id: np.ndarray,
+                row_ids: np.ndarray, rows: pa.Table) -> KeyedResult:
+        """Drop the keys on which a user-defined aggregate raised from the batch's result.
+
+        The unit of failure is a key's records of the batch, as ``add`` saw them together:
+        they are all dead letters with the error, the key emits nothing, and its state (of
+        every aggregate of the operator, so that they keep agreeing) stays as it was before
+        the batch. Other keys go on.
+        """
+        keep = np.ones(len(key_id), dtype=bool)
+        keep[list(failed)] = False
+        error_of = {int(key_id[g]): exc for g, exc in failed.items()}
+        bad = np.flatnonzero(np.isin(row_ids, list(error_of)))
+        records = rows.take(pa.array(bad)).drop_columns([KEY_GROUP])
+        dead = [DeadRecord(record, error_of[int(row_ids[i])], tuple(record[k] for k in self.key_columns))
+                for i, record in zip(bad.tolist(), records.to_pylist())]
+        mask = pa.array(keep)
+        return KeyedResult(output=output.filter(mask), upserts=upserts.filter(mask),
+                           key_ids=(key_id[keep], row_ids), dead_letters=dead)

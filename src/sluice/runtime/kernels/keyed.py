@@ -32,6 +32,16 @@ class BatchContext:
     processing_time: int = 0
 
 
+@dataclass(frozen=True)
+class DeadRecord:
+    """An input record a user function raised on: it goes to the dead-letter sink, and the
+    key's state stays as the kernel's docstring says (never half-applied)."""
+
+    record: dict  # the input record, without hidden columns
+    error: BaseException | str
+    key: tuple  # the record's key values
+
+
 @dataclass
 class KeyedResult:
     """What a kernel returns for one partition of one batch."""
@@ -47,6 +57,8 @@ class KeyedResult:
     # of each input row) in one numbering; the runtime then finds the input rows of each
     # output row's key without matching the key columns again
     key_ids: tuple[np.ndarray, np.ndarray] | None = None
+    # input records a user function (``process``, ``reduce``, a UDAF) raised on
+    dead_letters: list[DeadRecord] = field(default_factory=list)
 
 
 class KeyedKernel(ABC):
