@@ -116,3 +116,17 @@ def test_das_fixed_point_settles_on_interval_over_rho():
     # rows = rate * D / rho: the cap stays above what arrives, so admission keeps up
     assert cap == pytest.approx(20000 * mean_d / 0.8, rel=0.15)
     assert all(b.backlog["source_1"] == 0 for b in tail)
+
+
+def test_cost_step_resets_the_model_and_converges_within_five_batches():
+    graph = constrained_graph("1s")
+    controller = Controller(graph, [ModelBatchSizing()])
+    plan = initial_plan(graph, 2)
+    engine = MicroBatchEngine(A, B, pull=True, noise=0.02, seed=8)
+    run_controlled(engine, controller, plan, 30)
+    engine.b = 3 * B  # each row now costs three times as much
+    after = run_controlled(engine, controller, plan, 30)
+    optimal = (0.8 - A) / (3 * B)
+    settled = next(i for i, b in enumerate(after) if abs(b.rows_in - optimal) <= 0.1 * optimal)
+    assert settled <= 5
+    assert all(b.paths["latency_1"]["mean_ms"] <= 1000 for b in after[settled:])

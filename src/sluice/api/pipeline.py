@@ -80,7 +80,8 @@ class Pipeline:
         Options: ``master``, ``duration`` (s), ``trigger_interval`` (s), ``max_rows_per_batch``,
         ``on_batch`` (callback with each batch's metrics), ``spark`` (an existing session),
         ``policies`` (the control policies: a list of ``sluice.control.Policy``, a dict or a
-        YAML file; default: adaptive batch sizing when the pipeline has a constraint).
+        YAML file; default: adaptive batch sizing when the pipeline has a constraint),
+        ``on_control`` (callback with the controller's state after each batch).
         """
         from sluice.runtime.job import run_pipeline
 

@@ -20,6 +20,11 @@ class ProgressLine:
         self.rows = 0
         self.batches = 0
         self.last_print = 0.0
+        self.control_state: dict | None = None  # the controller's, when the job has one
+
+    def control(self, state: dict) -> None:
+        """Receives the controller's state after each batch (``run_pipeline(on_control=)``)."""
+        self.control_state = state
 
     def __call__(self, m: BatchMetrics) -> None:
         if self.started is None:
@@ -37,6 +42,8 @@ class ProgressLine:
                 f"latency p50 {lat.get('p50', 0):>8.0f} ms  p99 {lat.get('p99', 0):>8.0f} ms  backlog {backlog:>9}")
         if m.dead_letters:
             text += f"  dead letters {m.dead_letters}"
+        if self.control_state:
+            text += control_summary(self.control_state)
         if self.tty:
             self.stream.write("\r" + text)
         else:
@@ -54,3 +61,14 @@ def format_backlog(backlog: dict[str, float | None]) -> str:
     if any(v is None for v in backlog.values()):
         return "unbounded"
     return f"{int(sum(backlog.values())):,}"
+
+
+def control_summary(state: dict) -> str:
+    """Each constraint's state and window mean against its bound, and the last decision."""
+    parts = [f"{name} {c['state']} {c['mean_ms'] or 0:.0f}/{c['bound_ms']:.0f} ms"
+             for name, c in state.get("constraints", {}).items()]
+    last = state.get("last_decision")
+    if last:
+        action = last["action"]
+        parts.append(f"last: {action['kind']} {action['target']} -> {action['value']} (batch {last['batch_id']})")
+    return ("  " + "  ".join(parts)) if parts else ""

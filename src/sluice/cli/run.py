@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     p.add_argument("--trigger-interval", type=float, default=0.0, help="seconds between micro-batches")
     p.add_argument("--max-rows-per-batch", type=int, default=None, help="admission limit per source")
     p.add_argument("--plan", default=None, help="a plan JSON written by `sluice plan --output`")
+    p.add_argument("--latency", default=None,
+                   help="bound the mean latency from every source to every sink, e.g. 800ms (over 30 s)")
+    p.add_argument("--policies", default=None, help="a YAML file of control policies (docs/control.md)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--ui", action="store_true", help="serve the live dashboard and /metrics while the job runs")
     add_server_options(p)
@@ -66,6 +69,8 @@ def main(args) -> int:
     from sluice.cli.summary import run_summary
 
     pipeline = load_pipeline(args.pipeline)
+    if args.latency:
+        pipeline.constrain(args.latency, name="cli_latency")
     checkpoint = args.checkpoint or os.path.join(".sluice", pipeline.name)
     master, options = args.master, {}
     if args.plan:
@@ -88,7 +93,8 @@ def main(args) -> int:
     try:
         result = pipeline.run(checkpoint, master=master, duration=args.duration,
                               trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
-                              on_batch=progress, **options)
+                              on_batch=progress, policies=args.policies,
+                              on_control=getattr(progress, "control", None), **options)
     finally:
         if progress:
             progress.close()

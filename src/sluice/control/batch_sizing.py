@@ -23,8 +23,8 @@ cycle, so the backlog never grows for good) and escalates: the constraint, the b
 operator, and the highest rate at which the bound can hold, R* = (1 - k*(a+g)/bound) / b.
 
 ``ModelBatchSizing`` fits a and b online (least squares over recent batches; the slope is
-kept once the sizes stop varying, and the fixed cost re-fitted) and jumps to n_bound in one
-step. Until it has a fit it falls back to Nephele's rules: multiplicative shrink on violation
+kept once the sizes stop varying, and the fixed cost re-fitted; a batch far off the model,
+40 % by default, starts a new fit from there) and jumps to n_bound in one step. Until it has a fit it falls back to Nephele's rules: multiplicative shrink on violation
 (Eq. 2, obs* = max(eps, obs * r^excess)) and growth by s = 1.1 when there is slack and input
 waits (Eq. 3). A dead band (10 %) keeps it from chasing noise.
 
@@ -165,32 +165,55 @@ class ModelBatchSizing(Policy):
     name = "batch_sizing"
 
     def __init__(self, safety: float = 0.8, fit_batches: int = 40, dead_band: float = 0.1,
-                 r: float = 0.98, s: float = 1.1, max_rows: int = 2_000_000):
+                 r: float = 0.98, s: float = 1.1, max_rows: int = 2_000_000, model_tolerance: float = 0.4):
         self.safety = safety  # aim at this share of the bound (noise, the next batch's variance)
         self.fit_batches = fit_batches
         self.dead_band = dead_band
         self.r, self.s = r, s  # Nephele's Eq. 2 and Eq. 3 factors (fallback)
         self.max_rows = max_rows  # omega: an upper bound whatever the model says (memory)
+        self.model_tolerance = model_tolerance  # a batch this far off the model resets it
         self.slope: float | None = None
         self.fit: LinearFit | None = None
         self.escalated = False  # hysteresis: an escalation ends only with 5 % of margin
+        self.since = -1  # batches up to this one were measured before the engine's cost changed
+        self.last_shrink: tuple[int, float] | None = None  # (rows, seconds) before the last Eq. 2 shrink
+        self.futile_below: int | None = None  # shrinking below this many rows did not help
+        self.warm = False  # the first batch a run sees pays one-time costs (JVM, code generation)
 
     def describe(self) -> dict:
         return {"policy": self.name, "safety": self.safety, "fit_batches": self.fit_batches,
-                "dead_band": self.dead_band, "r": self.r, "s": self.s, "max_rows": self.max_rows}
+                "dead_band": self.dead_band, "r": self.r, "s": self.s, "max_rows": self.max_rows,
+                "model_tolerance": self.model_tolerance}
 
     def restore(self, history: list) -> None:
         batches = [m for m in history if m.rows_in > 0 and not m.skipped][-self.fit_batches:]
         self._refit(batches)
 
     def _refit(self, batches) -> None:
+        batches = [m for m in batches if m.batch_id > self.since]
         fit = fit_batch_time([m.rows_in for m in batches], [m.duration_s for m in batches], self.slope)
+        self.fit = fit
         if fit is not None:
-            self.fit, self.slope = fit, fit.b
+            self.slope = fit.b
+
+    def _check_model(self, latest) -> None:
+        """Forget the model when a batch took far from what it predicts (the cost per row
+        changed: other work on the machine, heavier records): refit on later batches only."""
+        if self.fit is None or latest.rows_in == 0:
+            return
+        predicted = self.fit.seconds(latest.rows_in)
+        if abs(latest.duration_s - predicted) > self.model_tolerance * predicted:
+            self.since = latest.batch_id - 1  # the surprising batch is the first of the new regime
+            self.fit = self.slope = None
 
     def propose(self, view: ControlView) -> list[Action]:
         if not view.constraints or view.latest is None:
             return []
+        if not self.warm:  # the first batch of a run says nothing about the next ones
+            self.warm = True
+            self.since = max(self.since, view.latest.batch_id)
+            return []
+        self._check_model(view.latest)
         self._refit(view.batches(self.fit_batches))
         rate = view.offered_rate()
         pull = rate is None
@@ -207,7 +230,8 @@ class ModelBatchSizing(Policy):
         actions: list[Action] = []
         if pull:
             feasible = n_bound >= MIN_ROWS
-            cap = n_bound
+            # infeasible: a smaller batch would cost throughput and gain nothing; keep the size
+            cap = n_bound if feasible else (view.admission_total or view.latest.rows_in)
             expected_rows = cap
         else:
             judged = rate * 1.05 if self.escalated else rate
@@ -250,17 +274,42 @@ class ModelBatchSizing(Policy):
         return Action(ESCALATE, tight.constraint, details, reason)
 
     def _fallback(self, view: ControlView) -> list[Action]:
-        """Nephele's Eq. 2 / Eq. 3 until the model has a fit."""
+        """Nephele's Eq. 2 / Eq. 3 until the model has a fit.
+
+        Like Nephele, it shrinks only while shrinking helps: when halving the batch did not
+        cut its time by a tenth, the time is the fixed cost of a batch, smaller batches would
+        only cost throughput, and the constraint is escalated instead (section 3.5: report
+        when the preconditions for countermeasures no longer hold)."""
         pressure, name = _latest_pressure(view)
         latest = view.latest
         current = view.admission_total or latest.rows_in
         backlog = view.backlog()
         waiting = backlog is None or backlog > 0
+        shrunk = self.last_shrink
+        if shrunk is not None and latest.rows_in and latest.rows_in < shrunk[0]:
+            self.last_shrink = None
+            if latest.duration_s > 0.9 * shrunk[1]:  # half the rows, (nearly) the same time
+                self.futile_below = shrunk[0]
+                reason = (f"{name}: halving the batch ({shrunk[0]} -> {latest.rows_in} rows) left its time at "
+                          f"{latest.duration_s * 1000:.0f} ms: the fixed cost of a batch is over the bound")
+                details = {"bottleneck": _bottleneck(view, name) if name else None, "max_rate": 0.0,
+                           "offered_rate": view.offered_rate(), "fixed_cost_ms": round(latest.duration_s * 1000, 1)}
+                return [Action(ESCALATE, name, details, reason),
+                        Action(ADMISSION, ALL_SOURCES, int(shrunk[0]), "back to the larger batch: smaller ones "
+                               "cost throughput and gain no latency", {"rows": int(shrunk[0])})]
         if pressure > 1.0:
+            if self.futile_below is not None and current <= self.futile_below:
+                name = name or view.constraints[0].name
+                return [Action(ESCALATE, name, {"bottleneck": _bottleneck(view, name), "max_rate": 0.0,
+                                                "offered_rate": view.offered_rate(),
+                                                "fixed_cost_ms": round(latest.duration_s * 1000, 1)},
+                               f"{name}: smaller batches do not shorten a batch; its fixed cost is over the bound")]
             excess_pct = 100 * (pressure - 1.0)
             cap = max(MIN_ROWS, int(current * max(self.r ** excess_pct, 0.5)))
+            if cap < current:
+                self.last_shrink = (current, latest.duration_s)
             reason = f"Eq. 2: {name} at {pressure:.0%} of its bound, no model yet: shrink by r^excess"
-        elif pressure < 0.5 and waiting:
+        elif pressure < 0.85 * self.safety and waiting:  # slack: grow, which also gives the fit a second size
             cap = min(self.max_rows, int(current * self.s))
             reason = f"Eq. 3: latency at {pressure:.0%} of the bound and input waiting: grow by s={self.s}"
         else:

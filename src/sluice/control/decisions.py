@@ -11,7 +11,7 @@ made; it applies from ``batch_id + 1``) and ``time`` (epoch s):
 - ``escalation``: ``constraint``, ``state`` (``started`` / ``ended``), ``details``
   (``bottleneck``, ``max_rate``, ``offered_rate``, ...), ``reason``.
 
-Written through ``pyarrow.fs`` (``runtime.files``), so the checkpoint may be any URI.
+Written through the job's ``Checkpoint`` (``pyarrow.fs``), so the checkpoint may be any URI.
 A restart appends to the same file; the dashboard reads it as it grows.
 """
 
@@ -19,46 +19,37 @@ from __future__ import annotations
 
 import json
 
-from sluice.runtime.files import filesystem, read_bytes, write_atomic
+from sluice.runtime.checkpoint import Checkpoint
 
 FILE = "decisions.jsonl"
 
 
 class DecisionLog:
-    def __init__(self, checkpoint: str | None):
-        self.path = None
-        if checkpoint is not None:
-            self.fs, base = filesystem(checkpoint)
-            self.path = f"{base}/{FILE}"
+    def __init__(self, checkpoint: str | Checkpoint | None):
+        self.checkpoint = None if checkpoint is None else Checkpoint.of(checkpoint)
         self.records: list[dict] = []  # this run's records, also when there is no checkpoint
+        self._next: int | None = None
 
     def next_id(self) -> int:
         """Decision ids continue across restarts."""
-        if not hasattr(self, "_next"):
-            self._next = 1 + max((r.get("id", 0) for r in read_decisions_from(self)), default=0)
+        if self._next is None:
+            self._next = 1 + max((r.get("id", 0) for r in self.read()), default=0)
         value = self._next
         self._next += 1
         return value
 
     def append(self, record: dict) -> None:
         self.records.append(record)
-        if self.path is None:
-            return
-        line = (json.dumps(record, default=str) + "\n").encode()
-        try:
-            with self.fs.open_append_stream(self.path) as out:
-                out.write(line)
-        except (NotImplementedError, OSError):  # object stores cannot append: rewrite whole
-            write_atomic(self.fs, self.path, (read_bytes(self.fs, self.path) or b"") + line)
+        if self.checkpoint is not None:
+            self.checkpoint.append_line(FILE, json.dumps(record, default=str))
+
+    def read(self) -> list[dict]:
+        if self.checkpoint is None:
+            return list(self.records)
+        data = self.checkpoint.read_bytes(FILE) or b""
+        return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
 
 
-def read_decisions_from(log: DecisionLog) -> list[dict]:
-    if log.path is None:
-        return list(log.records)
-    data = read_bytes(log.fs, log.path) or b""
-    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
-
-
-def read_decisions(checkpoint: str) -> list[dict]:
+def read_decisions(checkpoint: str | Checkpoint) -> list[dict]:
     """Every record of ``<checkpoint>/decisions.jsonl``, in order."""
-    return read_decisions_from(DecisionLog(checkpoint))
+    return DecisionLog(checkpoint).read()

@@ -93,11 +93,17 @@ class ControlView:
         return busy / wall if wall > 0 else 0.0
 
     def source_shares(self, last: int = 10) -> dict[str, float]:
-        """Each source's share of the rows admitted recently (equal shares before any)."""
+        """Each source's share of the input offered recently: rows admitted plus rows
+        waiting now (so a source held back by a small cap still gets its share; equal
+        shares before anything was measured)."""
         totals: dict[str, float] = {s: 0.0 for s in self.admission}
         for m in self.batches(last):
             for source, rows in m.rows_by_source.items():
                 totals[source] = totals.get(source, 0.0) + rows
+        latest = self.latest
+        for source, waiting in ((latest.backlog or {}).items() if latest is not None else ()):
+            if waiting and source in totals:
+                totals[source] += waiting
         whole = sum(totals.values())
         if whole <= 0:
             return {s: 1 / len(totals) for s in totals} if totals else {}

@@ -24,6 +24,7 @@ class JobResult:
     rows_in: int
     elapsed_s: float
     metrics: list[BatchMetrics] = field(default_factory=list)  # every batch of the checkpoint
+    control: dict | None = None  # the controller's final state (sluice.control.Controller.state)
 
     @property
     def throughput(self) -> float:
@@ -34,13 +35,20 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                  duration: float | None = None, trigger_interval: float = 0.0,
                  max_rows_per_batch: int | None = None, plan: Plan | None = None,
                  controller: Callable | None = None, on_batch: Callable[[BatchMetrics], None] | None = None,
-                 stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True) -> JobResult:
+                 stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True,
+                 policies=None, on_control: Callable[[dict], None] | None = None) -> JobResult:
     """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
     URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
     Stops when every source is finite and exhausted, after ``duration`` seconds, when
     ``stop_when(executor)`` says so, or on Ctrl-C. Restarting with the same checkpoint
     resumes exactly where the last run committed.
+
+    A pipeline with latency constraints (``Pipeline.constrain``), or given ``policies``,
+    runs with a ``sluice.control.Controller`` between batches (unless ``controller`` is
+    given): ``policies`` is a list of policies, a ``{"policies": [...]}`` dict or a YAML
+    file (default: adaptive batch sizing). ``on_control`` receives the controller's state
+    after each batch (each constraint's state, the last decision), before ``on_batch``.
     """
     from sluice.runtime.schemas import SOURCE_ID, SparkTyper
     from sluice.runtime.session import spark_session
@@ -92,6 +100,10 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                 out[info.op.id] = status.get("backlog")
         return out
 
+    control = None
+    if controller is None and (graph.constraints or policies is not None):
+        control = _controller(graph, checkpoint, controls, policies, spark)
+        controller = _reporting(control, on_control)
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
                              controller=controller, on_batch=on_batch, backlog=backlog)
     writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
@@ -124,7 +136,33 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     elapsed = time.time() - started
     all_metrics = metrics_log.read(checkpoint)
     mine = [m for m in all_metrics if m.started_at >= started]
-    return JobResult(checkpoint.uri, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics)
+    return JobResult(checkpoint.uri, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics,
+                     None if control is None else control.state())
+
+
+def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark):
+    """The control loop of a constrained job: its policies, the sources' admission files as
+    actuator, and the checkpoint's earlier batches to warm the policies' models up."""
+    from sluice.control import Controller, Resources, build_policies
+    from sluice.control.actuators import SourceAdmission
+    from sluice.graph.sources import SparkSource
+
+    admitting = [op.id for op in graph.sources() if not isinstance(op.params["spec"], SparkSource)]
+    return Controller(graph, build_policies(policies), checkpoint=checkpoint,
+                      admission=SourceAdmission(controls, admitting),
+                      resources=Resources(cores=spark.sparkContext.defaultParallelism),
+                      history=[m for m in metrics_log.read(checkpoint) if not m.skipped])
+
+
+def _reporting(control, on_control):
+    """The executor's controller callback: the control loop, then its state to ``on_control``."""
+    def step(metrics, plan):
+        new_plan = control(metrics, plan)
+        if on_control is not None:
+            on_control(control.state())
+        return new_plan
+
+    return step
 
 
 def _check_plan(plan: Plan, graph) -> None:
