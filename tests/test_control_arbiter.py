@@ -90,3 +90,14 @@ def test_controller_returns_the_next_plan_for_a_structural_change():
     assert controller(batch(0, 0.0, rows=10, mean_ms=10.0), plan) is None  # same chains: nothing to do
     new = controller(batch(1, 1.0, rows=10, mean_ms=10.0), plan)
     assert new.version == 2 and new.threads == {"work": 3}
+
+
+def test_progress_line_shows_each_constraint_and_the_last_decision():
+    from sluice.cli.progress import control_summary
+
+    graph = constrained_graph()
+    controller = Controller(graph, [_Scripted([[Action("admission", "*", 800, "shrink")]])])
+    controller(batch(0, 0.0, rows=1000, mean_ms=1500.0), initial_plan(graph, 2))
+    text = control_summary(controller.state())
+    assert "latency_1 adapting 1500/1000 ms" in text
+    assert "last: admission * -> 800 (batch 0)" in text
