@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from sluice.cli import main
@@ -107,3 +108,23 @@ def test_run_applies_the_plans_recommended_master(tmp_path, capsys):
     assert master == "local[7]" and plan.version == 0
     out.write_text(plan.to_json())  # a plan written by hand recommends nothing
     assert read_plan_file(str(out))[1] is None
+
+
+@pytest.mark.spark
+def test_sluice_run_with_ui_serves_while_running_and_summarizes(spark, tmp_path, capsys):
+    """`sluice run --ui` on a finite pipeline: the dashboard starts, the job runs on the
+    session the dashboard lists executors of, and the summary counts what the job did."""
+    pipeline = tmp_path / "p.py"
+    pipeline.write_text(
+        "from sluice import Pipeline, agg, sinks, sources\n"
+        "pipeline = Pipeline('cli_ui')\n"
+        "rows = pipeline.source(sources.generator(fields={'k': sources.Keys(5)}, rate=None, total_rows=300,"
+        " max_rows_per_batch=100))\n"
+        "rows.key_by('k').aggregate(n=agg.count()).sink(sinks.files(%r))\n" % str(tmp_path / "out"))
+    checkpoint = str(tmp_path / "checkpoint")
+    assert main(["run", str(pipeline), "--checkpoint", checkpoint, "--ui", "--port", "0", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "dashboard at http://127.0.0.1:" in out
+    assert "rows processed      300 in 4 micro-batches" in out  # three of 100 rows and the end of input
+    assert "dead letters        0" in out and "late records        0" in out
+    assert f"`sluice ui {checkpoint}` serves it again" in out
