@@ -46,15 +46,19 @@ def test_progress_table_shows_sources_operators_and_sinks():
     table = ProgressTable(Console(file=out, width=140, force_terminal=False))
     table(batch(0, 1000, start=100.0, dead=2))
     table(batch(1, 3000, start=101.0, late=7, p99=250.0))
+    table.control({"constraints": {"alerts": {"state": "met", "mean_ms": 120.0, "bound_ms": 500.0}},
+                   "last_decision": {"batch_id": 1, "action": {"kind": "admission", "target": "*", "value": 2500}}})
     table.close()
     text = out.getvalue()
-    last = text[text.rfind("batch 1"):]
+    last = text[text.rfind("batch 1 "):]
     assert "4,000" in last and "2,000 rows/s" in last  # 4000 rows over 2 s since the first batch
     assert "dead letters 2" in last and "late 7" in last
     rows = {line.split()[1]: line for line in last.splitlines() if line.split()[:1] in (["source"], ["operator"], ["sink"])}
     assert set(rows) == {"readings", "parse", "per_minute", "out"}
     assert "backlog 500" in rows["readings"] and "latency p99 250 ms" in rows["out"]
     assert "3,998" in rows["parse"]  # rows out of parse: 4000 in, 2 dead letters
+    control = text[text.rfind("control  "):].splitlines()[0]  # the controller's state, as the line shows it
+    assert "alerts met 120/500 ms" in control and "last: admission * -> 2500 (batch 1)" in control
 
 
 def test_run_summary_gives_latency_dead_letters_and_late_records(tmp_path):
@@ -66,6 +70,9 @@ def test_run_summary_gives_latency_dead_letters_and_late_records(tmp_path):
     assert "1,000 rows/s from the first batch" in text  # batches 1 and 2: 2000 rows over 2 s
     assert "p99 300 ms" in text  # median of this run's batches (300, 200) is the upper one
     assert "dead letters        3" in text and "late records        5" in text
+    assert "control" not in text  # no controller ran
+    result.control = {"constraints": {"alerts": {"state": "violated", "mean_ms": 900.0, "bound_ms": 500.0}}}
+    assert "  control             alerts violated 900/500 ms" in run_summary(result, str(tmp_path))
 
 
 def test_status_summarizes_a_checkpoint(tmp_path, capsys):

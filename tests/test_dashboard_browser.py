@@ -36,24 +36,19 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
         pytest.fail(f"{CHROMIUM} is missing: run scripts/check_browser.sh (as root it installs Debian's chromium)")
     from playwright.sync_api import sync_playwright
 
-    from sluice.control import Controller, FixedAdmission
-    from sluice.control.actuators import SourceAdmission
+    from sluice.control import FixedAdmission
     from sluice.runtime.executors import executor_infos
-    from sluice.runtime.checkpoint import Checkpoint
 
     checkpoint = str(tmp_path / "checkpoint")
     pipeline = build_pipeline(str(tmp_path / "out"), rate=5_000)
     pipeline.constrain("2s", over="10s", name="alerts")
-    sources = [op.id for op in pipeline.graph.sources()]
-    # the real control loop, with a policy that surely acts: cap admission at 4,000 rows a batch
-    controller = Controller(pipeline.graph, [FixedAdmission(4000)], checkpoint=checkpoint,
-                            admission=SourceAdmission(Checkpoint(checkpoint).sources, sources))
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def run():
         try:
-            pipeline.run(checkpoint, spark=spark, controller=controller, stop_when=lambda _: stop.is_set(),
+            # the real control loop, with a policy that surely acts: cap admission at 4,000 rows a batch
+            pipeline.run(checkpoint, spark=spark, policies=[FixedAdmission(4000)], stop_when=lambda _: stop.is_set(),
                          duration=900)
         except BaseException as exc:  # noqa: BLE001 - reported by the test below
             errors.append(exc)

@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from sluice.cli.progress import format_backlog
+from sluice.cli.progress import control_summary, format_backlog
 from sluice.runtime.metrics import BatchMetrics
 
 
@@ -73,8 +73,9 @@ def batch_late_records(m: BatchMetrics) -> int:
     return int(sum(stats.get("late_seen", 0) or 0 for stats in m.operators.values()))
 
 
-def progress_table(t: RunTotals) -> Group:
-    """What the terminal shows after each batch."""
+def progress_table(t: RunTotals, control_state: dict | None = None) -> Group:
+    """What the terminal shows after each batch; ``control_state``: the controller's (each
+    constraint's state and the last decision), when the job has one."""
     m = t.last
     lat = m.latency_ms if m else {}
     backlog = format_backlog(m.backlog) if m else "0"
@@ -105,7 +106,11 @@ def progress_table(t: RunTotals) -> Group:
         p99 = s.get("latency_p99_ms")
         table.add_row("sink", sink, f"{rows:,}", f"{t.rate(rows):,.0f}",
                       f"latency p99 {p99:,.0f} ms" if p99 is not None else "")
-    return Group(head, table)
+    parts = [head, table]
+    summary = control_summary(control_state).strip() if control_state else ""
+    if summary:
+        parts.insert(1, Text.assemble(("control  ", "dim"), (summary, "magenta")))
+    return Group(*parts)
 
 
 class ProgressTable:
@@ -114,16 +119,26 @@ class ProgressTable:
     def __init__(self, console: Console | None = None):
         self.console = console or Console(file=sys.stderr)
         self.totals = RunTotals()
+        self.control_state: dict | None = None
         self.live: Live | None = None
 
     def __call__(self, m: BatchMetrics) -> None:
         self.totals.add(m)
+        self._show()
+
+    def control(self, state: dict) -> None:
+        """Receives the controller's state after each batch (``run_pipeline(on_control=)``)."""
+        self.control_state = state
+        if self.live is not None:
+            self._show()
+
+    def _show(self) -> None:
+        view = progress_table(self.totals, self.control_state)
         if self.live is None:
-            self.live = Live(progress_table(self.totals), console=self.console, refresh_per_second=4,
-                             transient=False)
+            self.live = Live(view, console=self.console, refresh_per_second=4, transient=False)
             self.live.start()
         else:
-            self.live.update(progress_table(self.totals))
+            self.live.update(view)
 
     def close(self) -> None:
         if self.live is not None:

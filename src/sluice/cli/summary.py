@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from sluice.cli.progress import control_summary
 from sluice.cli.progress_table import RunTotals
 from sluice.runtime.metrics import BatchMetrics
 
@@ -44,4 +45,7 @@ def run_summary(result, checkpoint: str) -> str:
                                                    if totals.late else ""),
         f"  checkpoint          {checkpoint}  (`sluice status` summarizes it, `sluice ui` shows it)",
     ]
+    control = control_summary(result.control).strip() if getattr(result, "control", None) else ""
+    if control:
+        lines.insert(-1, f"  control             {control}")
     return "\n".join(lines)
