@@ -93,6 +93,8 @@ def test_status_summarizes_a_checkpoint(tmp_path, capsys):
     assert main(["status", checkpoint]) == 0
     assert "batches            4" in capsys.readouterr().out
     assert main(["status", str(tmp_path / "nothing")]) == 1
+    assert main(["ui", str(tmp_path / "nothing")]) == 1
+    assert "no checkpoint directory at" in capsys.readouterr().err
 
 
 def test_plan_without_models_says_so_instead_of_an_infinite_rate(tmp_path, capsys):
