@@ -43,7 +43,8 @@ function render() {
   const last = bs[bs.length - 1];
   const age = last ? Date.now() / 1000 - (last.t + last.duration_s) : null;
   if (!last) setStatus("idle", "no batch yet");
-  else if (age < 15) setStatus("live", `live · batch ${last.batch_id}`);
+  // live while the next batch is about due: a few times the last batch's duration, at least 15 s
+  else if (age < Math.max(15, 3 * last.duration_s + 5)) setStatus("live", `live · batch ${last.batch_id}`);
   else setStatus("idle", `last batch ${last.batch_id}, ${fmtAge(age)} ago`);
   renderTiles(d, bs);
   const t0 = bs.length ? bs[0].t : 0;
