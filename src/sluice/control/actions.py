@@ -11,6 +11,8 @@ Kinds and their actuators (``sluice.control.actuators``):
 - ``threads``: worker threads per task of a Python operator (``target``: its id).
 - ``partitions``: partitions of a keyed stage (``target``: its id; key groups re-routed in
   contiguous ranges; state follows its key groups through the store).
+- ``routing``: the routing table of a keyed stage (``target``: its id; ``value``: the
+  partition of each key group); moved key groups' state is read by their new partition.
 - ``escalate``: no countermeasure can meet a constraint (``target``: its name; ``value``:
   ``{"bottleneck": op id, "max_rate": rows/s at which the bound can hold, ...}``). Nothing is
   actuated; it is logged, warned about and shown.
@@ -28,9 +30,10 @@ ADMISSION = "admission"
 CHAINS = "chains"
 THREADS = "threads"
 PARTITIONS = "partitions"
+ROUTING = "routing"
 ESCALATE = "escalate"
 
-STRUCTURAL = frozenset({CHAINS, THREADS, PARTITIONS})
+STRUCTURAL = frozenset({CHAINS, THREADS, PARTITIONS, ROUTING})
 KINDS = frozenset({ADMISSION, ESCALATE}) | STRUCTURAL
 
 ALL_SOURCES = "*"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from sluice.control.actions import ALL_SOURCES, CHAINS, PARTITIONS, THREADS, Action
+from sluice.control.actions import ALL_SOURCES, CHAINS, PARTITIONS, ROUTING, THREADS, Action
 from sluice.errors import PlanError
 from sluice.plan.physical import Plan, range_routing
 
@@ -86,6 +86,9 @@ def plan_change(plan: Plan, action: Action, version: int) -> Plan:
         return replace(plan, version=version, chains=chains, rebalance=rebalance)
     if action.kind == THREADS:
         return replace(plan, version=version, threads={**plan.threads, action.target: int(action.value)})
+    if action.kind == ROUTING:
+        routing = [int(p) for p in action.value]
+        return plan.with_routing(version, action.target, routing, plan.keyed[action.target].partitions)
     if action.kind == PARTITIONS:
         n = int(action.value)
         return plan.with_routing(version, action.target, range_routing(plan.max_parallelism, n), n)

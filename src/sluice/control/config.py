@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
+from sluice.control.balancing import KeyGroupBalancing
 from sluice.control.chaining import DynamicChaining
 from sluice.control.policy import Policy
 from sluice.errors import ConfigError
@@ -25,6 +26,7 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     FixedPointBatchSizing.name: FixedPointBatchSizing,
     FixedAdmission.name: FixedAdmission,
     DynamicChaining.name: DynamicChaining,
+    KeyGroupBalancing.name: KeyGroupBalancing,
 }
 
 

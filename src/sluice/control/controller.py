@@ -112,6 +112,7 @@ class Controller:
             out[("threads", op)] = n
         for op, stage in plan.keyed.items():
             out[("partitions", op)] = stage.partitions
+            out[("routing", op)] = list(stage.routing)
         return out
 
     def _decided(self, batch_id: int, action: Action, view: ControlView) -> None:

@@ -180,9 +180,15 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
             metrics.flush()
             return
         store = KeyGroupStore(*store_args)
+        read_started = time.perf_counter()
         state = store.read(index, sorted(kgs), schema=kernel_state) if index is not None else None
         if state is None:
             state = state_schema.empty_table()
+        # what loading state costs: the balancer's migration cost per byte
+        metrics.add(op.id, "state_read_s", time.perf_counter() - read_started)
+        if index is not None:  # in the unit the balancer sees: bytes of the key groups' files
+            metrics.add(op.id, "state_read_bytes", sum(f.kg_bytes(kg) for kg in kgs
+                                                       for f in index.files_by_kg.get(kg, ())))
         ctx = BatchContext(context.batch_id, partition, context.watermark, context.processing_time)
         data = rows.drop_columns([INGEST])
         result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
