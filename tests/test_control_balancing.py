@@ -123,3 +123,48 @@ def test_live_balancing_moves_hot_key_groups_and_the_output_is_unchanged(spark, 
     assert PlanLog(checkpoint).latest().keyed[op_id].routing != PlanLog(checkpoint).plan_for(0).keyed[op_id].routing
     assert latest == expected  # every key's running count and sum, as if nothing had moved
     assert sum(n for n, _ in latest.values()) == 80_000
+
+
+class _Rescale:
+    """A policy that rescales the keyed stage at set batches (2 -> 4 -> 1 partitions)."""
+
+    name = "rescale_script"
+
+    def __init__(self, steps):
+        self.steps = dict(steps)
+
+    def propose(self, view):
+        from sluice.control.actions import PARTITIONS, Action
+
+        n = self.steps.get(view.batch_id)
+        if n is None:
+            return []
+        (op_id,) = view.plan.keyed
+        return [Action(PARTITIONS, op_id, n, f"scripted rescale to {n}")]
+
+    def restore(self, history):
+        pass
+
+    def describe(self):
+        return {"policy": self.name}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_live_rescale_2_to_4_to_1_partitions_keeps_state_exactly_once(spark, tmp_path):
+    from sluice.runtime.job import run_pipeline
+    from sluice.runtime.planlog import PlanLog
+
+    reference, expected = _skewed(64_000)
+    run_pipeline(reference, str(tmp_path / "fixed"), spark=spark)
+
+    p, latest = _skewed(64_000)
+    checkpoint = str(tmp_path / "rescaled")
+    # the arbiter waits for the windows to flush between structural changes: space them out
+    controller = Controller(p.graph, [_Rescale({1: 4, 4: 1})], checkpoint=checkpoint, resources=Resources(cores=2))
+    run_pipeline(p, checkpoint, spark=spark, controller=controller)
+    log = PlanLog(checkpoint)
+    (op_id,) = log.latest().keyed
+    assert [log.plan_for(b).keyed[op_id].partitions for b in (0, 2, 5)] == [2, 4, 1]
+    assert latest == expected
+    assert sum(n for n, _ in latest.values()) == 64_000
