@@ -18,6 +18,7 @@ from collections.abc import Callable
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.balancing import KeyGroupBalancing
 from sluice.control.chaining import DynamicChaining
+from sluice.control.scaling import OneStepScaling
 from sluice.control.policy import Policy
 from sluice.errors import ConfigError
 
@@ -27,6 +28,7 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     FixedAdmission.name: FixedAdmission,
     DynamicChaining.name: DynamicChaining,
     KeyGroupBalancing.name: KeyGroupBalancing,
+    OneStepScaling.name: OneStepScaling,
 }
 
 

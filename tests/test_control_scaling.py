@@ -1,0 +1,94 @@
+"""One-step rescaling (DS2) against a simulated keyed stage: converges in one step, both ways."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sluice.control import Controller, OneStepScaling, Resources, build_policies
+from sluice.plan.physical import KeyedStagePlan, Plan, range_routing
+from sluice.runtime.metrics import BatchMetrics
+
+K = 64
+
+
+class KeyedStageEngine:
+    """A keyed stage costing ``us_per_row`` of useful time a row, spread over its partitions
+    (at most ``cores`` at once), behind a source arriving at ``rate(t)`` rows/s. Each batch
+    admits what arrived while the last one ran; tasks also wait ``wait_s`` for their input."""
+
+    def __init__(self, rate, us_per_row: float, cores: int, overhead_s: float = 0.1, wait_s: float = 0.05):
+        self.rate, self.us, self.cores, self.overhead, self.wait = rate, us_per_row, cores, overhead_s, wait_s
+        self.clock, self.batch_id, self.last = 0.0, 0, 1.0
+
+    def step(self, plan: Plan) -> BatchMetrics:
+        p = plan.keyed["agg"].partitions
+        rows = int(self.rate(self.clock) * self.last)
+        useful = rows * self.us * 1e-6
+        duration = self.overhead + useful / min(p, self.cores)
+        m = BatchMetrics(batch_id=self.batch_id, plan_version=plan.version, started_at=self.clock,
+                         duration_s=duration, rows_in=rows, backlog={"src": 0},
+                         operators={"agg": {"rows_in": rows, "time_s": useful + p * self.wait,
+                                            "input_wait_s": p * self.wait}})
+        self.clock += duration
+        self.last = duration
+        self.batch_id += 1
+        return m
+
+
+def run(engine, plan, controller, batches):
+    partitions = []
+    for _ in range(batches):
+        m = engine.step(plan)
+        new = controller(m, plan)
+        plan = new or plan
+        partitions.append(plan.keyed["agg"].partitions)
+    return partitions
+
+
+def plan_of(p):
+    return Plan(version=0, max_parallelism=K, keyed={"agg": KeyedStagePlan(p, tuple(range_routing(K, p)))})
+
+
+def _graph():
+    import sluice
+    from sluice import agg, sinks, sources
+
+    pipe = sluice.Pipeline("ds2")
+    s = pipe.source(sources.generator(fields={"k": sources.Keys(10)}, total_rows=10))
+    s.key_by("k").aggregate(name="agg", n=agg.count()).sink(sinks.memory("o"))
+    return pipe.graph
+
+
+def test_scales_out_in_one_step_to_what_the_rate_needs():
+    # 30k rows/s at 60 us a row = 1.8 cores of work; at 70 % utilization: 2.57 -> 3 partitions
+    engine = KeyedStageEngine(lambda t: 30_000, us_per_row=60, cores=8)
+    controller = Controller(_graph(), [OneStepScaling(target_utilization=0.7)], resources=Resources(cores=8))
+    partitions = run(engine, plan_of(1), controller, 30)
+    assert partitions[-1] == math.ceil(30_000 * 60e-6 / 0.7) == 3
+    assert controller.decisions == 1  # one step, then it stays
+
+
+def test_follows_a_rate_step_down_and_never_exceeds_the_cores():
+    engine = KeyedStageEngine(lambda t: 60_000 if t < 20 else 5_000, us_per_row=60, cores=4)
+    controller = Controller(_graph(), [OneStepScaling(target_utilization=0.7)], resources=Resources(cores=4))
+    partitions = run(engine, plan_of(2), controller, 120)
+    assert max(partitions) == 4  # 60k rows/s needs 5.1 partitions; 4 cores are all there are
+    assert partitions[-1] == 1  # 5k rows/s: 0.3 cores of work
+    changes = sum(1 for a, b in zip(partitions, partitions[1:]) if a != b)
+    assert changes <= 3  # out once, in once (at most one intermediate step while the rate is seen)
+
+
+def test_useful_time_not_wall_time():
+    """Waiting for input is not work: a stage that mostly waits is not scaled out."""
+    engine = KeyedStageEngine(lambda t: 2_000, us_per_row=10, cores=4, wait_s=2.0)
+    controller = Controller(_graph(), [OneStepScaling()], resources=Resources(cores=4))
+    assert run(engine, plan_of(1), controller, 20)[-1] == 1
+
+
+def test_configurable_by_name():
+    (policy,) = build_policies([{"scaling": {"target_utilization": 0.5}}])
+    assert isinstance(policy, OneStepScaling) and policy.target_utilization == 0.5
+    with pytest.raises(ValueError):
+        OneStepScaling(target_utilization=0)
