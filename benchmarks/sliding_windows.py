@@ -43,6 +43,9 @@ from sluice import Pipeline, agg, sinks, sources
 from sluice import windows as W
 from sluice.runtime.session import spark_session
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import alternating, anchor_source, spark_batches, sustained  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 RATIOS = (1, 4, 15, 60)
@@ -67,30 +70,6 @@ def _count_rows(counter):
     def sink(batch_id, table):
         counter[batch_id] = table.num_rows
     return sink
-
-
-def sustained(batches: list[tuple[float, float, int]], warmup: int) -> float:
-    """Rows/s of the batches (start, end, rows) after ``warmup``: the median over batches of
-    rows / period, a batch's period being from its start to the next batch's start (its end
-    for the last), so the per-batch overhead between batches counts. The median keeps one
-    batch slowed by a neighbour on this shared machine from deciding the figure."""
-    import statistics
-
-    steady = sorted(batches)[warmup:]
-    if len(steady) < 2:
-        raise SystemExit("too few batches to measure: raise --batches")
-    rates = []
-    for (start, end, rows), nxt in zip(steady, steady[1:] + [None]):
-        period = (nxt[0] if nxt is not None else end) - start
-        rates.append(rows / period)
-    return statistics.median(rates)
-
-
-def alternating(a, b, repeats: int) -> list:
-    """``repeats`` runs of each, in the order a b b a a b ...: neither always runs first, so
-    load on this shared machine that comes and goes does not favour one of them."""
-    pairs = [[a, b] if i % 2 == 0 else [b, a] for i in range(repeats)]
-    return [x for pair in pairs for x in pair]
 
 
 def run_sluice(spark, spec, queries: list[list], shared: bool, workdir: str, warmup: int) -> dict:
@@ -121,14 +100,9 @@ def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: 
     """Spark's native sliding window with a watermark, append mode, same source and batches."""
     from pyspark.sql import functions as F
 
-    from sluice.runtime.sources import is_exhausted, open_stream, set_max_rows
+    from sluice.runtime.sources import is_exhausted
 
-    controls = os.path.join(workdir, "spark-sources")
-    checkpoint = os.path.join(workdir, "spark-checkpoint")
-    for d in (controls, checkpoint):
-        shutil.rmtree(d, ignore_errors=True)
-    set_max_rows(controls, "readings", spec.max_rows_per_batch)
-    frame = open_stream(spark, spec, controls, "readings")
+    frame, controls, checkpoint = anchor_source(spark, spec, workdir)
     delay_ms = int(spec.watermark_delay * 1000)
     aggregated = (
         frame.withWatermark("ts", f"{delay_ms} milliseconds")
@@ -149,20 +123,9 @@ def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: 
         query.processAllAvailable()
     finally:
         query.stop()
-    batches, output_rows = [], 0
-    for progress in query.recentProgress:
-        if progress["numInputRows"] == 0:  # e.g. the batch of the source's end-of-input offset
-            continue
-        start = _parse_time(progress["timestamp"])
-        batches.append((start, start + progress["durationMs"]["triggerExecution"] / 1000, progress["numInputRows"]))
-        output_rows += counter.get(progress["batchId"], 0)
+    batches = [(start, end, rows) for start, end, rows, _ in spark_batches(query)]
+    output_rows = sum(counter.get(batch_id, 0) for *_, batch_id in spark_batches(query))
     return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": output_rows}
-
-
-def _parse_time(text: str) -> float:
-    from datetime import datetime
-
-    return datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
 def plot(results: dict, path: Path) -> None:

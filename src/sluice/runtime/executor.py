@@ -38,6 +38,7 @@ from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
 from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, quote
 from sluice.runtime.task_metrics import MetricsParam, split_metrics
+from sluice.runtime.warmup import in_background
 
 MICROS = 1_000_000
 # quantiles of the ingest times of a batch's output rows: the oldest 1 % and 5 % give the
@@ -85,8 +86,15 @@ class BatchExecutor:
         self.checkpoint.write_json(Checkpoint.batch_record(batch_id, what), payload)
 
     def _recover_event_times(self) -> dict[str, int]:
+        """The latest event time seen per source, as of the last batch done. That record
+        carries the running maximum, so a restart reads one record, not one per batch ever
+        run (checkpoints written before it did are read in full)."""
+        done = self.checkpoint.done_batches()
+        last = (self._read_record(done[-1], "done") or {}) if done else {}
+        if "max_event_us_so_far" in last:
+            return {name: int(us) for name, us in last["max_event_us_so_far"].items()}
         latest: dict[str, int] = {}
-        for batch_id in self.checkpoint.done_batches():
+        for batch_id in done:
             record = self._read_record(batch_id, "done") or {}
             for name, us in (record.get("max_event_us") or {}).items():
                 latest[name] = max(latest.get(name, us), us)
@@ -168,7 +176,9 @@ class BatchExecutor:
         observed = {op_id: obs.take(per_op) if isinstance(obs, SourceStats) else obs.get
                     for op_id, obs in observations.items()}
         m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context)
-        self._write_record(batch_id, "done", {"max_event_us": self._observed_event_times(observed)})
+        observed_event_us = self._observed_event_times(observed)  # also advances self.max_event_us
+        self._write_record(batch_id, "done", {"max_event_us": observed_event_us,
+                                              "max_event_us_so_far": dict(self.max_event_us)})
         metrics_log.append(self.checkpoint, m)
         self._compact(batch_id)
         for frame in persisted:
@@ -211,7 +221,7 @@ class BatchExecutor:
                     store.compact(batch_id)
                 return due
 
-            self._compaction = _background(compact)
+            self._compaction = in_background(compact, "sluice-compaction")
 
     def close(self) -> None:
         """Wait for a background compaction, then collect the history it made redundant.
@@ -429,23 +439,6 @@ def _ingest_mean(hidden: pa.Table) -> float | None:
     micros = pc.drop_null(hidden[INGEST].cast(pa.timestamp("us", tz="UTC"))).cast(pa.int64())
     mean = pc.mean(micros).as_py()
     return None if mean is None else float(mean)
-
-
-def _background(work):
-    """Run ``work`` on a daemon thread; returns its Future."""
-    import threading
-    from concurrent.futures import Future
-
-    future: Future = Future()
-
-    def run():
-        try:
-            future.set_result(work())
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the result
-            future.set_exception(exc)
-
-    threading.Thread(target=run, name="sluice-compaction", daemon=True).start()
-    return future
 
 
 def _with_threads(op: Operator, plan: Plan) -> Operator:

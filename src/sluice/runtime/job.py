@@ -50,18 +50,29 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     file (default: adaptive batch sizing). ``on_control`` receives the controller's state
     after each batch (each constraint's state, the last decision), before ``on_batch``.
     """
-    from sluice.runtime.schemas import SOURCE_ID, SparkTyper
+    from sluice.runtime.schemas import SparkTyper
     from sluice.runtime.session import spark_session
-    from sluice.runtime.sources import is_exhausted, open_stream, read_backlog, set_max_rows
+    from sluice.runtime.sources import is_exhausted, read_backlog
+    from sluice.runtime.warmup import in_background, start_python_workers
 
     if duration is not None and duration <= 0:
         raise ConfigError(f"duration must be positive seconds, got {duration}")
     if trigger_interval < 0:
         raise ConfigError(f"trigger_interval must be >= 0 seconds, got {trigger_interval}")
     checkpoint = Checkpoint.of(checkpoint)
-    spark = spark or spark_session(master)
+    if spark is None:
+        spark = spark_session(master)
+        # a fresh session has no Python workers yet: start them while the driver validates
+        # and opens the sources, not in the first batch (``runtime.warmup``)
+        start_python_workers(spark)
     graph = pipeline.graph
-    graph.validate(typer=SparkTyper(spark))
+    # Spark's analyzer types the graph's SQL while Spark opens the sources: both mostly wait
+    # (on Py4J, on Python planning processes), so they overlap well
+    validation = in_background(lambda: graph.validate(typer=SparkTyper(spark)), "sluice-validate")
+    try:
+        frames, infos = _open_sources(spark, graph, checkpoint, max_rows_per_batch)
+    finally:
+        validation.result()  # a pipeline that does not validate fails with its own error first
 
     plan_log = PlanLog(checkpoint)
     if plan is not None:
@@ -74,20 +85,6 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         plan_log.write(initial_plan(graph, pipeline.partitions, fuse=fuse))
 
     controls = checkpoint.sources
-    from pyspark.sql import functions as F
-
-    frames, infos = [], []
-    for i, op in enumerate(graph.sources()):
-        spec = op.params["spec"]
-        limit = max_rows_per_batch or getattr(spec, "max_rows_per_batch", None)
-        if limit:
-            set_max_rows(controls, op.id, limit)
-        frame = open_stream(spark, spec, controls, op.id)
-        if len(graph.sources()) > 1:
-            frame = frame.withColumn(SOURCE_ID, F.lit(i))
-        frames.append(frame)
-        delay = getattr(spec, "watermark_delay", 0) or 0
-        infos.append(SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS)))
     stream = frames[0]
     for frame in frames[1:]:
         stream = stream.unionByName(frame, allowMissingColumns=True)
@@ -163,6 +160,29 @@ def _reporting(control, on_control):
         return new_plan
 
     return step
+
+
+def _open_sources(spark, graph, checkpoint: Checkpoint, max_rows_per_batch: int | None) -> tuple[list, list[SourceInfo]]:
+    """A streaming DataFrame per source, and what the executor must know about each."""
+    from pyspark.sql import functions as F
+
+    from sluice.runtime.schemas import SOURCE_ID
+    from sluice.runtime.sources import open_stream, set_max_rows
+
+    controls = checkpoint.sources
+    frames, infos = [], []
+    for i, op in enumerate(graph.sources()):
+        spec = op.params["spec"]
+        limit = max_rows_per_batch or getattr(spec, "max_rows_per_batch", None)
+        if limit:
+            set_max_rows(controls, op.id, limit)
+        frame = open_stream(spark, spec, controls, op.id)
+        if len(graph.sources()) > 1:
+            frame = frame.withColumn(SOURCE_ID, F.lit(i))
+        frames.append(frame)
+        delay = getattr(spec, "watermark_delay", 0) or 0
+        infos.append(SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS)))
+    return frames, infos
 
 
 def _check_plan(plan: Plan, graph) -> None:

@@ -53,10 +53,23 @@ class SparkTyper:
         self.spark = spark
 
     def __call__(self, op: Operator, schema: pa.Schema) -> pa.Schema:
-        empty = self.spark.createDataFrame([], to_spark(schema))
+        empty = self._empty(to_spark(schema))
         try:
             out = apply_native(op, empty).schema
         except AnalysisException as exc:
             first = str(exc).splitlines()[0]
             raise SchemaError(f"Spark cannot resolve it: {first}", op.name, op.location) from None
         return to_arrow(out)
+
+    def _empty(self, schema: StructType):
+        """An empty DataFrame of ``schema`` made in the JVM (a local relation): PySpark's
+        ``createDataFrame([])`` goes through a Python RDD (a temporary file, a parallelized
+        collection), which costs far more than the analysis it is for."""
+        from pyspark.sql import DataFrame
+
+        try:
+            jvm = self.spark._jvm
+            jschema = jvm.org.apache.spark.sql.types.DataType.fromJson(schema.json())
+            return DataFrame(self.spark._jsparkSession.createDataFrame(jvm.java.util.ArrayList(), jschema), self.spark)
+        except Exception:  # noqa: BLE001 - e.g. Spark Connect has no JVM: the public way
+            return self.spark.createDataFrame([], schema)

@@ -189,11 +189,15 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         if index is not None:  # in the unit the balancer sees: bytes of the key groups' files
             metrics.add(op.id, "state_read_bytes", sum(f.kg_bytes(kg) for kg in kgs
                                                        for f in index.files_by_kg.get(kg, ())))
+        step = time.perf_counter()
+        # where the rest of the stage's time goes, step by step (keyed_throughput's profile)
         ctx = BatchContext(context.batch_id, partition, context.watermark, context.processing_time)
         data = rows.drop_columns([INGEST])
         result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
+        step = _timed(metrics, op.id, "kernel_s", step)
         if result.upserts.num_rows or (result.deletes is not None and result.deletes.num_rows):
             store.write_delta(context.batch_id, partition, result.upserts, result.deletes)
+        step = _timed(metrics, op.id, "delta_write_s", step)
         for name, n in result.metrics.items():
             metrics.add(op.id, name, n)
         for name, side in result.side_outputs.items():
@@ -209,11 +213,20 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         output = _attach_ingest(result.output, rows, keys, context.processing_time, result.key_ids)
         for kg, n in zip(kg_values, kg_counts):
             metrics.add(f"{op.id}#kg", f"{kg}", n)
+        output = output.select(out_schema.names).cast(out_schema)
+        _timed(metrics, op.id, "output_s", step)
         metrics.op_timing(op.id, rows.num_rows, output.num_rows, time.perf_counter() - start)
         metrics.flush()
-        yield from output.select(out_schema.names).cast(out_schema).to_batches()
+        yield from output.to_batches()
 
     return df.mapInArrow(run, to_spark(out_schema))
+
+
+def _timed(metrics: TaskMetrics, op_id: str, metric: str, since: float) -> float:
+    """Add the seconds since ``since`` to ``metric``; return now (the start of the next step)."""
+    now = time.perf_counter()
+    metrics.add(op_id, metric, now - since)
+    return now
 
 
 def _counts(rows: pa.Table):

@@ -1,0 +1,296 @@
+"""Keyed running aggregates: Sluice's key-group store against Spark Structured Streaming's
+stateful groupBy (update mode).
+
+    .venv/bin/python benchmarks/keyed_throughput.py [--quick] [--master URL]
+
+The same query on both, from the same generator source (100,000 keys, uniform) and the same
+rows per batch: a Python map over Arrow (the same function, a ``mapInArrow`` pass on both
+sides), a filter (Spark SQL on both), then a running count and sum per key; every batch's
+updated keys are collected to the driver (the whole output, as Arrow).
+
+- Sluice: ``map_batches(f).filter(sql).key_by("meter").aggregate(n=count(), total=sum("wh"))``,
+  state in the key-group store (Arrow delta files, checksummed), exactly once.
+- Spark: ``mapInArrow(f).filter(sql).groupBy("meter").agg(count, sum)``, output mode
+  ``update``, state in Spark's HDFS-backed state store, through ``foreachBatch``.
+
+Both run with the same number of shuffle / keyed partitions (2) on local[2] (or the master
+given).
+
+**Max sustained rate**: the source has no rate, so every batch finds a full backlog and takes
+exactly ``rows_per_batch`` rows: the throughput of back-to-back batches of a fixed size,
+measured as the median over the batches after the warm-up of rows / batch period (a batch's
+period runs from its start to the next one's start, so the work between batches counts).
+
+**Latency at half rate**: each system again (a run of a fixed number of batches), with the
+source producing rows at half its own max sustained rate; a record's latency is the end of the batch that processed it (the
+sink's write) minus its arrival at the source; p50 and p95 over every record of the steady
+batches (arrival times come from the source's offsets in Spark's offset log, which both
+systems write).
+
+**Profile**: where a Sluice batch's time goes, from the keyed stage's task metrics (input
+wait = the upstream map and filter plus the Arrow transfer from the JVM; state read; kernel;
+delta write; output), summed over tasks.
+
+The machine is shared: full mode alternates the two systems (A B B A A B) and keeps the best
+run of each. Writes docs/results/keyed_throughput.json and keyed_throughput.png; the last
+line printed is a JSON object with ``ratio`` = Sluice / Spark max sustained rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluice import Pipeline, agg, sinks, sources
+from sluice.runtime.session import spark_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import alternating, anchor_source, spark_batches, sustained  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+KEYS = 100_000
+PARTITIONS = 2
+FILTER = "wh >= 0"
+SCHEMA = {"meter": "string", "kwh": "double", "wh": "double"}
+
+
+def to_wh(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The Python map: watt-hours from kilowatt-hours (vectorized over the batch)."""
+    return pa.RecordBatch.from_arrays([batch.column("meter"), batch.column("kwh"),
+                                       pc.multiply(batch.column("kwh"), 1000.0)], names=["meter", "kwh", "wh"])
+
+
+def make_spec(per_batch: int, total_rows: int | None, rate: float | None, seed: int = 5):
+    return sources.generator(fields={"meter": sources.Keys(KEYS, prefix="meter-"), "kwh": sources.Normal(0.4, 0.2)},
+                             total_rows=total_rows, rate=rate, seed=seed, max_rows_per_batch=per_batch)
+
+
+# ---- the two systems ----------------------------------------------------------------------------
+def run_sluice(spark, spec, workdir: str, batches: int | None) -> dict:
+    """Until the source ends, or ``batches`` batches."""
+    checkpoint = os.path.join(workdir, "sluice")
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    ends: dict[int, float] = {}
+
+    def collect(batch_id, table):
+        ends[batch_id] = time.time()
+
+    p = Pipeline("keyed_throughput", partitions=PARTITIONS)
+    (p.source(spec, name="readings").map_batches(to_wh, schema=SCHEMA, name="to_wh").filter(FILTER, name="valid")
+     .key_by("meter").aggregate(n=agg.count(), total=agg.sum("wh"), name="per_meter")
+     .sink(sinks.callback(collect), name="out"))
+    result = p.run(checkpoint, spark=spark,
+                   stop_when=None if batches is None else (lambda executor: executor.batches_done >= batches))
+    data = [m for m in result.metrics if m.rows_in]
+    batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in, m.batch_id) for m in data]
+    profile: dict[str, float] = {}
+    for m in data:
+        for name, value in m.operators.get("per_meter", {}).items():
+            if name.endswith("_s"):
+                profile[name] = profile.get(name, 0.0) + value
+    return {"batches": batches, "ends": ends, "offsets": os.path.join(checkpoint, "spark", "offsets"),
+            "profile": profile, "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data)}
+
+
+def run_spark(spark, spec, workdir: str, batches: int | None) -> dict:
+    from pyspark.sql import functions as F
+
+    from sluice.runtime.schemas import to_spark
+    from sluice.runtime.sources import is_exhausted
+
+    frame, controls, checkpoint = anchor_source(spark, spec, workdir)
+    schema = to_spark(pa.schema([(n, pa.string() if t == "string" else pa.float64()) for n, t in SCHEMA.items()]))
+    counts = (frame.select("meter", "kwh").mapInArrow(lambda batches: map(to_wh, batches), schema).filter(FILTER)
+              .groupBy("meter").agg(F.count(F.lit(1)).alias("n"), F.sum("wh").alias("total")))
+    ends: dict[int, float] = {}
+    rows: dict[int, int] = {}
+
+    def collect(df, batch_id):
+        rows[batch_id] = df.toArrow().num_rows
+        ends[batch_id] = time.time()
+
+    spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
+    query = (counts.writeStream.outputMode("update").foreachBatch(collect)
+             .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
+    try:
+        while query.isActive and not is_exhausted(controls, "readings"):
+            if batches is not None and len(ends) >= batches:
+                break
+            time.sleep(0.1)
+        if batches is None:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    if query.exception() is not None:
+        raise SystemExit(f"Spark's query failed: {query.exception()}")
+    return {"batches": spark_batches(query), "ends": ends, "offsets": os.path.join(checkpoint, "offsets"),
+            "profile": {}, "output_rows": sum(rows.values())}
+
+
+RUNNERS = {"sluice": run_sluice, "spark": run_spark}
+
+
+# ---- figures ----------------------------------------------------------------------------------
+def max_rate(run: dict, warmup: int) -> float:
+    return sustained([(start, end, rows) for start, end, rows, _ in run["batches"]], warmup)
+
+
+def record_latencies(run: dict, warmup: int, rate: float) -> tuple[float, float]:
+    """p50 and p95 over the records of the steady batches, in ms: end of their batch minus
+    their arrival (row i arrives at start_us + i / rate, its offset says where a batch ends)."""
+    from sluice.graph.sources import arrival_us
+
+    steady = sorted(run["batches"])[warmup:]
+    samples = []
+    for _, _, _, batch_id in steady:
+        first, stop, start_us = _row_range(run["offsets"], batch_id)
+        if stop <= first or batch_id not in run["ends"]:
+            continue
+        step = max(1, (stop - first) // 2000)  # 2,000 records a batch are plenty for percentiles
+        arrivals = arrival_us(start_us, rate, np.arange(first, stop, step, dtype=np.int64))
+        samples.append(run["ends"][batch_id] * 1e6 - arrivals)
+    if not samples:
+        raise SystemExit("no steady batch to measure latency on: raise --latency-batches")
+    all_us = np.concatenate(samples)
+    return float(np.percentile(all_us, 50) / 1000), float(np.percentile(all_us, 95) / 1000)
+
+
+def _row_range(offsets_dir: str, batch_id: int) -> tuple[int, int, int]:
+    """(first row, end row, start_us) of one batch, from the source's offsets in Spark's log."""
+    def end_offset(b: int) -> dict | None:
+        path = os.path.join(offsets_dir, str(b))
+        if b < 0 or not os.path.exists(path):
+            return None
+        lines = open(path).read().splitlines()
+        return json.loads(lines[2])
+
+    end = end_offset(batch_id)
+    before = end_offset(batch_id - 1)
+    return (before["rows"] if before else 0), end["rows"], end["start_us"]
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.8))
+    systems = ["sluice", "spark"]
+    labels = ["Sluice", "Spark groupBy"]
+    ax1.bar(labels, [results[s]["max_rows_per_s"] for s in systems], color=["tab:blue", "tab:orange"])
+    for i, s in enumerate(systems):
+        runs = results[s]["runs_rows_per_s"]
+        ax1.vlines(i, min(runs), max(runs), colors="black", alpha=0.6)
+    ax1.set_ylabel("max sustained rate (rows/s)")
+    ax1.set_title(f"ratio {results['ratio']:.2f} (bars: every run)", fontsize=10)
+    profile = results["sluice"].get("profile_s_per_batch", {})
+    if profile:
+        names = list(profile)
+        ax2.barh(names, [profile[n] for n in names], color="tab:blue")
+        ax2.set_xlabel("seconds per batch, summed over tasks")
+        ax2.set_title("Sluice keyed stage: where the time goes", fontsize=10)
+        ax2.invert_yaxis()
+    fig.suptitle(f"Keyed running count and sum, {KEYS:,} keys, {results['setup']['master']}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+PROFILE_PARTS = {  # keyed-stage task metrics -> what they are
+    "input_wait_s": "input (map, filter, exchange, Arrow transfer)",
+    "state_read_s": "state read and merge",
+    "kernel_s": "kernel (group-by, join, combine)",
+    "delta_write_s": "delta write",
+    "output_s": "output (ingest times, cast)",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer batches, one run each (under 3 minutes)")
+    parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
+    parser.add_argument("--rows-per-batch", type=int, default=None)
+    parser.add_argument("--batches", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None, help="runs of each system, best kept (1 quick, 3 full)")
+    parser.add_argument("--latency-batches", type=int, default=None, help="batches of each half-rate run")
+    parser.add_argument("--name", default="keyed_throughput", help="results file name (docs/results/NAME.json)")
+    args = parser.parse_args(argv)
+    per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
+    n_batches = args.batches or (7 if args.quick else 12)
+    repeats = args.repeats or (1 if args.quick else 3)
+    latency_batches = args.latency_batches or (8 if args.quick else 20)
+    warmup = 2
+    mode = "quick" if args.quick else "full"
+    spark = spark_session(args.master, "keyed_throughput_benchmark",
+                          conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"})
+    workdir = tempfile.mkdtemp(prefix="sluice-keyed-")
+    print(f"keyed throughput: running count and sum over {KEYS:,} keys behind a Python map and a filter, "
+          f"{n_batches} batches of {per_batch:,} rows, {PARTITIONS} partitions on {args.master}, "
+          f"best of {repeats} ({mode} mode)", flush=True)
+    warm = make_spec(per_batch, per_batch * 2, None, seed=99)
+    for runner in RUNNERS.values():  # JVM code paths and Python workers warm for both
+        runner(spark, warm, workdir, None)
+
+    spec = make_spec(per_batch, per_batch * n_batches, None)
+    runs: dict[str, list[dict]] = {"sluice": [], "spark": []}
+    for system in alternating("sluice", "spark", repeats):
+        run = RUNNERS[system](spark, spec, workdir, None)
+        run["rate"] = max_rate(run, warmup)
+        runs[system].append(run)
+        print(f"  {system:<7} max sustained {run['rate']:>11,.0f} rows/s ({len(run['batches'])} batches, "
+              f"{run['output_rows']:,} rows out)", flush=True)
+    best = {s: max(rs, key=lambda r: r["rate"]) for s, rs in runs.items()}
+    ratio = best["sluice"]["rate"] / best["spark"]["rate"]
+
+    latency = {}
+    for system in alternating("sluice", "spark", 1):
+        half = best[system]["rate"] / 2
+        run = RUNNERS[system](spark, make_spec(per_batch, None, half, seed=7), workdir, latency_batches)
+        latency[system] = record_latencies(run, warmup, half)
+        print(f"  {system:<7} at {half:>11,.0f} rows/s: latency p50 {latency[system][0]:,.0f} ms, "
+              f"p95 {latency[system][1]:,.0f} ms", flush=True)
+
+    steady = len(best["sluice"]["batches"])
+    profile = {PROFILE_PARTS[k]: round(v / steady, 3) for k, v in best["sluice"]["profile"].items()
+               if k in PROFILE_PARTS}
+    results = {
+        "benchmark": "keyed_throughput", "mode": mode, "ratio": round(ratio, 3),
+        "setup": {"keys": KEYS, "rows_per_batch": per_batch, "batches": n_batches, "warmup_batches": warmup,
+                  "best_of": repeats, "partitions": PARTITIONS, "master": args.master, "filter": FILTER,
+                  "max_rate": "source without a rate (always-full backlog), fixed rows per batch; median over "
+                              "steady batches of rows / batch period",
+                  "latency": "per record: end of its batch's sink write - its arrival at the source, at half "
+                             "the system's own max rate, p50/p95 over the steady batches"},
+        **{s: {"max_rows_per_s": round(best[s]["rate"]), "runs_rows_per_s": [round(r["rate"]) for r in runs[s]],
+               "half_rate_rows_per_s": round(best[s]["rate"] / 2),
+               "latency_p50_ms": round(latency[s][0], 1), "latency_p95_ms": round(latency[s][1], 1)}
+           for s in runs},
+    }
+    results["sluice"]["profile_s_per_batch"] = profile
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, RESULTS / f"{args.name}.png")
+    shutil.rmtree(workdir, ignore_errors=True)
+    print("Sluice keyed stage, seconds per batch summed over tasks: "
+          + ", ".join(f"{k} {v}" for k, v in profile.items()))
+    print(json.dumps({"benchmark": "keyed_throughput", "ratio": round(ratio, 3), "mode": mode, "master": args.master,
+                      "sluice_rows_per_s": results["sluice"]["max_rows_per_s"],
+                      "spark_rows_per_s": results["spark"]["max_rows_per_s"],
+                      "sluice_p95_ms": results["sluice"]["latency_p95_ms"],
+                      "spark_p95_ms": results["spark"]["latency_p95_ms"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Helpers the throughput benchmarks share: how a sustained rate is measured, and how runs
+of two systems are interleaved on this shared machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+from datetime import datetime
+
+
+def sustained(batches: list[tuple[float, float, int]], warmup: int) -> float:
+    """Rows/s of the batches (start, end, rows) after ``warmup``: the median over batches of
+    rows / period, a batch's period being from its start to the next batch's start (its end
+    for the last), so the per-batch overhead between batches counts. The median keeps one
+    batch slowed by a neighbour on this shared machine from deciding the figure."""
+    steady = sorted(batches)[warmup:]
+    if len(steady) < 2:
+        raise SystemExit("too few batches to measure: raise --batches")
+    rates = []
+    for (start, end, rows), nxt in zip(steady, steady[1:] + [None]):
+        period = (nxt[0] if nxt is not None else end) - start
+        rates.append(rows / period)
+    return statistics.median(rates)
+
+
+def alternating(a, b, repeats: int) -> list:
+    """``repeats`` runs of each, in the order a b b a a b ...: neither always runs first, so
+    load on this shared machine that comes and goes does not favour one of them."""
+    pairs = [[a, b] if i % 2 == 0 else [b, a] for i in range(repeats)]
+    return [x for pair in pairs for x in pair]
+
+
+def parse_time(text: str) -> float:
+    """Seconds since the epoch of a timestamp in Spark's progress reports."""
+    return datetime.strptime(text.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+
+def spark_batches(query) -> list[tuple[float, float, int, int]]:
+    """(start, end, rows, batch id) of each batch with rows in a Spark query's recent progress."""
+    out = []
+    for progress in query.recentProgress:
+        if progress["numInputRows"] == 0:  # e.g. the batch of a source's end-of-input offset
+            continue
+        start = parse_time(progress["timestamp"])
+        end = start + progress["durationMs"]["triggerExecution"] / 1000
+        out.append((start, end, progress["numInputRows"], progress["batchId"]))
+    return out
+
+
+def anchor_source(spark, spec, workdir: str, name: str = "readings"):
+    """The same source a Sluice run reads, opened for a Spark query (fresh control files,
+    the spec's admission limit); returns (streaming frame, control dir, checkpoint dir)."""
+    from sluice.runtime.sources import open_stream, set_max_rows
+
+    controls = os.path.join(workdir, "spark-sources")
+    checkpoint = os.path.join(workdir, "spark-checkpoint")
+    for d in (controls, checkpoint):
+        shutil.rmtree(d, ignore_errors=True)
+    set_max_rows(controls, name, spec.max_rows_per_batch)
+    return open_stream(spark, spec, controls, name), controls, checkpoint

@@ -1,0 +1,299 @@
+"""Start and restart of the demo pipeline: how long until its first batch is committed, and
+where that time goes.
+
+    .venv/bin/python benchmarks/startup.py [--quick] [--runs N]
+
+The demo (``sluice demo``'s smart-meter pipeline: a Python parse, a SQL filter, two keyed
+operators, two file sinks) runs in a child process on local[2]:
+
+- **cold start**: a fresh checkpoint; process launch to the first committed batch;
+- **restart**: the same job SIGKILLed (driver and JVM) once it has committed a few batches
+  and relaunched on its checkpoint; launch to the first batch the new run commits.
+
+The child marks each phase as it passes it (the interpreter and imports, the JVM and
+SparkSession, validating the graph (Spark types the SQL expressions), opening the source,
+starting the query, Spark's planning of the first batch, the batch itself by step), and
+Spark's own progress report splits its first trigger (offsets, planning, the
+``foreachBatch`` call). Steady batches of the same run are the yardstick.
+
+The anchor is Spark Structured Streaming's own stateful query over the same source
+(``groupBy(meter).agg(count, avg, max, sum)``, update mode, written with ``foreachBatch``), cold
+and restarted the same way. Best of ``--runs`` (the machine is shared). Writes
+docs/results/startup.json and startup.png; the last line printed is a JSON object whose
+``ratio`` is Spark's restart time over Sluice's (larger: Sluice is back sooner).
+"""
+
+from __future__ import annotations
+
+import time
+
+T0 = time.time()  # before any heavy import: the phases count from here
+
+import argparse  # noqa: E402
+import glob  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
+RATE = 20_000
+
+
+# ---- the child ---------------------------------------------------------------------------------
+class Marks:
+    """Phase marks of one run, appended to a JSON-lines file as they happen (a SIGKILL may
+    come at any time)."""
+
+    def __init__(self, path: str, launched: float):
+        self.path = path
+        self.launched = launched
+
+    def __call__(self, phase: str, **extra) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"phase": phase, "t": round(time.time() - self.launched, 3), **extra}) + "\n")
+
+
+def instrument(mark: Marks) -> None:
+    """Mark the phases of ``run_pipeline`` by wrapping the functions it calls (measurement
+    only: behaviour unchanged)."""
+    import pyspark.sql.streaming.readwriter as rw
+
+    import sluice.runtime.executor as executor
+    import sluice.runtime.schemas as schemas
+    import sluice.runtime.session as session
+    import sluice.runtime.sources as src
+
+    def after(module, name, phase):
+        original = getattr(module, name)
+
+        def wrapped(*args, **kwargs):
+            result = original(*args, **kwargs)
+            mark(phase)
+            return result
+
+        setattr(module, name, wrapped)
+
+    after(session, "spark_session", "spark_session")
+    after(src, "open_stream", "source_opened")
+    after(rw.DataStreamWriter, "start", "query_started")
+    typer = schemas.SparkTyper.__call__
+
+    def typed(self, op, schema):
+        out = typer(self, op, schema)
+        mark("typed", op=op.name)
+        return out
+
+    schemas.SparkTyper.__call__ = typed
+    run = executor.BatchExecutor._run
+    first: list[int] = []
+
+    def batch(self, df, batch_id, *args, **kwargs):
+        if not first:
+            mark("first_batch_called", batch=batch_id)
+        run(self, df, batch_id, *args, **kwargs)
+        if not first:
+            first.append(batch_id)
+            mark("first_commit", batch=batch_id)
+
+    executor.BatchExecutor._run = batch
+    write_sink = executor.BatchExecutor._write_sink
+
+    def sink(self, op, *args, **kwargs):
+        out = write_sink(self, op, *args, **kwargs)
+        if len(first) == 0:
+            mark("first_batch_sink", sink=op.id)
+        return out
+
+    executor.BatchExecutor._write_sink = sink
+
+
+def child(system: str, workdir: str, launched: float) -> None:
+    mark = Marks(os.path.join(workdir, "marks.jsonl"), launched)
+    mark("interpreter", t_abs=T0)
+    import pyspark  # noqa: F401
+
+    import sluice  # noqa: F401
+    mark("imports")
+    instrument(mark)
+    from sluice.demo import build_pipeline
+    from sluice.runtime.session import spark_session
+
+    out = os.path.join(workdir, "out")
+    if system == "sluice":
+        pipeline = build_pipeline(out, rate=RATE)
+        done = []
+
+        def on_batch(m):
+            done.append(m)
+            mark("batch_done", batch=m.batch_id, duration_s=m.duration_s, rows=m.rows_in)
+            if len(done) == 2:  # Spark's split of the first trigger (its progress is final by now)
+                mark("first_trigger", progress=_first_progress())
+
+        pipeline.run(os.path.join(workdir, "checkpoint"), master="local[2]", on_batch=on_batch)
+        return
+    from pyspark.sql import functions as F
+
+    from sluice.runtime.sources import open_stream, set_max_rows
+
+    spark = spark_session("local[2]", "startup_anchor", conf={"spark.sql.shuffle.partitions": "2"})
+    spec = build_pipeline(out, rate=RATE).graph["readings"].params["spec"]
+    controls = os.path.join(workdir, "checkpoint", "sources")
+    set_max_rows(controls, "readings", spec.max_rows_per_batch)
+    stats = (open_stream(spark, spec, controls, "readings").filter("voltage BETWEEN 210 AND 250 AND kwh >= 0")
+             .groupBy("meter").agg(F.count(F.lit(1)).alias("readings"), F.avg("kwh").alias("mean_kwh"),
+                                   F.max("kwh").alias("max_kwh"), F.sum("kwh").alias("total_kwh")))
+    state = {"first": None}
+
+    def write(df, batch_id):
+        t = time.time()
+        if state["first"] is None:
+            state["first"] = batch_id
+            mark("first_batch_called", batch=batch_id)
+        df.write.mode("overwrite").parquet(os.path.join(out, f"batch={batch_id}"))
+        if state["first"] == batch_id:
+            mark("first_commit", batch=batch_id)
+        mark("batch_done", batch=batch_id, duration_s=round(time.time() - t, 4))
+
+    query = (stats.writeStream.outputMode("update").foreachBatch(write)
+             .option("checkpointLocation", os.path.join(workdir, "checkpoint", "spark"))
+             .trigger(processingTime="0 seconds").start())
+    query.awaitTermination()
+
+
+def _first_progress() -> dict | None:
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    for query in spark.streams.active if spark else []:
+        if query.recentProgress:
+            return query.recentProgress[0]["durationMs"]
+    return None
+
+
+# ---- the parent --------------------------------------------------------------------------------
+def read_marks(workdir: str) -> list[dict]:
+    path = os.path.join(workdir, "marks.jsonl")
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
+def one_run(system: str, workdir: str, batches_before_kill: int, timeout: float = 600) -> dict:
+    """Launch the child, wait for ``batches_before_kill`` committed batches (then SIGKILL it)
+    or, with 0, until its first commit and a few steady batches."""
+    marks_path = os.path.join(workdir, "marks.jsonl")
+    if os.path.exists(marks_path):
+        os.remove(marks_path)
+    launched = time.time()
+    proc = subprocess.Popen([sys.executable, __file__, "--child", system, "--workdir", workdir,
+                             "--launched", repr(launched)], stdout=open(os.path.join(workdir, "child.log"), "ab"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    want = max(batches_before_kill, 6)
+    cpu: dict[int, float] = {}  # pid -> CPU seconds, of every process of the job (driver, JVM, workers)
+    cpu_to_first_commit = None
+    while time.time() - launched < timeout:
+        marks = read_marks(workdir)
+        _sample_cpu(proc.pid, cpu)
+        if cpu_to_first_commit is None and any(m["phase"] == "first_commit" for m in marks):
+            cpu_to_first_commit = round(sum(cpu.values()), 2)
+        if sum(m["phase"] == "batch_done" for m in marks) >= want or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    died = proc.poll()
+    if died is not None:
+        raise SystemExit(f"the {system} job died ({died}); see {workdir}/child.log")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    marks = read_marks(workdir)
+    phases = {}
+    for m in marks:
+        phases.setdefault(m["phase"], m["t"])
+    steady = [m["duration_s"] for m in marks if m["phase"] == "batch_done"][2:]
+    return {"phases": phases, "cpu_s_to_first_commit": cpu_to_first_commit, "steady_batch_s": round(sorted(steady)[len(steady) // 2], 3) if steady else None,
+            "first_trigger_ms": next((m.get("progress") for m in marks if "progress" in m), None)}
+
+
+def _sample_cpu(group: int, cpu: dict[int, float]) -> None:
+    """Record the CPU seconds (user + system) so far of each process in session ``group``
+    (the child's: its JVM, and Spark's Python daemons, which make process groups of their
+    own, inherit it): the work a start costs, which the other tenants of this machine slow down
+    much less than they slow its wall-clock time."""
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in os.listdir("/proc"):  # (a worker that exited before a sample is missed)
+        if not pid.isdigit():
+            continue
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == group:  # field 6 of stat: the session
+            cpu[int(pid)] = (int(fields[11]) + int(fields[12])) / tick
+
+
+def measure(system: str, root: str) -> dict:
+    workdir = os.path.join(root, system)
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(workdir)
+    cold = one_run(system, workdir, 8)
+    restart = one_run(system, workdir, 0)
+    return {"cold": cold, "restart": restart}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one run of each")
+    parser.add_argument("--runs", type=int, default=None, help="runs of each system, best kept (1 quick, 3 full)")
+    parser.add_argument("--child", choices=("sluice", "spark"), help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--name", default="startup", help="results file name (docs/results/NAME.json)")
+    parser.add_argument("--sluice-only", action="store_true", help="no Spark anchor (before/after comparisons)")
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.workdir, args.launched)
+        return 0
+    runs = args.runs or (1 if args.quick else 3)
+    root = tempfile.mkdtemp(prefix="sluice-startup-")
+    print(f"startup: the demo pipeline on local[2], cold start and restart after SIGKILL, best of {runs}", flush=True)
+    systems = ("sluice",) if args.sluice_only else ("sluice", "spark")
+    results: dict[str, list[dict]] = {s: [] for s in systems}
+    for i in range(runs):
+        for system in (systems if i % 2 == 0 else systems[::-1]):
+            r = measure(system, root)
+            results[system].append(r)
+            print(f"  {system:<7} cold: first commit {r['cold']['phases'].get('first_commit')} s "
+                  f"({r['cold']['cpu_s_to_first_commit']} CPU s), restart: first commit "
+                  f"{r['restart']['phases'].get('first_commit')} s ({r['restart']['cpu_s_to_first_commit']} CPU s), "
+                  f"steady batch {r['cold']['steady_batch_s']} s", flush=True)
+            print("          cold phases:    " + json.dumps(r["cold"]["phases"]), flush=True)
+            print("          restart phases: " + json.dumps(r["restart"]["phases"]), flush=True)
+
+    def best(system: str, which: str) -> dict:
+        return min(results[system], key=lambda r: r[which]["phases"].get("first_commit", 1e9))[which]
+
+    summary = {s: {w: best(s, w) for w in ("cold", "restart")} for s in results}
+    out = {"benchmark": "startup", "runs": runs, "setup": {"pipeline": "sluice demo (smart meters)", "rate": RATE,
+                                                          "master": "local[2]"},
+           "best": summary, "all": results}
+    sluice_restart = summary["sluice"]["restart"]["phases"].get("first_commit")
+    spark_restart = summary["spark"]["restart"]["phases"].get("first_commit") if "spark" in summary else None
+    out["ratio"] = round(spark_restart / sluice_restart, 3) if sluice_restart and spark_restart else None
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(out, indent=2) + "\n")
+    shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps({"benchmark": "startup", "ratio": out["ratio"],
+                      "sluice_cold_first_commit_s": summary["sluice"]["cold"]["phases"].get("first_commit"),
+                      "sluice_restart_first_commit_s": sluice_restart,
+                      "spark_cold_first_commit_s": summary.get("spark", {}).get("cold", {}).get("phases", {}).get("first_commit"),
+                      "spark_restart_first_commit_s": spark_restart,
+                      "sluice_steady_batch_s": summary["sluice"]["cold"]["steady_batch_s"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

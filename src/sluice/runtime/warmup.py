@@ -1,0 +1,55 @@
+"""Work a job does in the background: what a fresh job starts early so that its first batch
+does not wait for it, and the thread helper for it.
+
+A new SparkSession has no Python workers: the first batch's tasks would each fork one and
+import pyarrow, numpy and Sluice's runtime in it (a second or more each on a busy machine),
+one after the other on the batch's critical path. While the driver validates the pipeline
+and opens its sources (Py4J calls and Python planning processes that leave the executors
+idle), a small job of no-op ``mapInArrow`` passes starts those workers and makes them import
+what the batch's tasks will need. Spark keeps idle workers for reuse, so the first batch
+finds them ready. The warm-up is best effort: it changes no result, and its failure only
+costs the time it meant to save.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+
+def _import_runtime(batches):
+    # the modules a batch's tasks import: the keyed and chained stages, the sources' readers
+    import sluice.runtime.sources.datasource  # noqa: F401
+    import sluice.runtime.stages  # noqa: F401
+
+    yield from batches
+
+
+def in_background(work, name: str = "sluice-background") -> Future:
+    """Run ``work()`` on a daemon thread; returns its Future (result or exception)."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the result
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def start_python_workers(spark, tasks: int | None = None, passes: int = 2) -> Future:
+    """Start (in the background) ``tasks`` parallel tasks of ``passes`` chained Python passes
+    each: the workers a batch uses at once (a task reading a Python source holds one worker
+    for the read and one for each Python pass after it). Returns a Future of the job."""
+    tasks = tasks or spark.sparkContext.defaultParallelism
+
+    def run() -> int:
+        spark.sparkContext.setJobDescription("sluice: start Python workers")
+        frame = spark.range(tasks, numPartitions=tasks)
+        for _ in range(passes):
+            frame = frame.mapInArrow(_import_runtime, frame.schema)
+        return len(frame.collect())
+
+    return in_background(run, "sluice-warmup")
