@@ -263,9 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.kills = args.kills if args.kills is not None else (3 if args.quick else 8)
-    # enough rows that the job outlives every kill: 90 s of input a kill (a restart on this
-    # shared machine can take a minute)
-    args.total_rows = args.total_rows or int(args.rate * 90 * (args.kills + 1))
+    # enough rows that the job outlives every kill: 60 s of input a kill (a restart on this
+    # shared machine can take a minute; a job that ends early is killed fewer times, and says so)
+    args.total_rows = args.total_rows or int(args.rate * 60 * (args.kills + 1))
     if args.child:
         child(args.child, args.workdir, args.rate, args.total_rows, args.rows_per_batch)
         return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
 
 from sluice.errors import ConfigError, PlanError, SluiceError, from_traceback
@@ -60,11 +61,12 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     if trigger_interval < 0:
         raise ConfigError(f"trigger_interval must be >= 0 seconds, got {trigger_interval}")
     checkpoint = Checkpoint.of(checkpoint)
+    warmup = None
     if spark is None:
         spark = spark_session(master)
         # a fresh session has no Python workers yet: start them while the driver validates
         # and opens the sources, not in the first batch (``runtime.warmup``)
-        start_python_workers(spark)
+        warmup = start_python_workers(spark)
     graph = pipeline.graph
     # Spark's analyzer types the graph's SQL while Spark opens the sources: both mostly wait
     # (on Py4J, on Python planning processes), so they overlap well
@@ -105,6 +107,10 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                              controller=controller, on_batch=on_batch, backlog=backlog)
     writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
+    if warmup is not None:
+        # done before the query starts: Spark gives the Python process that plans a Python
+        # source 10 s to connect back, and on a loaded machine competing imports can take that
+        wait([warmup], timeout=60)
     started = time.time()
     query = writer.queryName(f"sluice_{graph.name}_{int(started * 1000)}").start()
     finite = all(getattr(op.params["spec"], "finite", False) for op in graph.sources())

@@ -7,7 +7,9 @@ one after the other on the batch's critical path. While the driver validates the
 and opens its sources (Py4J calls and Python planning processes that leave the executors
 idle), a small job of no-op ``mapInArrow`` passes starts those workers and makes them import
 what the batch's tasks will need. Spark keeps idle workers for reuse, so the first batch
-finds them ready. The warm-up is best effort: it changes no result, and its failure only
+finds them ready. The job waits for it before it starts its query: the Python process Spark
+starts then to plan a Python source must connect back within 10 s, and imports competing
+with it on a loaded machine could make it miss that. The warm-up is best effort: it changes no result, and its failure only
 costs the time it meant to save.
 """
 
