@@ -55,7 +55,7 @@ from sluice import Pipeline, agg, sinks, sources
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import alternating, anchor_source, spark_batches, sustained  # noqa: E402
+from measure import alternating, anchor_source, retrying, spark_batches, sustained  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 KEYS = 100_000
@@ -132,7 +132,7 @@ def run_spark(spark, spec, workdir: str, batches: int | None) -> dict:
     finally:
         query.stop()
     if query.exception() is not None:
-        raise SystemExit(f"Spark's query failed: {query.exception()}")
+        raise RuntimeError(f"Spark's query failed: {query.exception()}")
     return {"batches": spark_batches(query), "ends": ends, "offsets": os.path.join(checkpoint, "offsets"),
             "profile": {}, "output_rows": sum(rows.values())}
 
@@ -240,12 +240,12 @@ def main(argv: list[str] | None = None) -> int:
           f"best of {repeats} ({mode} mode)", flush=True)
     warm = make_spec(per_batch, per_batch * 2, None, seed=99)
     for runner in RUNNERS.values():  # JVM code paths and Python workers warm for both
-        runner(spark, warm, workdir, None)
+        retrying(runner, spark, warm, workdir, None)
 
     spec = make_spec(per_batch, per_batch * n_batches, None)
     runs: dict[str, list[dict]] = {"sluice": [], "spark": []}
     for system in alternating("sluice", "spark", repeats):
-        run = RUNNERS[system](spark, spec, workdir, None)
+        run = retrying(RUNNERS[system], spark, spec, workdir, None)
         run["rate"] = max_rate(run, warmup)
         runs[system].append(run)
         print(f"  {system:<7} max sustained {run['rate']:>11,.0f} rows/s ({len(run['batches'])} batches, "
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     latency = {}
     for system in alternating("sluice", "spark", 1):
         half = best[system]["rate"] / 2
-        run = RUNNERS[system](spark, make_spec(per_batch, None, half, seed=7), workdir, latency_batches)
+        run = retrying(RUNNERS[system], spark, make_spec(per_batch, None, half, seed=7), workdir, latency_batches)
         latency[system] = record_latencies(run, warmup, half)
         print(f"  {system:<7} at {half:>11,.0f} rows/s: latency p50 {latency[system][0]:,.0f} ms, "
               f"p95 {latency[system][1]:,.0f} ms", flush=True)

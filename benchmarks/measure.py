@@ -59,3 +59,17 @@ def anchor_source(spark, spec, workdir: str, name: str = "readings"):
         shutil.rmtree(d, ignore_errors=True)
     set_max_rows(controls, name, spec.max_rows_per_batch)
     return open_stream(spark, spec, controls, name), controls, checkpoint
+
+
+def retrying(run, *args, attempts: int = 3):
+    """``run(*args)``, again (up to ``attempts`` times) when Spark's Python process missed its
+    10 s to connect back: on a machine this loaded, a start-up failure of the environment, not
+    a result."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return run(*args)
+        except Exception as exc:  # noqa: BLE001 - only the one known transient failure is retried
+            if "failed to connect back" not in str(exc) or attempt == attempts:
+                raise
+            print(f"  (Spark's Python worker did not connect back in time; run again, attempt {attempt + 1})",
+                  flush=True)
