@@ -29,7 +29,7 @@ def batch(i: int, rows: int, *, start: float, late: int = 0, dead: int = 0, p99:
                    "per_minute": {"rows_in": rows - dead, "rows_out": 3, "time_s": 0.25, "late_seen": late}},
         sinks={"out": {"rows": 3, "latency_p50_ms": p99 / 2, "latency_p95_ms": p99 * 0.9, "latency_p99_ms": p99}},
         key_groups={"per_minute": {"0": {"rows": rows - dead, "state_bytes": 2048}, "5": {"rows": 0, "state_bytes": 1024}}},
-        dead_letters=dead)
+        dead_letters=dead, executors=[{"host": "driver:7077", "storage_mb": 0.5}])
 
 
 def test_rates_count_from_the_first_batch_not_from_spark_start_up():
@@ -88,7 +88,7 @@ def test_status_summarizes_a_checkpoint(tmp_path, capsys):
     assert "10,000 in 4.0 s: 2,500 rows/s" in text
     assert "p99 300 ms" in text and "last batch p99 400 ms" in text
     assert "state              3.0 KiB: per_minute 3.0 KiB" in text
-    assert "dead letters       4" in text
+    assert "dead letters       4" in text and "executors          1: driver:7077" in text
     assert "reason 0" not in text and "batch 1: batch_sizing set_max_rows - reason 1" in text and "reason 2" in text
     assert main(["status", checkpoint]) == 0
     assert "batches            4" in capsys.readouterr().out

@@ -37,7 +37,6 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
     from playwright.sync_api import sync_playwright
 
     from sluice.control import FixedAdmission
-    from sluice.runtime.executors import executor_infos
 
     checkpoint = str(tmp_path / "checkpoint")
     pipeline = build_pipeline(str(tmp_path / "out"), rate=5_000)
@@ -59,8 +58,7 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
     job = threading.Thread(target=run)
     job.start()
     server = serve(checkpoint, port=0, job="smart_meter_demo",
-                   constraints=[c.to_dict() for c in pipeline.graph.constraints],
-                   executors=lambda: executor_infos(spark))
+                   constraints=[c.to_dict() for c in pipeline.graph.constraints])
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -89,7 +87,7 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
             assert "dashed: constraint bound" in page.inner_text("#constraint-note")
             assert any(b["paths"].get("alerts") is not None for b in batches)
             assert page.inner_text("#status").startswith("live")
-            # local Spark: one executor, the driver; the plan's two keyed stages with their partitions
+            # local Spark: one executor (the driver), from the metrics; the plan's two keyed stages
             plan = page.inner_text("#plan")
             assert "executors: 1" in plan and "meter_stats 2 partitions" in plan.replace("\n", " ")
             shot = tmp_path / "dashboard.png"
@@ -119,7 +117,7 @@ def test_prometheus_endpoint_reads_the_checkpoint(tmp_path):
             rows_by_source={"readings": rows}, backlog={"readings": 40 - i},
             operators={"parse": {"rows_in": rows, "rows_out": rows - 1, "time_s": 0.25}},
             sinks={"out": {"rows": rows - 1, "latency_p50_ms": 80.0, "latency_p95_ms": 120.0, "latency_p99_ms": 150.0}},
-            dead_letters=1))
+            dead_letters=1, executors=[{"host": "driver:4040", "storage_mb": 1.5}]))
     with open(os.path.join(checkpoint, "decisions.jsonl"), "w") as f:
         f.write(json.dumps({"batch_id": 1, "policy": "rebalance", "action": "move", "reason": "hot key group"}) + "\n")
         f.write("{not json\n")  # tolerated: skipped, never fatal
@@ -138,3 +136,4 @@ def test_prometheus_endpoint_reads_the_checkpoint(tmp_path):
     assert 'sluice_sink_latency_seconds{job="meters",quantile="0.99",sink="out"} 0.15' in lines
     assert 'sluice_controller_decisions_total{job="meters",policy="rebalance"} 1.0' in lines
     assert 'sluice_last_batch_id{job="meters"} 1.0' in lines
+    assert 'sluice_executors{job="meters"} 1.0' in lines

@@ -81,14 +81,9 @@ def main(args) -> int:
     server = None
     if args.ui:
         from sluice.cli.ui import start_server
-        from sluice.runtime.executors import executor_infos
-        from sluice.runtime.session import spark_session
 
-        # the session first, so the dashboard can list its executors while the job runs
-        options["spark"] = spark = spark_session(master)
         server = start_server(checkpoint, args, job=pipeline.name,
-                              constraints=[c.to_dict() for c in pipeline.graph.constraints],
-                              executors=lambda: executor_infos(spark))
+                              constraints=[c.to_dict() for c in pipeline.graph.constraints])
     progress = None if args.quiet else progress_display()
     try:
         result = pipeline.run(checkpoint, master=master, duration=args.duration,

@@ -67,6 +67,9 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
         lines.append(f"  state              {_bytes(sum(state_sizes.values()))}: "
                      + ", ".join(f"{op} {_bytes(n)}" for op, n in state_sizes.items()))
     lines.append(f"  dead letters       {t['dead_letters']:,}    late records {t['late']:,}")
+    if last.get("executors"):
+        lines.append(f"  executors          {len(last['executors'])}: "
+                     + ", ".join(e.get("host", "?") for e in last["executors"]))
     plan = view.plan()
     if plan:
         stages = ", ".join(f"{op} {s['partitions']} partitions" for op, s in plan["keyed"].items())

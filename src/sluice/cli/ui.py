@@ -14,14 +14,12 @@ def add_server_options(p) -> None:
     p.add_argument("--port", type=int, default=8321, help="port to serve on (default 8321; 0 picks a free one)")
 
 
-def start_server(checkpoint: str, args, job: str | None = None, constraints: list[dict] | None = None,
-                 executors=None):
+def start_server(checkpoint: str, args, job: str | None = None, constraints: list[dict] | None = None):
     """Start the dashboard for ``checkpoint`` in a background thread and say where it is."""
     from sluice.ui import serve
 
     try:
-        server = serve(checkpoint, host=args.host, port=args.port, job=job, constraints=constraints,
-                       executors=executors)
+        server = serve(checkpoint, host=args.host, port=args.port, job=job, constraints=constraints)
     except OSError as exc:
         raise ConfigError(f"cannot serve the dashboard on {args.host}:{args.port}: {exc.strerror or exc}"
                           " (choose another with --port)") from exc

@@ -30,6 +30,7 @@ from sluice.runtime import sinks
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.kernels.panes import END_OF_TIME
+from sluice.runtime.executors import executor_infos
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.combine import exchange
 from sluice.runtime.native_combine import SourceStats, prepare_hash_exchange
@@ -381,6 +382,7 @@ class BatchExecutor:
             dead_letters=dead,
             watermark=context.watermark,
             paths=paths,
+            executors=executor_infos(self.spark),
         )
 
 

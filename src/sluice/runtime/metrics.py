@@ -30,6 +30,8 @@ class BatchMetrics:
     watermark: int | None = None
     # constraint name -> latency split of its path (models.latency.split_path_latency)
     paths: dict[str, dict] = field(default_factory=dict)
+    # the session's executors after the batch: host and storage memory used (the driver too)
+    executors: list[dict] = field(default_factory=list)
     skipped: bool = False  # a replay of a batch that had already committed
 
     @property

@@ -190,6 +190,7 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
         # each latency constraint's path: mean latency of the records on it this batch
         "paths": {name: p["mean_ms"] for name, p in (m.get("paths") or {}).items()
                   if isinstance(p, dict) and isinstance(p.get("mean_ms"), (int, float))},
+        "executors": m.get("executors"),
         "plan_version": m.get("plan_version"),
         "watermark": m.get("watermark"),
         "skipped": bool(m.get("skipped")),

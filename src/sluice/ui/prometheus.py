@@ -69,6 +69,9 @@ class JobCollector(Collector):
                      last["rows_per_s"])
         yield family("gauge", "sluice_source_backlog_rows", "Rows a source holds that no batch admitted yet", job,
                      by=("source", last["backlog"]))
+        if isinstance(last["executors"], list):
+            yield family("gauge", "sluice_executors", "Executors of the session (the driver among them)", job,
+                         len(last["executors"]))
         yield family("gauge", "sluice_plan_version", "Version (first batch) of the plan the latest batch ran with",
                      job, last["plan_version"])
         latency = GaugeMetricFamily("sluice_sink_latency_seconds", "End-to-end latency at a sink in the latest batch",

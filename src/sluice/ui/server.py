@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from urllib.parse import parse_qs, urlparse
@@ -33,9 +32,8 @@ class DashboardServer:
     """Serves one job's checkpoint on ``host:port`` (port 0 picks a free one) in a thread."""
 
     def __init__(self, checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None,
-                 constraints: list[dict] | None = None, executors: Callable[[], list[dict]] | None = None):
+                 constraints: list[dict] | None = None):
         self.view = JobView(checkpoint, declared=list(constraints or []))
-        self.executors = executors  # the running job's executors, when served from inside the job
         self.job = job or default_job_name(checkpoint)
         self.registry = registry_for(self.view, self.job)
         self.lock = threading.Lock()  # one JobView, read by concurrent requests
@@ -61,11 +59,6 @@ class DashboardServer:
         with self.lock:
             out = self.view.state(since)
         out["job"] = self.job
-        if self.executors is not None and out["executors"] is None:
-            try:
-                out["executors"] = self.executors()
-            except Exception:  # noqa: BLE001 - the session stopped: the page says executors are unknown
-                out["executors"] = None
         return out
 
     def metrics(self) -> bytes:
@@ -117,11 +110,9 @@ def _handler(server: DashboardServer):
 
 
 def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None,
-          constraints: list[dict] | None = None, executors: Callable[[], list[dict]] | None = None) -> DashboardServer:
+          constraints: list[dict] | None = None) -> DashboardServer:
     """Start serving ``checkpoint``'s dashboard in a background thread; returns the server.
 
     ``constraints``: the job's latency constraints as dicts (``LatencyConstraint.to_dict()``),
-    so their bounds show before the controller's first decision reports them. ``executors``:
-    a function listing the running job's executors (``runtime.executors.executor_infos``),
-    for a dashboard served from inside the job."""
-    return DashboardServer(checkpoint, host, port, job, constraints, executors).start()
+    so their bounds show before the controller's first decision reports them."""
+    return DashboardServer(checkpoint, host, port, job, constraints).start()
