@@ -75,7 +75,7 @@ def test_windows_on_spark_equal_the_reference(spark, tmp_path):
     ).sink(sinks.memory("w_shared"))
     readings.window(W.tumbling("1s")).aggregate(n=agg.count(), name="everything").sink(sinks.memory("w_global"))
     checkpoint = str(tmp_path / "ckpt")
-    p.run(checkpoint, spark=spark)
+    result = p.run(checkpoint, spark=spark)
 
     expected = _expected(spec, list(p.graph["win"].params["queries"]), ["meter"])
     got = _as_micros(memory_table("w_it"))
@@ -83,6 +83,8 @@ def test_windows_on_spark_equal_the_reference(spark, tmp_path):
     assert_rows_equal(got, [r for rows, _ in expected for r in rows], "sliding window")
     late = read_side_output(checkpoint, "side/win/late")
     assert len(late) == sum(len(lr) for _, lr in expected) > 0
+    every_late = sum(len(read_side_output(checkpoint, f"side/{op}/late")) for op in ("win", "shared", "everything"))
+    assert result.late_records == every_late  # the running total the summary and progress show
 
     expected = _expected(spec, list(p.graph["shared"].params["queries"]), ["meter"])
     shared = _as_micros(memory_table("w_shared"))

@@ -85,3 +85,8 @@ def from_traceback(text: str) -> SluiceError | None:
         return None
     cls, message = found
     return cls(message)  # the message already names the operator and location, if any
+
+
+class DeadLetterBudgetExceeded(SluiceError):
+    """An operator sent more of a batch to dead letters than the budget allows (a bug, not
+    bad data): the job stops before committing the batch."""

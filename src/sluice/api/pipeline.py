@@ -27,6 +27,7 @@ class Pipeline:
         self.graph = JobGraph(name, max_parallelism=max_parallelism)
         self.partitions = partitions  # partitions of keyed stages at start
         self.dead_letter_sink: SinkSpec | None = None
+        self.dead_letter_budget = 1.0  # stop when an operator dead-letters all of a batch (runtime.dead_letters)
 
     @property
     def name(self) -> str:
@@ -42,11 +43,19 @@ class Pipeline:
                                      schema=spec.schema(), location=user_location()))
         return Stream(self, op)
 
-    def dead_letter(self, spec: SinkSpec) -> Pipeline:
-        """Where records whose operator raised go (default: JSON files in the checkpoint)."""
-        if not isinstance(spec, SinkSpec):
+    def dead_letter(self, spec: SinkSpec | None = None, *, budget: float | None = None) -> Pipeline:
+        """Where records whose operator raised, or that a source could not parse, go (always
+        JSON files in the checkpoint's ``dead_letter/``; ``spec``: a sink that gets them too),
+        and the budget: the job stops when an operator sends at least this fraction of the
+        records it receives in a batch (of 100 or more) to dead letters (default 1.0, all)."""
+        from sluice.runtime.dead_letters import check_budget_value
+
+        if spec is not None and not isinstance(spec, SinkSpec):
             raise PipelineError(f"dead_letter needs a sink spec, got {spec!r}")
-        self.dead_letter_sink = spec
+        if spec is not None:
+            self.dead_letter_sink = spec
+        if budget is not None:
+            self.dead_letter_budget = check_budget_value(budget)
         return self
 
     def constrain(self, latency, *, path: tuple | None = None, over="30s", p95=None,

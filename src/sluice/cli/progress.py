@@ -19,6 +19,8 @@ class ProgressLine:
         self.started: float | None = None  # the first batch's start: Spark's start-up is not the job's rate
         self.rows = 0
         self.batches = 0
+        self.dead_letters = 0  # running totals since the start
+        self.late_records = 0
         self.last_print = 0.0
         self.control_state: dict | None = None  # the controller's, when the job has one
 
@@ -31,6 +33,8 @@ class ProgressLine:
             self.started = m.started_at
         self.rows += m.rows_in
         self.batches += 1
+        self.dead_letters += m.dead_letters
+        self.late_records += m.late_records
         now = time.time()
         if not self.tty and now - self.last_print < self.every_s:
             return
@@ -40,8 +44,7 @@ class ProgressLine:
         backlog = format_backlog(m.backlog)
         text = (f"batch {m.batch_id:>6}  batches {self.batches:>5}  rows {self.rows:>11,}  {rate:>11,.0f} rows/s  "
                 f"latency p50 {lat.get('p50', 0):>8.0f} ms  p99 {lat.get('p99', 0):>8.0f} ms  backlog {backlog:>9}")
-        if m.dead_letters:
-            text += f"  dead letters {m.dead_letters}"
+        text += f"  dead letters {self.dead_letters:,}  late {self.late_records:,}"
         if self.control_state:
             text += control_summary(self.control_state)
         if self.tty:

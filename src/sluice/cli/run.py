@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import runpy
@@ -23,6 +24,17 @@ def load_pipeline(path: str):
     return pipeline
 
 
+def percent(text: str) -> float:
+    """``5`` or ``5%`` as the fraction 0.05."""
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage such as 5 or 5%, got {text!r}") from None
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"expected a percentage in (0, 100], got {text!r}")
+    return value / 100
+
+
 def register(subparsers) -> None:
     from sluice.cli.ui import add_server_options
 
@@ -37,6 +49,9 @@ def register(subparsers) -> None:
     p.add_argument("--latency", default=None,
                    help="bound the mean latency from every source to every sink, e.g. 800ms (over 30 s)")
     p.add_argument("--policies", default=None, help="a YAML file of control policies (docs/control.md)")
+    p.add_argument("--dead-letter-budget", type=percent, default=None, metavar="PCT",
+                   help="stop (exit 1) when an operator dead-letters at least PCT %% of a batch "
+                        "(default: the pipeline's, 100 %%: all of it)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--ui", action="store_true", help="serve the live dashboard and /metrics while the job runs")
     add_server_options(p)
@@ -88,7 +103,7 @@ def main(args) -> int:
     try:
         result = pipeline.run(checkpoint, master=master, duration=args.duration,
                               trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
-                              on_batch=progress, policies=args.policies,
+                              on_batch=progress, policies=args.policies, dead_letter_budget=args.dead_letter_budget,
                               on_control=getattr(progress, "control", None), **options)
     finally:
         if progress:

@@ -33,10 +33,11 @@ from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.executors import executor_infos
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.combine import exchange
+from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
 from sluice.runtime.native_combine import SourceStats, prepare_hash_exchange
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
-from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
+from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
 from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, quote
 from sluice.runtime.task_metrics import MetricsParam, split_metrics
 from sluice.runtime.warmup import in_background
@@ -59,13 +60,15 @@ class BatchExecutor:
     """Runs each micro-batch of one job; the ``foreachBatch`` function of the query."""
 
     def __init__(self, spark, graph: JobGraph, checkpoint: str | Checkpoint, plan_log: PlanLog, sources: list[SourceInfo],
-                 dead_letter_sink: SinkSpec | None = None, controller=None, on_batch=None, backlog=None):
+                 dead_letter_sink: SinkSpec | None = None, controller=None, on_batch=None, backlog=None,
+                 dead_letter_budget: float = DEFAULT_BUDGET):
         self.spark = spark
         self.graph = graph
         self.checkpoint = Checkpoint.of(checkpoint)
         self.plan_log = plan_log
         self.sources = sources
         self.dead_letter_sink = dead_letter_sink
+        self.dead_letter_budget = dead_letter_budget
         self.controller = controller
         self.on_batch = on_batch
         self.backlog = backlog or (lambda: {})
@@ -154,11 +157,13 @@ class BatchExecutor:
         started = time.time()
         plan = self.plan_log.plan_for(batch_id)
         start = self._read_record(batch_id, "start")
+        replay = start is not None
         if start is None:  # first execution: fix time and watermark for any replay
             watermark = self._watermark(self._ended_sources(batch_id))
             start = {"processing_time": int(started * MICROS), "watermark": watermark, "plan": plan.version}
             self._write_record(batch_id, "start", start)
         context = BatchContext(batch_id, 0, start["watermark"], start["processing_time"])
+        clear_side_output(self.checkpoint, DEAD_LETTER, batch_id)
         self.accumulator.value = {}
         if plan.keyed:  # Spark's combines route through its hash exchange: as many partitions as needed
             prepare_hash_exchange(df.sparkSession, max(stage.partitions for stage in plan.keyed.values()))
@@ -169,7 +174,9 @@ class BatchExecutor:
             sink_stats[op.id] = self._write_sink(op, frames[op.inputs[0]], batch_id, started)
         for op_id, finish in finishers.items():
             self.accumulator.add({f"{op_id}|{metric}": n for metric, n in finish().items() if n})
-        dead = self._forward_dead_letters(batch_id)
+        dead = self._forward_dead_letters(batch_id, replay)
+        check_budget(self.graph, batch_id, dead, split_metrics(self.accumulator.value), self.dead_letter_budget,
+                     self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"))
         for op_id, store in self.stores.items():
             store.commit(batch_id, store.committed_files(batch_id))
 
@@ -334,11 +341,12 @@ class BatchExecutor:
                 out["latency_mean_ms"] = round((now_us - float(mean_us)) / 1000, 2)
         return out
 
-    def _forward_dead_letters(self, batch_id: int) -> int:
+    def _forward_dead_letters(self, batch_id: int, replay: bool) -> list[dict]:
         records = read_side_output(self.checkpoint, DEAD_LETTER, batch_id)
-        if records and self.dead_letter_sink is not None:
+        # a replay writes even none: it replaces what the batch's earlier execution wrote
+        if self.dead_letter_sink is not None and (records or replay):
             sinks.write_table(self.dead_letter_sink, pa.Table.from_pylist(records), batch_id, self.spark)
-        return len(records)
+        return records
 
     def _observed_event_times(self, observed: dict[str, dict]) -> dict[str, int]:
         out = {}
@@ -379,7 +387,8 @@ class BatchExecutor:
             operators=per_op,
             sinks=sink_stats,
             key_groups=key_groups,
-            dead_letters=dead,
+            dead_letters=len(dead),
+            late_records=int(sum(metrics.get("side_late", 0) for metrics in per_op.values())),
             watermark=context.watermark,
             paths=paths,
             executors=executor_infos(self.spark),

@@ -12,6 +12,7 @@ from sluice.errors import ConfigError, PlanError, SluiceError, from_traceback
 from sluice.plan.physical import Plan, initial_plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime.checkpoint import Checkpoint
+from sluice.runtime.dead_letters import check_budget_value
 from sluice.runtime.executor import MICROS, BatchExecutor, SourceInfo
 from sluice.runtime.interrupt import StopOnSigint
 from sluice.runtime.metrics import BatchMetrics
@@ -26,6 +27,8 @@ class JobResult:
     elapsed_s: float
     metrics: list[BatchMetrics] = field(default_factory=list)  # every batch of the checkpoint
     control: dict | None = None  # the controller's final state (sluice.control.Controller.state)
+    dead_letters: int = 0  # records this run sent to dead letters
+    late_records: int = 0  # records this run found too late for every window
 
     @property
     def throughput(self) -> float:
@@ -37,13 +40,16 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                  max_rows_per_batch: int | None = None, plan: Plan | None = None,
                  controller: Callable | None = None, on_batch: Callable[[BatchMetrics], None] | None = None,
                  stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True,
-                 policies=None, on_control: Callable[[dict], None] | None = None) -> JobResult:
+                 policies=None, on_control: Callable[[dict], None] | None = None,
+                 dead_letter_budget: float | None = None) -> JobResult:
     """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
     URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
     Stops when every source is finite and exhausted, after ``duration`` seconds, when
     ``stop_when(executor)`` says so, or on Ctrl-C. Restarting with the same checkpoint
-    resumes exactly where the last run committed.
+    resumes exactly where the last run committed. ``dead_letter_budget`` (default: the
+    pipeline's) stops the job when an operator dead-letters that fraction of a batch
+    (``runtime.dead_letters``).
 
     A pipeline with latency constraints (``Pipeline.constrain``), or given ``policies``,
     runs with a ``sluice.control.Controller`` between batches (unless ``controller`` is
@@ -60,6 +66,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         raise ConfigError(f"duration must be positive seconds, got {duration}")
     if trigger_interval < 0:
         raise ConfigError(f"trigger_interval must be >= 0 seconds, got {trigger_interval}")
+    budget = check_budget_value(pipeline.dead_letter_budget if dead_letter_budget is None else dead_letter_budget)
     checkpoint = Checkpoint.of(checkpoint)
     warmup = None
     if spark is None:
@@ -104,7 +111,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         control = _controller(graph, checkpoint, controls, policies, spark)
         controller = _reporting(control, on_control)
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
-                             controller=controller, on_batch=on_batch, backlog=backlog)
+                             controller=controller, on_batch=on_batch, backlog=backlog, dead_letter_budget=budget)
     writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
     if warmup is not None:
@@ -140,7 +147,8 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     all_metrics = metrics_log.read(checkpoint)
     mine = [m for m in all_metrics if m.started_at >= started]
     return JobResult(checkpoint.uri, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics,
-                     None if control is None else control.state())
+                     None if control is None else control.state(),
+                     dead_letters=sum(m.dead_letters for m in mine), late_records=sum(m.late_records for m in mine))
 
 
 def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark):

@@ -2,7 +2,7 @@
 
 One record per micro-batch: rows in and out and time per operator (sum and max over
 tasks), batch size, source backlog, end-to-end latency percentiles per sink (from the hidden
-ingest-timestamp column), per key group rows and state size, dead letters.
+ingest-timestamp column), per key group rows and state size, dead letters and late records.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class BatchMetrics:
     # rows, write_s, committed_ms (batch start to commit), latency_mean/p50/p95/p99_ms
     sinks: dict[str, dict[str, float]] = field(default_factory=dict)
     key_groups: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # op -> kg -> {rows, state_bytes}
-    dead_letters: int = 0
+    dead_letters: int = 0  # records sent to the dead-letter sink (an operator raised, a source could not parse)
+    late_records: int = 0  # records too late for every window, sent to the windows' ``late`` side outputs
     watermark: int | None = None
     # constraint name -> latency split of its path (models.latency.split_path_latency)
     paths: dict[str, dict] = field(default_factory=dict)

@@ -61,6 +61,14 @@ class SideOutputWriter:
         return n
 
 
+def clear_side_output(root: str | Checkpoint, channel: str, batch_id: int) -> None:
+    """Remove one batch's side records before the batch runs (again): a replay writes its own,
+    and a file left by an earlier execution whose task now has nothing to write (say, after
+    the operator that raised was fixed) would otherwise be read as this execution's."""
+    checkpoint = Checkpoint.of(root)
+    checkpoint.fs.delete_dir_contents(checkpoint.path(_batch_dir(channel, batch_id)), missing_dir_ok=True)
+
+
 def read_side_output(root: str | Checkpoint, channel: str = DEAD_LETTER, batch_id: int | None = None) -> list[dict]:
     """Side records of one batch, or of all batches, in a stable order."""
     checkpoint = Checkpoint.of(root)

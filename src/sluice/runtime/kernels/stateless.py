@@ -114,22 +114,32 @@ class MapBatchesKernel(Kernel):
 
 
 class RecordKernel(Kernel):
-    """map, flat_map and Python filter: a function per record (for convenience, not speed)."""
+    """map, flat_map and Python filter: a function per record (for convenience, not speed).
+
+    A map's or flat_map's record must hold every field of its schema (declared, or the
+    input's): a field left out would silently become NULL, so the input record goes to dead
+    letters instead, naming the missing fields. An explicit ``None`` is a NULL on purpose."""
+
+    def __init__(self, op: Operator, in_schema: pa.Schema, out_schema: pa.Schema):
+        super().__init__(op, in_schema, out_schema)
+        self.fields = frozenset(out_schema.names)
+
+    def _check(self, out) -> dict:
+        if not isinstance(out, dict):
+            must = "map must return a dict" if self.op.kind == "map" else "flat_map must yield dicts"
+            raise TypeError(f"{must}, got {type(out).__name__}")
+        if not self.fields <= out.keys():
+            missing = [n for n in self.out_schema.names if n not in out]
+            raise ValueError(f"{self.op.kind} output lacks declared field(s) {missing} (return None for a NULL)")
+        return out
 
     def _one(self, record: dict):
         fn = self.op.params["fn"]
         kind = self.op.kind
         if kind == "map":
-            out = fn(record)
-            if not isinstance(out, dict):
-                raise TypeError(f"map must return a dict, got {type(out).__name__}")
-            return [out]
+            return [self._check(fn(record))]
         if kind == "flat_map":
-            outs = list(fn(record) or ())
-            for out in outs:
-                if not isinstance(out, dict):
-                    raise TypeError(f"flat_map must yield dicts, got {type(out).__name__}")
-            return outs
+            return [self._check(out) for out in fn(record) or ()]
         return [record] if fn(record) else []  # filter_fn
 
     def apply(self, batch, ingest, ctx):
