@@ -69,4 +69,12 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SLUICE_SPARK_LOG_LEVEL", "ERROR"))
+    # A query that dies is reported by run_pipeline as the SluiceError it was raised as (or
+    # with Spark's message): Spark's own log of it, Java and Python stack traces of some 80
+    # lines, would bury that one clear message.
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel(QUERY_LOGGER, log4j.Level.OFF)
     return spark
+
+
+QUERY_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
