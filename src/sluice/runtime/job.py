@@ -190,7 +190,7 @@ def _open_sources(spark, graph, checkpoint: Checkpoint, max_rows_per_batch: int 
         limit = max_rows_per_batch or getattr(spec, "max_rows_per_batch", None)
         if limit:
             set_max_rows(controls, op.id, limit)
-        frame = open_stream(spark, spec, controls, op.id)
+        frame = open_stream(spark, spec, controls, op.id, dead_letters=checkpoint.location())
         if len(graph.sources()) > 1:
             frame = frame.withColumn(SOURCE_ID, F.lit(i))
         frames.append(frame)

@@ -54,7 +54,8 @@ def stream_schema(spec: SourceSpec) -> pa.Schema:
 
 
 class SluiceDataSource(DataSource):
-    """Options: ``spec`` (encoded), ``name``, ``control_dir``, ``parallelism``."""
+    """Options: ``spec`` (encoded), ``name``, ``control_dir``, ``parallelism``,
+    ``dead_letters`` (the checkpoint whose ``dead_letter/`` gets records a source cannot read)."""
 
     @classmethod
     def name(cls) -> str:
@@ -68,17 +69,20 @@ class SluiceDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         spec = self._spec()
-        reader = READERS[type(spec)]
-        return reader(spec, self.options["name"], self.options["control_dir"], schema,
-                      int(self.options.get("parallelism", "2")))
+        reader = READERS[type(spec)](spec, self.options["name"], self.options["control_dir"], schema,
+                                     int(self.options.get("parallelism", "2")))
+        reader.dead_letters = self.options.get("dead_letters")
+        return reader
 
 
-def open_stream(spark, spec: SourceSpec, control_dir: str, name: str):
+def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_letters: str | None = None):
     """A streaming DataFrame of ``spec``'s rows: its columns plus hidden ``__ingest_ts``.
 
     ``name`` identifies the source in its control files (``control_dir/<name>.*.json``: the
     admission limit, the backlog, a directory source's file log) and in Spark's progress
     offsets. Keep ``control_dir`` with the checkpoint so a restart finds it again.
+    ``dead_letters``: the checkpoint (location) whose ``dead_letter/`` receives the records a
+    directory source cannot read; without it such a record stops the query (SourceError).
     """
     check_source_name(name)
     if isinstance(spec, SparkSource):
@@ -93,6 +97,7 @@ def open_stream(spark, spec: SourceSpec, control_dir: str, name: str):
         .option("name", name)
         .option("control_dir", control_dir)
         .option("parallelism", str(spark.sparkContext.defaultParallelism))
+        .option("dead_letters", dead_letters or "")
         .load()
     )
 

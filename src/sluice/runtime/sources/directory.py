@@ -21,6 +21,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from sluice.errors import SourceError
 from sluice.graph.sources import TIMESTAMP, data_files
 from sluice.runtime.sources.admission import admission_cap, default_read_limit
 from sluice.runtime.sources.control import (
@@ -29,16 +30,19 @@ from sluice.runtime.sources.control import (
     read_json,
     write_json_atomic,
 )
-from sluice.runtime.sources.files import count_rows, read_data_file
+from sluice.runtime.sources.files import Reject, count_rows, read_records
 
 FILE_CHUNK_ROWS = 65536
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""The local property through which Spark's micro-batch execution tells tasks their batch."""
 
 
 class FileSlice(InputPartition):
-    """One whole file of a batch, with the time the source found it (picklable)."""
+    """One whole file of a batch, its place in the file log, and the time the source found
+    it (picklable)."""
 
-    def __init__(self, path: str, found_us: int):
-        self.path, self.found_us = path, found_us
+    def __init__(self, path: str, found_us: int, index: int = 0):
+        self.path, self.found_us, self.index = path, found_us, index
 
     def __repr__(self) -> str:
         return f"FileSlice({self.path!r})"
@@ -119,13 +123,41 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {"source": self.name, "files": n, "rows": self._rows_through(n)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        return [FileSlice(f["path"], f["found_us"])
-                for f in self.files[start["files"]:end["files"]]]
+        first = start["files"]
+        return [FileSlice(f["path"], f["found_us"], first + i)
+                for i, f in enumerate(self.files[first:end["files"]])]
 
     def read(self, partition: FileSlice) -> Iterator[pa.RecordBatch]:
-        table = read_data_file(partition.path, self.spec.format, self.spec.schema())
+        table, rejects = read_records(partition.path, self.spec.format, self.spec.schema())
+        if rejects:
+            self._dead_letter(partition, rejects)
         for batch in table.to_batches(FILE_CHUNK_ROWS):
             ingest = pa.array(np.full(batch.num_rows, partition.found_us, dtype=np.int64),
                               type=TIMESTAMP)
             yield pa.RecordBatch.from_arrays(list(batch.columns) + [ingest],
                                              schema=self.arrow_schema)
+
+    dead_letters: str | None = None  # set by SluiceDataSource: the checkpoint's location
+
+    def _dead_letter(self, partition: FileSlice, rejects: list[Reject]) -> None:
+        """Send the records of a file that cannot be read to the dead-letter channel of the
+        batch reading it, in one file named by the file's place in the file log: a batch
+        that reads the file again (a retried task, a replay) replaces it, never adds to it.
+
+        The batch id is the one Spark's micro-batch execution gives its jobs (a local
+        property that reaches every task); the driver forwards the batch's dead letters to
+        the dead-letter sink once the batch's jobs are done."""
+        from pyspark import TaskContext
+
+        from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
+
+        context = TaskContext.get()
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if not self.dead_letters or batch_id is None:
+            raise SourceError(f"source {self.name!r}: cannot read {rejects[0].location}: {rejects[0].error}"
+                              f" (and no dead-letter channel outside a Sluice job)")
+        writer = SideOutputWriter(self.dead_letters, DEAD_LETTER, int(batch_id), f"source-{self.name}",
+                                  partition.index)
+        for reject in rejects:
+            writer.dead(self.name, reject.text, reject.error, reject.location)
+        writer.flush()
