@@ -91,3 +91,24 @@ def test_sluice_run_reports_dead_letters_and_exits_1_over_its_budget(spark, tmp_
         assert code == 1 and "sluice: error: operator 'double'" in err and "budget of 5%" in err
     finally:
         del os.environ["SLUICE_TEST_OUT"]
+
+
+def test_the_budget_counts_each_operator_against_the_records_it_received():
+    from sluice.runtime.dead_letters import check_budget
+
+    p = sluice.Pipeline("pure")
+    s = p.source(sources.generator(fields={"i": sources.Sequence()}), name="numbers")
+    s.filter(lambda r: 1 / 0, name="broken").sink(sinks.memory("never"))
+
+    def dead(n: int, operator: str = "broken") -> list[dict]:
+        return [{"operator": operator, "error": "ZeroDivisionError: division by zero"}] * n
+
+    per_op = {"broken": {"rows_in": 400}}
+    check_budget(p.graph, 0, dead(399), per_op, 1.0, "x")  # one record got through: not all
+    check_budget(p.graph, 0, dead(99), {"broken": {"rows_in": 99}}, 1.0, "x")  # too few to judge
+    check_budget(p.graph, 0, dead(1000, "numbers"), per_op, 0.01, "x")  # a source's rejects are bad data
+    check_budget(p.graph, 0, dead(19), per_op, 0.05, "x")
+    with pytest.raises(DeadLetterBudgetExceeded, match="'broken' .* 400 of the 400 records .* ZeroDivisionError"):
+        check_budget(p.graph, 7, dead(400), per_op, 1.0, "x")
+    with pytest.raises(DeadLetterBudgetExceeded, match="20 of the 400 records it received in batch 3"):
+        check_budget(p.graph, 3, dead(20), per_op, 0.05, "x")
