@@ -49,6 +49,8 @@ class FileSlice(InputPartition):
 
 
 class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    dead_letters: str | None = None  # set by SluiceDataSource: where records it cannot read go
+
     def __init__(self, spec, name: str, control_dir: str, schema: StructType, parallelism: int):
         self.spec = spec
         self.name = name
@@ -136,8 +138,6 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                               type=TIMESTAMP)
             yield pa.RecordBatch.from_arrays(list(batch.columns) + [ingest],
                                              schema=self.arrow_schema)
-
-    dead_letters: str | None = None  # set by SluiceDataSource: the checkpoint's location
 
     def _dead_letter(self, partition: FileSlice, rejects: list[Reject]) -> None:
         """Send the records of a file that cannot be read to the dead-letter channel of the
