@@ -6,6 +6,8 @@ operator, key and batch id, the key's state stays as documented, and the job goe
 - ``process`` and a UDAF (``add`` or ``result``): the call for the key's records of the batch
   is the unit; they are all dead letters, the key emits nothing and keeps its state from
   before the batch.
+- a window's UDAF: ``add`` on the records of one (key, pane) of a map task is the unit; they
+  are all dead letters and count in no window.
 
 The kernels are checked on their own, then one pipeline on local Spark, stopped after two
 batches and restarted: output rows plus dead letters account for every input record, and no
@@ -14,6 +16,7 @@ dead letter is lost or repeated.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -24,14 +27,18 @@ import pytest
 
 import sluice
 from sluice import agg, sinks, sources
+from sluice import windows as W
+from sluice.graph.windows import EventTime
 from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.process import ProcessKernel
 from sluice.runtime.kernels.reduce import ReduceKernel
+from sluice.runtime.kernels.windows import WindowAggregateKernel
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
 from sluice.runtime.sinks import clear_memory, memory_batches, memory_table
 
 ROWS, PER_BATCH = 600, 200
+START_US, STEP_US = 1_700_000_000_000_000, 10_000  # 100 records a second: six 1 s windows
 KEYS = ["a", "b", "c", "ü", None]
 
 
@@ -43,7 +50,8 @@ def _input() -> pa.Table:
     rng = np.random.default_rng(5)
     return pa.table({"id": pa.array(np.arange(ROWS), pa.int64()),
                      "k": pa.array([KEYS[i] for i in rng.integers(0, len(KEYS), ROWS)], pa.string()),
-                     "v": pa.array(rng.integers(1, 50, ROWS), pa.int64())})
+                     "v": pa.array(rng.integers(1, 50, ROWS), pa.int64()),
+                     "ts": pa.array(START_US + np.arange(ROWS) * STEP_US, pa.timestamp("us", tz="UTC"))})
 
 
 def add_v(acc: dict, record: dict) -> dict:
@@ -152,18 +160,35 @@ def test_process_and_udaf_reject_the_keys_batch_as_a_whole():
     assert final == want
 
 
+def test_window_udaf_rejects_the_records_of_one_key_and_pane():
+    table = _input()
+    query = W.query(W.tumbling("1s"), name="w", n=agg.count(), s=fragile_sum())
+    kernel = WindowAggregateKernel(["k"], [dataclasses.replace(query, time=EventTime("ts"))])
+    kernel.bind(table.schema)
+    combined, late, dead = kernel.combine(table, BatchContext(0, 0, None, 0))
+    assert late.num_rows == 0
+    window_of = {r["id"]: (r["k"], r["id"] * STEP_US // 1_000_000) for r in table.to_pylist()}
+    rejected = {window_of[i] for i in range(ROWS) if poisoned(i)}
+    assert sorted(d.record["id"] for d in dead) == sorted(i for i in range(ROWS) if window_of[i] in rejected)
+    assert all(d.key == (d.record["k"],) and "poisoned values" in str(d.error) for d in dead)
+    assert combined.num_rows == len(set(window_of.values()) - rejected)  # one row per other (key, pane)
+
+
 # ---- on Spark, with a restart ----------------------------------------------------------------
 
 
 def build(path: str) -> sluice.Pipeline:
     p = sluice.Pipeline("keyed_dead_letters", partitions=2)
     p.dead_letter(sinks.memory("kdl_dead"))
-    s = p.source(sources.ReplaySource(path, format="parquet", max_rows_per_batch=PER_BATCH), name="rows")
+    s = p.source(sources.ReplaySource(path, format="parquet", event_time="ts", max_rows_per_batch=PER_BATCH),
+                 name="rows")
     keyed = s.key_by("k")
     keyed.reduce(add_v, name="reduce_v").sink(sinks.memory("kdl_reduce"))
     keyed.process(count_seen, schema={"k": "string", "id": "int64", "seen": "int64"}, name="process_seen") \
         .sink(sinks.memory("kdl_process"))
     keyed.aggregate(n=agg.count(), s=fragile_sum(), name="udaf_sum").sink(sinks.memory("kdl_udaf"))
+    keyed.window(W.tumbling("1s")).aggregate(n=agg.count(), s=fragile_sum(), name="window_udaf") \
+        .sink(sinks.memory("kdl_window"))
     return p
 
 
@@ -189,8 +214,24 @@ def test_keyed_dead_letters_on_spark_across_a_restart(spark, tmp_path):
         assert "test_keyed_dead_letters.py" in d["location"] and "ValueError: poisoned" in d["error"]
         by_op.setdefault(d["operator"], []).append(record["id"])
     # each dead letter once, none lost, none repeated by the restart
+    window_dead = by_op.pop("window_udaf")
     assert {op: sorted(ids) for op, ids in by_op.items()} == {
         "reduce_v": ref["reduce"][1], "process_seen": ref["process"][1], "udaf_sum": ref["udaf"][1]}
+    # a window's UDAF rejects the records of a (key, pane) of a map task with a poisoned one
+    window_of = {r["id"]: (r["k"], (r["id"] * STEP_US) // 1_000_000) for r in table.to_pylist()}
+    poisoned_windows = {window_of[i] for i in range(ROWS) if poisoned(i)}
+    assert len(set(window_dead)) == len(window_dead)
+    assert {i for i in range(ROWS) if poisoned(i)} <= set(window_dead)
+    assert all(window_of[i] in poisoned_windows for i in window_dead)
+    want = {}
+    for i in set(range(ROWS)) - set(window_dead):
+        n, total = want.get(window_of[i], (0, 0))
+        want[window_of[i]] = (n + 1, total + i)
+    windows = memory_table("kdl_window").to_pylist()
+    got = {(w["k"], (int(w["window_start"].timestamp() * 1e6) - START_US) // 1_000_000): (w["n"], w["s"])
+           for w in windows}
+    assert len(got) == len(windows) and got == want
+    assert sum(n for n, _ in got.values()) + len(window_dead) == ROWS  # output + dead letters = input
     assert memory_table("kdl_dead").num_rows == len(dead)
 
     process_out = memory_table("kdl_process")

@@ -67,7 +67,7 @@ def _python_combined(kernel, records: pa.Table, ctx: BatchContext, tasks: int = 
     cut = records.num_rows // tasks
     parts, lates = [], []
     for task in range(tasks):
-        part, late = kernel.combine(records.slice(task * cut, cut if task < tasks - 1 else None),
+        part, late, _ = kernel.combine(records.slice(task * cut, cut if task < tasks - 1 else None),
                                     BatchContext(ctx.batch_id, task, ctx.watermark, ctx.processing_time))
         parts.append(part)
         lates.append(late)

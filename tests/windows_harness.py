@@ -84,7 +84,7 @@ def run_kernel(
             combined, lates = [], []
             for task, (lo, hi) in enumerate(zip(cuts, cuts[1:])):
                 task_ctx = BatchContext(batch_id, task, marks[b], pt)
-                part, late_part = kernel.combine(rows.slice(lo, hi - lo), task_ctx)
+                part, late_part, _ = kernel.combine(rows.slice(lo, hi - lo), task_ctx)
                 combined.append(part)
                 lates.append(late_part)
             late = pa.concat_tables(lates)

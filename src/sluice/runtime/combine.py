@@ -25,7 +25,7 @@ from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.schemas import INGEST, to_spark, with_hidden
-from sluice.runtime.side_outputs import SideOutputWriter
+from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.task_metrics import TaskMetrics
 
 
@@ -83,11 +83,16 @@ def combine_stage(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, c
             return
         rows = pa.Table.from_batches(received).select(record_schema.names).cast(record_schema)
         ctx = BatchContext(context.batch_id, partition, context.watermark, context.processing_time)
-        combined, late = kernel.combine(rows, ctx)
+        combined, late, dead = kernel.combine(rows, ctx)
         if late.num_rows:
             writer = SideOutputWriter(root, f"side/{op.id}/late", context.batch_id, stage, partition)
             writer.add_table(op.name, late, "late")
             metrics.add(op.id, "side_late", writer.flush())
+        if dead:  # one file per (batch, stage, partition): a replayed task replaces it
+            writer = SideOutputWriter(root, DEAD_LETTER, context.batch_id, stage, partition)
+            for letter in dead:
+                writer.dead(op.name, letter.record, letter.error, op.location, key=letter.key)
+            metrics.add(op.id, "dead_letters", writer.flush())
         metrics.op_timing(stage, rows.num_rows, combined.num_rows, time.perf_counter() - start)
         metrics.flush()
         if combined.num_rows:

@@ -16,7 +16,10 @@ computed from the hash of the other grouping columns and the partition its key g
 routed to, such that the final hash is that partition. Spark's partial aggregate, its
 exchange and its final aggregate then run as usual, and every group lands where its state is.
 
-The salt is a function of the other grouping columns, so it never splits a group. The
+The salt is a function of the other grouping columns, so it never splits a group. A NULL
+grouping column (a NULL key) leaves murmur3's state as it was, in SQL's ``hash`` and in the
+exchange alike, and both hash -0.0 as 0.0 and every NaN alike, so the salt steers rows of
+such keys as exactly as any other. The
 functions here are pure (they build SQL text and compute Spark's hash in Python for tests);
 ``sluice.runtime.native_combine`` puts them to work.
 """

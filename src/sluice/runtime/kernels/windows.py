@@ -61,7 +61,7 @@ from sluice.graph.windows import (
 )
 from sluice.runtime.kernels.grouping import concat_column as _concat_column
 from sluice.runtime.kernels.grouping import state_and_row_ids as key_ids  # the one key encoding
-from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.panes import (
     END_OF_TIME,
     NO_WATERMARK,
@@ -243,7 +243,11 @@ class WindowAggregateKernel(KeyedKernel):
         exchange instead of every record. Whether a record is late depends only on its pane
         and the batch's watermark, so late records are sorted out here too. Returns the
         combined rows (:meth:`combined_schema`, plus the oldest ingest time per pane when
-        the rows carry one) and the late records.
+        the rows carry one), the late records and the dead letters.
+
+        A user-defined aggregate whose ``add`` raises rejects the records it was given
+        together, those of one (key, pane) in this map task: they are all dead letters with
+        the error and add nothing to any window; the key's other panes go on.
         """
         schema = self._record_schema(rows.schema)
         layout = self.layout(schema)
@@ -252,15 +256,24 @@ class WindowAggregateKernel(KeyedKernel):
         accepted, late_parts, panes = self._contributions(records, ctx, wm)
         late = pa.concat_tables(late_parts) if late_parts else late_schema(records.schema).empty_table()
         kept = rows.filter(pa.array(accepted)) if not accepted.all() else rows
-        ids, first, keys = key_ids(kept.slice(0, 0), kept, self.key_columns)
-        new, order, starts = partials_from_rows(layout, kept, ids, panes[accepted])
-        ends = np.append(starts[1:], len(order)).tolist()
-        for f in layout.fields:
-            if f.kind == "udaf":
-                values = kept[f.column].take(pa.array(order)).combine_chunks()
-                new.parts[f.name] = np.array(
-                    [pickle.dumps(f.udaf.add(f.udaf.create(), values.slice(a, b - a))) for a, b in zip(starts.tolist(), ends)]
-                    + [None], dtype=object)[:-1]
+        kept_panes = panes[accepted]
+        dead: list[DeadRecord] = []
+        while True:  # twice at most: the second pass without the records a UDAF raised on
+            ids, first, keys = key_ids(kept.slice(0, 0), kept, self.key_columns)
+            new, order, starts = partials_from_rows(layout, kept, ids, kept_panes)
+            accumulators, failed = _udaf_adds(layout, kept, order, starts)
+            if not failed:
+                break
+            ends = np.append(starts[1:], len(order))
+            bad = np.zeros(kept.num_rows, dtype=bool)
+            for g, exc in failed.items():
+                at = order[starts[g]:ends[g]]
+                bad[at] = True
+                hidden = [c for c in kept.column_names if c in (KEY_GROUP, INGEST)]
+                for record in kept.take(pa.array(at)).drop_columns(hidden).to_pylist():
+                    dead.append(DeadRecord(record, exc, tuple(record[k] for k in self.key_columns)))
+            kept, kept_panes = kept.filter(pa.array(~bad)), kept_panes[~bad]
+        new.parts.update(accumulators)
         columns: dict[str, pa.Array] = {}
         group_keys = keys.take(pa.array(first[new.key]))
         for c in self.key_columns:
@@ -274,7 +287,7 @@ class WindowAggregateKernel(KeyedKernel):
             ingest = pc.cast(kept[INGEST], pa.int64()).to_numpy()[order]
             columns[INGEST] = pa.array(np.minimum.reduceat(ingest, starts)).cast(kept.schema.field(INGEST).type)
         combined = pa.table(columns) if len(new) else self.combined_schema(schema).empty_table()
-        return combined, late
+        return combined, late, dead
 
     # -- one batch --------------------------------------------------------------------
 
@@ -593,6 +606,26 @@ class WindowAggregateKernel(KeyedKernel):
             columns[KEY_GROUP] = key_groups
             deletes = pa.table(columns)
         return upserts, deletes
+
+
+def _udaf_adds(layout: PartialLayout, rows: pa.Table, order: np.ndarray, starts: np.ndarray
+               ) -> tuple[dict[str, np.ndarray], dict[int, BaseException]]:
+    """Each group's pickled UDAF accumulators (per field, an object array over the groups
+    ``starts`` delimits in ``order``), and the groups on which some ``add`` raised."""
+    ends = np.append(starts[1:], len(order)).tolist()
+    accumulators, failed = {}, {}
+    for f in layout.fields:
+        if f.kind != "udaf":
+            continue
+        values = rows[f.column].take(pa.array(order)).combine_chunks()
+        cells = np.empty(len(starts), dtype=object)
+        for g, (a, b) in enumerate(zip(starts.tolist(), ends)):
+            try:
+                cells[g] = pickle.dumps(f.udaf.add(f.udaf.create(), values.slice(a, b - a)))
+            except Exception as exc:  # the group's records become dead letters
+                failed.setdefault(g, exc)
+        accumulators[f.name] = cells
+    return accumulators, failed
 
 
 def _floor_div(a: int, b: int) -> int:
