@@ -138,8 +138,8 @@ def calibrate(spark, bound_s: float, workdir: Path, seconds: float) -> dict:
     """Fit batch time = a + b*rows on batches of several sizes (pull mode: rows wait), then
     the peak rate at which the p95 bound can hold: (1 - 2*(a + gap)/bound) / b."""
     sizes = [2000, 8000, 32000, 64000]
-    t0 = time.time() - 3600  # an hour of input already waiting: every batch is full
-    pipeline = build([(t0, 200_000.0, None)], bound_s)
+    t0 = time.time() - 60  # a minute of input already waiting: every batch is full
+    pipeline = build([(t0, 200_000.0, None)], bound_s, cap=sizes[0])
     seen = []
 
     class Steps(FixedAdmission):
@@ -158,7 +158,11 @@ def calibrate(spark, bound_s: float, workdir: Path, seconds: float) -> dict:
     gap = float(np.median([g for g in gaps if g >= 0] or [0.0]))
     if fit is None or fit.b <= 0:
         raise SystemExit(f"calibration: no model of batch time from (rows, seconds) {seen}")
-    peak = max((1 - 2.0 * (fit.a + gap) / bound_s) / fit.b, 0.0)
+    peak = (1 - 2.0 * (fit.a + gap) / bound_s) / fit.b
+    if peak <= 10_000:
+        raise SystemExit(f"calibration: a batch costs {fit.a:.2f} s + {fit.b * 1e6:.2f} us/row with a gap of {gap:.2f} s "
+                         f"here and now: a p95 bound of {bound_s:g} s holds only up to {max(peak, 0):,.0f} rows/s; "
+                         f"give --bound at least {2.0 * (fit.a + gap) / (1 - 20_000 * fit.b):.1f}s on this machine")
     return {"a_s": fit.a, "b_us": fit.b * 1e6, "gap_s": gap, "peak_rows_s": peak, "points": seen}
 
 
@@ -229,14 +233,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short phases (under 5 minutes in all)")
     parser.add_argument("--bound", default="2s", help="the p95 latency bound (default 2s)")
+    parser.add_argument("--phase", type=float, default=None, help="seconds per phase (default 9, 30 in full mode)")
     args = parser.parse_args()
     bound_s = parse_duration(args.bound)
-    phase_s = 9.0 if args.quick else 30.0
+    phase_s = args.phase or (9.0 if args.quick else 30.0)
     started = time.time()
     spark = spark_session("local[2]", app_name="latency_constraint")
     workdir = Path(tempfile.mkdtemp(prefix="sluice-latency-"))
     try:
-        cal = calibrate(spark, bound_s, workdir, 60.0 if args.quick else 120.0)
+        cal = calibrate(spark, bound_s, workdir, 150.0)
         peak = cal["peak_rows_s"]
         print(f"calibration: batch = {cal['a_s'] * 1000:.0f} ms + {cal['b_us']:.2f} us/row, gap "
               f"{cal['gap_s'] * 1000:.0f} ms -> peak rate within p95 {bound_s:g} s: {peak:,.0f} rows/s", flush=True)
