@@ -137,8 +137,8 @@ def run_simulated(policies, rates: list[float], phase_s: float, bound_s: float, 
 def calibrate(spark, bound_s: float, workdir: Path, seconds: float) -> dict:
     """Fit batch time = a + b*rows on batches of several sizes (pull mode: rows wait), then
     the peak rate at which the p95 bound can hold: (1 - 2*(a + gap)/bound) / b."""
-    sizes = [2000, 8000, 32000, 64000]
-    t0 = time.time() - 60  # a minute of input already waiting: every batch is full
+    sizes = [20_000, 100_000, 400_000, 1_200_000]
+    t0 = time.time() - 60  # a minute of input already waiting (12 M rows): every batch is full
     pipeline = build([(t0, 200_000.0, None)], bound_s, cap=sizes[0])
     seen = []
 

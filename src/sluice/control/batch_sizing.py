@@ -285,6 +285,15 @@ class ModelBatchSizing(Policy):
         current = view.admission_total or latest.rows_in
         backlog = view.backlog()
         waiting = backlog is None or backlog > 0
+        if backlog is not None and backlog > max(latest.rows_in, MIN_ROWS):
+            # more than a batch's worth of input waits and keeps arriving: a smaller batch
+            # would only grow the backlog (and every record's wait); admit what waits
+            cap = min(self.max_rows, max(int(current), latest.rows_in + backlog))
+            self.last_shrink = None
+            if view.admission_total is not None and cap <= current:
+                return []
+            return [Action(ADMISSION, ALL_SOURCES, cap, f"{backlog} rows waiting: admission must keep up "
+                           f"with the input (no model yet)", {"rows": cap})]
         shrunk = self.last_shrink
         if shrunk is not None and latest.rows_in and latest.rows_in < shrunk[0]:
             self.last_shrink = None
