@@ -26,10 +26,11 @@ def batch(i: int, rows: int, *, start: float, late: int = 0, dead: int = 0, p99:
         batch_id=i, plan_version=0, started_at=start, duration_s=1.0, rows_in=rows,
         rows_by_source={"readings": rows}, backlog={"readings": 500},
         operators={"parse": {"rows_in": rows, "rows_out": rows - dead, "time_s": 0.5},
-                   "per_minute": {"rows_in": rows - dead, "rows_out": 3, "time_s": 0.25, "late_seen": late}},
+                   "per_minute": {"rows_in": rows - dead, "rows_out": 3, "time_s": 0.25, "late_seen": late,
+                                  "side_late": late}},
         sinks={"out": {"rows": 3, "latency_p50_ms": p99 / 2, "latency_p95_ms": p99 * 0.9, "latency_p99_ms": p99}},
         key_groups={"per_minute": {"0": {"rows": rows - dead, "state_bytes": 2048}, "5": {"rows": 0, "state_bytes": 1024}}},
-        dead_letters=dead, executors=[{"host": "driver:7077", "storage_mb": 0.5}])
+        dead_letters=dead, late_records=late, executors=[{"host": "driver:7077", "storage_mb": 0.5}])
 
 
 def test_rates_count_from_the_first_batch_not_from_spark_start_up():
