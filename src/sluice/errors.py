@@ -90,3 +90,8 @@ def from_traceback(text: str) -> SluiceError | None:
 class DeadLetterBudgetExceeded(SluiceError):
     """An operator sent more of a batch to dead letters than the budget allows (a bug, not
     bad data): the job stops before committing the batch."""
+
+
+class PipelineChangedError(SluiceError):
+    """The pipeline changed in a way its checkpoint's state cannot follow (the message
+    names each operator, what changed and the way out); nothing was run."""

@@ -90,7 +90,9 @@ class Pipeline:
         ``on_batch`` (callback with each batch's metrics), ``spark`` (an existing session),
         ``policies`` (the control policies: a list of ``sluice.control.Policy``, a dict or a
         YAML file; default: adaptive batch sizing when the pipeline has a constraint),
-        ``on_control`` (callback with the controller's state after each batch).
+        ``on_control`` (callback with the controller's state after each batch),
+        ``reset_state`` (ids of stateful operators whose state in the checkpoint to drop, when
+        a changed pipeline no longer fits it: see docs/operations.md).
         """
         from sluice.runtime.job import run_pipeline
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.errors import PipelineError
 from sluice.graph import aggregates as agg_mod
-from sluice.graph.operators import Operator
+from sluice.graph.identity import NAMED, auto_identity
+from sluice.graph.operators import KEYED_KINDS, Operator
 from sluice.graph.schemas import as_schema
 from sluice.graph.sinks import SinkSpec
 
@@ -53,13 +54,22 @@ class Stream:
 
     def _then(self, kind: str, name: str | None, inputs: tuple[str, ...] | None = None, **fields) -> Operator:
         graph = self.pipeline.graph
-        op_id = graph.new_id(kind) if name is None else name
+        inputs = inputs or (self.op.id,)
+        identity = None
+        if name is not None:
+            op_id = name
+            identity = NAMED + name if kind in KEYED_KINDS else None
+        elif kind in KEYED_KINDS:  # state is kept under the id: one that survives unrelated changes
+            op_id, identity = auto_identity(graph, kind, inputs, fields["params"]["keys"])
+        else:
+            op_id = graph.new_id(kind)
         op = Operator(
             id=op_id,
             kind=kind,
             name=name or op_id,
-            inputs=inputs or (self.op.id,),
+            inputs=inputs,
             location=user_location(),
+            identity=identity,
             **fields,
         )
         return graph.add(op)

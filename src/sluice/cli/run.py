@@ -52,6 +52,9 @@ def register(subparsers) -> None:
     p.add_argument("--dead-letter-budget", type=percent, default=None, metavar="PCT",
                    help="stop (exit 1) when an operator dead-letters at least PCT %% of a batch "
                         "(default: the pipeline's, 100 %%: all of it)")
+    p.add_argument("--reset-state", action="append", default=[], metavar="OPERATOR",
+                   help="drop this stateful operator's state in the checkpoint and start it empty "
+                        "(after a pipeline change the checkpoint cannot follow; repeat for several)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--ui", action="store_true", help="serve the live dashboard and /metrics while the job runs")
     add_server_options(p)
@@ -104,6 +107,7 @@ def main(args) -> int:
         result = pipeline.run(checkpoint, master=master, duration=args.duration,
                               trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
                               on_batch=progress, policies=args.policies, dead_letter_budget=args.dead_letter_budget,
+                              reset_state=args.reset_state,
                               on_control=getattr(progress, "control", None), **options)
     finally:
         if progress:

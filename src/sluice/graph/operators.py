@@ -36,6 +36,8 @@ class Operator:
     perf_model: str | None = None  # name or path of a performance model (sluice.models)
     threads: int = 1  # worker threads inside one task (for I/O-bound operators)
     chain: bool = True  # False: a Python operator always runs in a pass of its own (never fused)
+    # what a checkpoint knows a stateful operator by (sluice.graph.identity); None: its id
+    identity: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ALL_KINDS:

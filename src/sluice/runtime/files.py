@@ -96,3 +96,9 @@ def list_dirs(fs: pafs.FileSystem, directory: str) -> list[str]:
     """Paths of the directories directly in ``directory`` (sorted; none if it doesn't exist)."""
     infos = fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
     return sorted(i.path for i in infos if i.type == pafs.FileType.Directory)
+
+
+def remove_dir(fs: pafs.FileSystem, directory: str) -> None:
+    """Delete ``directory`` and everything under it (nothing if it doesn't exist)."""
+    if fs.get_file_info(directory).type != pafs.FileType.NotFound:
+        fs.delete_dir(directory)

@@ -4,18 +4,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import wait
 from dataclasses import dataclass, field, replace
 
 from sluice.errors import ConfigError, PlanError, SluiceError, from_traceback
-from sluice.plan.physical import Plan, initial_plan
+from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.dead_letters import check_budget_value
 from sluice.runtime.executor import MICROS, BatchExecutor, SourceInfo
 from sluice.runtime.interrupt import StopOnSigint
 from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.pipeline_record import open_checkpoint
 from sluice.runtime.planlog import PlanLog
 
 
@@ -41,7 +42,8 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                  controller: Callable | None = None, on_batch: Callable[[BatchMetrics], None] | None = None,
                  stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True,
                  policies=None, on_control: Callable[[dict], None] | None = None,
-                 dead_letter_budget: float | None = None) -> JobResult:
+                 dead_letter_budget: float | None = None,
+                 reset_state: Iterable[str] = ()) -> JobResult:
     """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
     URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
@@ -49,7 +51,9 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     ``stop_when(executor)`` says so, or on Ctrl-C. Restarting with the same checkpoint
     resumes exactly where the last run committed. ``dead_letter_budget`` (default: the
     pipeline's) stops the job when an operator dead-letters that fraction of a batch
-    (``runtime.dead_letters``).
+    (``runtime.dead_letters``). A changed pipeline is checked against the checkpoint
+    first (``runtime.pipeline_record``); ``reset_state`` names stateful operators whose
+    state to drop.
 
     A pipeline with latency constraints (``Pipeline.constrain``), or given ``policies``,
     runs with a ``sluice.control.Controller`` between batches (unless ``controller`` is
@@ -84,14 +88,15 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         validation.result()  # a pipeline that does not validate fails with its own error first
 
     plan_log = PlanLog(checkpoint)
+    # the graph under the ids the checkpoint keeps state by; stops here if its state does not fit
+    graph = open_checkpoint(pipeline.graph, checkpoint, plan_log, pipeline.partitions, reset_state=reset_state,
+                            fuse=fuse)
     if plan is not None:
         _check_plan(plan, graph)
         # a given plan applies from the next batch on; batches already run keep theirs
         recorded = checkpoint.started_batches()
         next_batch = recorded[-1] + 1 if recorded and plan_log.latest() is not None else 0
         plan_log.write(replace(plan, version=next_batch))
-    elif plan_log.latest() is None:
-        plan_log.write(initial_plan(graph, pipeline.partitions, fuse=fuse))
 
     controls = checkpoint.sources
     stream = frames[0]

@@ -1,0 +1,139 @@
+"""The pipeline record of a checkpoint: which stateful operators its state belongs to, and
+what that state depends on (``<checkpoint>/pipeline.json``).
+
+A restart compares the pipeline with the record before anything runs (Flink's operator
+uids and Spark's state-schema check do the same). Compatible changes carry on: stateless
+operators changed, added or removed (a filter, a map, a sink), a stateful operator added
+(it starts empty). Anything that would make an operator read state it did not write (key,
+aggregates, window, a stateful operator gone or moved behind another) stops the job with one
+:class:`PipelineChangedError` naming each operator, what changed and the way out: drop that
+operator's state (``reset_state=[...]``, ``sluice run --reset-state``) or a new checkpoint.
+
+A checkpoint written before the record existed is read as written by this pipeline under
+the ids Sluice gave then (``graph.identity.legacy_ids``); the record is written on its
+first run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from collections.abc import Iterable
+
+from sluice.errors import PipelineChangedError
+from sluice.graph import JobGraph
+from sluice.graph.identity import describe, differences, identity_of, legacy_ids, state_record, with_ids
+from sluice.plan.physical import adapted_plan, initial_plan
+from sluice.runtime.checkpoint import STATE, Checkpoint
+from sluice.runtime.files import remove_dir
+from sluice.runtime.planlog import PlanLog
+
+RECORD = "pipeline.json"
+FORMAT = 1
+
+
+def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, partitions: int, *,
+                    reset_state: Iterable[str] = (), fuse: bool = True) -> JobGraph:
+    """Check the validated ``graph`` against the checkpoint, drop the state of the operators
+    named in ``reset_state``, record the pipeline, and fit the plan log to it.
+
+    Returns the graph under the ids the checkpoint keeps its state by. Raises
+    PipelineChangedError, having changed nothing, when the state does not fit.
+    """
+    stored = checkpoint.read_bytes(RECORD)
+    latest = plan_log.latest()
+    if stored is not None:
+        record = json.loads(stored)
+        recorded = record["operators"]
+        max_parallelism = record["max_parallelism"]
+    elif latest is not None:  # written before pipeline records: the state is under the old ids
+        recorded = {op_id: None for op_id in latest.keyed}
+        max_parallelism = latest.max_parallelism
+    else:  # a new checkpoint
+        recorded, max_parallelism = {}, graph.max_parallelism
+    if max_parallelism != graph.max_parallelism:
+        raise PipelineChangedError(
+            f"the checkpoint {checkpoint} has {max_parallelism} key groups (max_parallelism), the pipeline "
+            f"asks for {graph.max_parallelism}: keys are hashed to key groups for the life of a checkpoint. "
+            f"Nothing was run. Set max_parallelism={max_parallelism}, or run with a new checkpoint.")
+    graph = with_ids(graph, _checkpoint_ids(graph, recorded, legacy=stored is None))
+
+    reset = list(dict.fromkeys(reset_state))
+    stateful = {op.id: op for op in graph.operators if op.is_keyed}
+    unknown = [name for name in reset if name not in recorded and name not in stateful]
+    if unknown:
+        raise PipelineChangedError(
+            f"reset_state names {unknown}, which hold no state here; stateful operators: "
+            f"{sorted(set(recorded) | set(stateful))}. Nothing was run.")
+    current = {op_id: state_record(graph, op) for op_id, op in stateful.items()}
+    problems = []
+    for op_id, old in recorded.items():
+        if op_id in reset:
+            continue
+        if op_id not in current:
+            problems.append((op_id, describe(old) if old else f"operator {op_id!r}", _missing(old, current, recorded)))
+        elif old is not None:
+            changed = differences(old, current[op_id])
+            if changed:
+                problems.append((op_id, describe(current[op_id]), changed))
+    if problems:
+        raise PipelineChangedError(_explain(checkpoint, problems))
+
+    for op_id in reset:
+        remove_dir(checkpoint.fs, checkpoint.path(STATE, op_id))
+    checkpoint.write_bytes(RECORD, json.dumps(
+        {"format": FORMAT, "pipeline": graph.name, "max_parallelism": graph.max_parallelism, "operators": current},
+        indent=1).encode())
+    if latest is None:
+        plan_log.write(initial_plan(graph, partitions, fuse=fuse))
+    else:
+        done = checkpoint.done_batches()
+        fit_plan_log(plan_log, graph, partitions, done[-1] + 1 if done else 0)
+    return graph
+
+
+def _checkpoint_ids(graph: JobGraph, recorded: dict, legacy: bool) -> dict[str, str]:
+    """Pipeline id -> the id the checkpoint keeps the operator's state under, where they differ."""
+    if legacy:
+        return {op_id: old for op_id, old in legacy_ids(graph).items() if old in recorded}
+    by_identity = {entry["identity"]: op_id for op_id, entry in recorded.items()}
+    return {op.id: by_identity[identity_of(op)] for op in graph.operators
+            if op.is_keyed and by_identity.get(identity_of(op), op.id) != op.id}
+
+
+def _missing(old: dict | None, current: dict[str, dict], recorded: dict) -> list[str]:
+    """Why a recorded operator has no match in the pipeline: what changed, when exactly one
+    new operator of its kind reads from the same upstream (its key changed, or its rank)."""
+    if old is not None:
+        alike = [new for op_id, new in current.items()
+                 if op_id not in recorded and new["kind"] == old["kind"] and new["upstream"] == old.get("upstream")]
+        if len(alike) == 1:
+            return differences(old, alike[0]) or [
+                f"it is now {alike[0]['name']!r}: another {old['kind']} by the same key on the same input was "
+                f"added or removed before it (name= on an operator keeps its identity)"]
+    return ["it is not in this pipeline (removed, or a stateful operator before it was added, removed or "
+            "changed; name= on an operator keeps its identity)"]
+
+
+def _explain(checkpoint: Checkpoint, problems: list[tuple[str, str, list[str]]]) -> str:
+    lines = [f"the pipeline changed in a way the state in checkpoint {checkpoint} cannot follow "
+             f"(nothing was run; the checkpoint is untouched):"]
+    for _, what, changes in problems:
+        lines.append(f"  - {what}: {'; '.join(changes)}")
+    ids = [op_id for op_id, _, _ in problems]
+    flags = " ".join(f"--reset-state {op_id}" for op_id in ids)
+    lines.append(f"Each keeps state built by the pipeline as it was. To drop that state and start "
+                 f"{'it' if len(ids) == 1 else 'them'} empty, keeping the rest of the checkpoint, run with "
+                 f"reset_state={ids!r} (sluice run {flags}); or run with a new checkpoint.")
+    return "\n".join(lines)
+
+
+def fit_plan_log(plan_log: PlanLog, graph: JobGraph, partitions: int, first: int) -> None:
+    """Make every plan a batch from ``first`` on runs with fit ``graph`` (a changed pipeline):
+    operators it no longer has are dropped, new ones planned afresh."""
+    current = plan_log.plan_for(first)
+    later = [plan_log.read(v) for v in plan_log.versions() if v > first]
+    for plan in [current, *later]:
+        fitted = adapted_plan(plan, graph, partitions, max(plan.version, first))
+        if fitted != replace(plan, version=fitted.version):
+            plan_log.write(fitted)
