@@ -113,26 +113,24 @@ def initial_plan(graph: JobGraph, partitions: int, fuse: bool = True) -> Plan:
 
 def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> Plan:
     """``plan`` made to fit a changed ``graph``, as of batch ``version``: keyed operators it
-    routes keep their partitions and routing, new ones get the initial ones; its chains are
-    kept while they still chain the graph's Python operators, else chaining starts afresh;
-    worker threads of operators that are gone are dropped."""
+    routes keep their partitions and routing, new ones get the initial ones; its chains (and
+    rebalances) are kept while they still chain the graph's Python operators, else chaining
+    starts afresh; worker threads of operators that are gone are dropped."""
     routing = tuple(range_routing(graph.max_parallelism, partitions))
     keyed = {op.id: plan.keyed.get(op.id) or KeyedStagePlan(partitions, routing)
              for op in graph.operators if op.is_keyed}
-    fresh = tuple(fused_chains(graph))
-    chains = plan.chains if _chains_fit(plan.chains, graph) else fresh
+    runs = fused_chains(graph)
+    chains = plan.chains if _chains_fit(plan.chains, runs) else tuple(runs)
+    heads = {chain[0] for chain in chains}
+    rebalance = {k: v for k, v in plan.rebalance.items() if k in heads}
     threads = {k: v for k, v in plan.threads.items() if k in graph and graph[k].is_python}
-    return replace(plan, version=version, keyed=keyed, chains=chains, threads=threads)
+    return replace(plan, version=version, keyed=keyed, chains=chains, threads=threads, rebalance=rebalance)
 
 
-def _chains_fit(chains: tuple[tuple[str, ...], ...], graph: JobGraph) -> bool:
-    """Every Python operator in exactly one chain, each chain a run of Python operators
-    each feeding only the next."""
-    python = [op.id for op in graph.operators if op.is_python]
-    if sorted(i for c in chains for i in c) != sorted(python):
+def _chains_fit(chains: tuple[tuple[str, ...], ...], runs: list[tuple[str, ...]]) -> bool:
+    """Every Python operator in exactly one chain, and each chain a stretch of one run of
+    operators that may share a pass."""
+    if sorted(i for c in chains for i in c) != sorted(i for r in runs for i in r):
         return False
-    for chain in chains:
-        for upstream, op_id in zip(chain, chain[1:]):
-            if graph[op_id].inputs[0] != upstream or len(graph.consumers(upstream)) != 1:
-                return False
-    return True
+    return all(any(chain[0] in run and run[run.index(chain[0]):run.index(chain[0]) + len(chain)] == chain
+                   for run in runs) for chain in chains)
