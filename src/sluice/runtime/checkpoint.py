@@ -16,6 +16,8 @@ Layout::
     dead_letter/batch=<batch>/...           records an operator raised on (side_outputs)
     side/<operator>/<channel>/batch=<batch> side outputs, e.g. late records of a window
     state/<operator>/...                    the key-group store of a keyed operator (runtime.state)
+    pipeline.json                           its stateful operators and what their state depends on
+                                            (runtime.pipeline_record)
     spark/                                  Spark's own checkpoint: offset and commit logs
 """
 
