@@ -185,7 +185,7 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.8))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [1, 1.3]})
     systems = ["sluice", "spark"]
     labels = ["Sluice", "Spark groupBy"]
     ax1.bar(labels, [results[s]["max_rows_per_s"] for s in systems], color=["tab:blue", "tab:orange"])
@@ -198,8 +198,8 @@ def plot(results: dict, path: Path) -> None:
     if profile:
         names = list(profile)
         ax2.barh(names, [profile[n] for n in names], color="tab:blue")
-        ax2.set_xlabel("seconds per batch, summed over tasks")
-        ax2.set_title("Sluice keyed stage: where the time goes", fontsize=10)
+        ax2.set_xlabel("seconds a batch, summed over its tasks")
+        ax2.set_title("Sluice's keyed stage: where a batch's time goes", fontsize=10)
         ax2.invert_yaxis()
     fig.suptitle(f"Keyed running count and sum, {KEYS:,} keys, {results['setup']['master']}", fontsize=10)
     fig.tight_layout()
@@ -210,7 +210,7 @@ def plot(results: dict, path: Path) -> None:
 PROFILE_PARTS = {  # keyed-stage task metrics -> what they are
     "input_wait_s": "input (map, filter, exchange, Arrow transfer)",
     "state_read_s": "state read and merge",
-    "kernel_s": "kernel (group-by, join, combine)",
+    "kernel_s": "kernel (key ids, group-by, merge)",
     "delta_write_s": "delta write",
     "output_s": "output (ingest times, cast)",
 }
@@ -225,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=None, help="runs of each system, best kept (1 quick, 3 full)")
     parser.add_argument("--latency-batches", type=int, default=None, help="batches of each half-rate run")
     parser.add_argument("--name", default="keyed_throughput", help="results file name (docs/results/NAME.json)")
+    parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
     args = parser.parse_args(argv)
+    if args.replot:
+        plot(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.png")
+        return 0
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     n_batches = args.batches or (7 if args.quick else 12)
     repeats = args.repeats or (1 if args.quick else 3)
