@@ -24,7 +24,9 @@ from sluice.control.actions import ROUTING, Action
 from sluice.control.keygroups import balancing_problem, key_group_stats, routing_of
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
-from sluice.plan.balancing import MigrationBudget, MilpSettings, load_distance, mean_load, solve_milp
+from sluice.plan.balancing import (BalancePlan, BalancingProblem, MigrationBudget, MilpSettings, load_distance,
+                                   mean_load, solve_milp)
+from sluice.plan.balancing.baselines.flux import flux
 
 
 class KeyGroupBalancing(Policy):
@@ -75,7 +77,7 @@ class KeyGroupBalancing(Policy):
             batch_s = stats.wall_s / max(stats.batches, 1)
             budget = MigrationBudget(max_cost=100.0 * self.max_pause * batch_s / stats.wall_s,
                                      max_count=self.max_migrations)
-            result = solve_milp(problem, budget, self.settings)
+            result = self.solve(problem, budget)
             after = result.load_distance
             if not result.migrations or after > before * (1 - self.min_gain):
                 continue
@@ -84,13 +86,30 @@ class KeyGroupBalancing(Policy):
             reason = (f"{op_id}: partitions' loads {_loads(problem)} % of a core deviate up to {before:.1f} points "
                       f"from their mean {mean:.1f} (threshold {self.threshold:.0%}); moving {len(moved)} key "
                       f"group(s) {moved[:8]}{'...' if len(moved) > 8 else ''} (hottest: {hottest}, "
-                      f"{problem.load[hottest]:.1f} points) cuts it to {after:.1f} (MILP, {result.status})")
+                      f"{problem.load[hottest]:.1f} points) cuts it to {after:.1f} ({self.solver}, {result.status})")
             return [Action(ROUTING, op_id, routing_of(result), reason,
                            expected={"load_distance": round(after, 2), "load_distance_before": round(before, 2),
                                      "migrations": len(moved),
                                      "migration_s": round(sum(m.cost for m in result.migrations)
                                                           * stats.wall_s / 100.0, 4)})]
         return []
+
+    solver = "MILP"
+
+    def solve(self, problem: BalancingProblem, budget: MigrationBudget) -> BalancePlan:
+        """The new routing under ``budget``: ALBIC's MILP on HiGHS."""
+        return solve_milp(problem, budget, self.settings)
+
+
+class FluxBalancing(KeyGroupBalancing):
+    """The same policy with Flux's greedy pairing of the most and least loaded partitions
+    (a baseline: same trigger, window and budget, a different solver)."""
+
+    name = "flux_balancing"
+    solver = "Flux"
+
+    def solve(self, problem: BalancingProblem, budget: MigrationBudget) -> BalancePlan:
+        return flux(problem, budget)
 
 
 def _loads(problem) -> list[float]:
