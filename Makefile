@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean java browser
+.PHONY: demo test bench clean java browser cluster cluster-down
 
 java:
 	@scripts/check_java.sh
@@ -29,6 +29,13 @@ demo: $(STAMP)
 
 test: $(STAMP) browser
 	$(PY) -m pytest $(ARGS)
+
+# a Spark standalone cluster on this machine (2 workers x 1 core): sluice run --master <its URL>
+cluster: $(STAMP)
+	$(VENV)/bin/sluice cluster up $(ARGS)
+
+cluster-down: $(STAMP)
+	$(VENV)/bin/sluice cluster down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .sluice

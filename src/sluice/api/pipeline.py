@@ -88,6 +88,8 @@ class Pipeline:
 
         Options: ``master``, ``duration`` (s), ``trigger_interval`` (s), ``max_rows_per_batch``,
         ``on_batch`` (callback with each batch's metrics), ``spark`` (an existing session),
+        ``ship`` (the pipeline's file: modules beside it are sent to the executors), ``ui``
+        (False: no Spark UI),
         ``policies`` (the control policies: a list of ``sluice.control.Policy``, a dict or a
         YAML file; default: adaptive batch sizing when the pipeline has a constraint),
         ``on_control`` (callback with the controller's state after each batch),

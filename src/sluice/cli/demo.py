@@ -14,6 +14,7 @@ def register(subparsers) -> None:
     p.add_argument("--output", default=".sluice/demo", help="where outputs and checkpoint go")
     p.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     p.add_argument("--keep", action="store_true", help="resume from the previous demo's checkpoint")
+    p.add_argument("--no-spark-ui", action="store_true", help="don't serve Spark's UI (default: on, address printed)")
     p.set_defaults(func=main)
 
 
@@ -31,7 +32,8 @@ def main(args) -> int:
     print(f"Sluice demo: smart-meter readings at {args.rate:,.0f}/s on local Spark "
           f"({'until Ctrl-C' if duration is None else f'{duration:.0f} s'}) ...", flush=True)
     progress = progress_display()
-    result = pipeline.run(checkpoint, master=args.master, duration=duration, on_batch=progress)
+    result = pipeline.run(checkpoint, master=args.master, duration=duration, on_batch=progress,
+                          ui=False if args.no_spark_ui else None)
     progress.close()
 
     mine = [m for m in result.metrics if m.rows_in]

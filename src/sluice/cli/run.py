@@ -17,6 +17,11 @@ def load_pipeline(path: str):
 
     if not os.path.exists(path):
         raise ConfigError(f"no such pipeline file: {path}")
+    # its local imports resolve beside it, from any working directory (as `python FILE` does);
+    # executors get the same modules shipped (runtime.shipping)
+    directory = os.path.dirname(os.path.abspath(path))
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
     namespace = runpy.run_path(path, run_name="__sluice__")
     pipeline = namespace.get("pipeline")
     if not isinstance(pipeline, Pipeline):
@@ -40,8 +45,12 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("run", help="run a pipeline file on Spark")
     p.add_argument("pipeline", help="a Python file that defines `pipeline`")
-    p.add_argument("--checkpoint", default=None, help="checkpoint directory (default .sluice/<name>)")
-    p.add_argument("--master", default=None, help="Spark master URL (default local[*], or the --plan's)")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint directory: a path or a URI such as file:///x, hdfs://host/x, s3://bucket/x "
+                        "(default .sluice/<name>)")
+    p.add_argument("--master", default=None,
+                   help="Spark master URL, e.g. spark://host:7077 (default $SLUICE_MASTER, local[*], or the --plan's)")
+    p.add_argument("--no-spark-ui", action="store_true", help="don't serve Spark's UI (default: on, address printed)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--trigger-interval", type=float, default=0.0, help="seconds between micro-batches")
     p.add_argument("--max-rows-per-batch", type=int, default=None, help="admission limit per source")
@@ -97,6 +106,7 @@ def main(args) -> int:
             master = planned_master
             print(f"master {master} (recommended by the plan {args.plan}; --master overrides it)", flush=True)
     server = None
+    spark_ui = False if args.no_spark_ui else None
     if args.ui:
         from sluice.cli.ui import start_server
 
@@ -108,7 +118,8 @@ def main(args) -> int:
                               trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
                               on_batch=progress, policies=args.policies, dead_letter_budget=args.dead_letter_budget,
                               reset_state=args.reset_state,
-                              on_control=getattr(progress, "control", None), **options)
+                              on_control=getattr(progress, "control", None), ship=args.pipeline, ui=spark_ui,
+                              **options)
     finally:
         if progress:
             progress.close()

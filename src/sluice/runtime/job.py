@@ -43,7 +43,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                  stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True,
                  policies=None, on_control: Callable[[dict], None] | None = None,
                  dead_letter_budget: float | None = None,
-                 reset_state: Iterable[str] = ()) -> JobResult:
+                 reset_state: Iterable[str] = (), ship: str | None = None, ui: bool | None = None) -> JobResult:
     """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
     URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
@@ -60,9 +60,14 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     given): ``policies`` is a list of policies, a ``{"policies": [...]}`` dict or a YAML
     file (default: adaptive batch sizing). ``on_control`` receives the controller's state
     after each batch (each constraint's state, the last decision), before ``on_batch``.
+
+    ``ship``: the pipeline's file (or directory); the modules beside it are sent to Spark's
+    executors (``runtime.shipping``), as a cluster needs. ``ui``: serve the Spark UI (default
+    on, ``SLUICE_SPARK_UI=0`` turns it off) when this call creates the session; its address
+    is printed.
     """
     from sluice.runtime.schemas import SparkTyper
-    from sluice.runtime.session import spark_session
+    from sluice.runtime.session import announce_ui, spark_session
     from sluice.runtime.sources import is_exhausted, read_backlog
     from sluice.runtime.warmup import in_background, start_python_workers
 
@@ -74,10 +79,15 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     checkpoint = Checkpoint.of(checkpoint)
     warmup = None
     if spark is None:
-        spark = spark_session(master)
+        spark = spark_session(master, ui=ui)
+        announce_ui(spark)
         # a fresh session has no Python workers yet: start them while the driver validates
         # and opens the sources, not in the first batch (``runtime.warmup``)
         warmup = start_python_workers(spark)
+    if ship is not None:  # every task from now on finds the pipeline's modules
+        from sluice.runtime.shipping import ship_code
+
+        ship_code(spark, ship)
     graph = pipeline.graph
     # Spark's analyzer types the graph's SQL while Spark opens the sources: both mostly wait
     # (on Py4J, on Python planning processes), so they overlap well

@@ -36,11 +36,27 @@ def check_java() -> None:
         raise EnvironmentProblem(f"Spark needs Java 17+, found Java {major}. " + _INSTALL_JAVA)
 
 
-def spark_session(master: str | None = None, app_name: str = "sluice", conf: dict | None = None):
+def ui_enabled(ui: bool | None = None) -> bool:
+    """Whether a new session serves the Spark UI: ``ui`` if given, else on unless the
+    environment says ``SLUICE_SPARK_UI=0`` (the test suite does: parallel runs would fight
+    over its port)."""
+    return ui if ui is not None else os.environ.get("SLUICE_SPARK_UI", "1") not in ("0", "false", "no")
+
+
+def announce_ui(spark) -> None:
+    """Print where the session's Spark UI serves (nothing when it has none)."""
+    url = spark.sparkContext.uiWebUrl
+    if url:
+        print(f"Spark UI at {url}", flush=True)
+
+
+def spark_session(master: str | None = None, app_name: str = "sluice", conf: dict | None = None,
+                  ui: bool | None = None):
     """Get (or create) the SparkSession, quiet and with workers on this interpreter.
 
     Python workers must run the same interpreter as the driver (the virtualenv's), or
-    Python data sources die with "Python worker failed to connect back".
+    Python data sources die with "Python worker failed to connect back". The Spark UI is on
+    (port 4040, or the next free one) unless ``ui`` is False or ``SLUICE_SPARK_UI=0``.
     """
     check_java()
     # Workers must import what the driver imports (user modules next to a pipeline file,
@@ -56,7 +72,7 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
-        .config("spark.ui.enabled", "false")
+        .config("spark.ui.enabled", str(ui_enabled(ui)).lower())
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")

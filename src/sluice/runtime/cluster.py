@@ -1,0 +1,210 @@
+"""A Spark standalone cluster on this machine: one master and N workers, started from the
+installed ``pyspark`` wheel (no Spark download, no sbin scripts).
+
+For trying Sluice on a real cluster manager (``sluice cluster up``), for the cluster tests and
+for benchmarks::
+
+    with LocalCluster(workers=2, cores=1, memory="1g") as cluster:
+        pipeline.run("file:///tmp/ckpt", master=cluster.master_url)
+
+Each worker has its own work directory (its executors' scratch space and logs) under
+``root``; the processes' own logs go to ``root/logs``. Executors run the driver's Python
+(``PYSPARK_PYTHON``) but not its ``PYTHONPATH``: the pipeline's code reaches them only as
+shipped files (``runtime.shipping``), as on a real cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from sluice.errors import EnvironmentProblem
+
+HOST = "127.0.0.1"
+
+
+def spark_home() -> str:
+    """The installed pyspark package directory: a complete Spark (jars and bin/spark-class)."""
+    import pyspark
+
+    return os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ClusterInfo:
+    """What ``sluice cluster up`` leaves behind for ``sluice cluster down`` and for users."""
+
+    master_url: str
+    master_ui: str
+    root: str
+    pids: list[int]
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.__dict__, f, indent=1)
+
+    @classmethod
+    def load(cls, path: str) -> ClusterInfo:
+        with open(path) as f:
+            return cls(**json.load(f))
+
+
+class LocalCluster:
+    """A standalone master and ``workers`` workers of ``cores`` cores and ``memory`` each."""
+
+    def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g", root: str | None = None,
+                 timeout_s: float = 120.0):
+        self.workers, self.cores, self.memory = workers, cores, memory
+        self._own_root = root is None
+        self.root = os.path.abspath(root or tempfile.mkdtemp(prefix="sluice-cluster-"))
+        self.timeout_s = timeout_s
+        self.master_port, self.master_ui_port = free_port(), free_port()
+        self.master_url = f"spark://{HOST}:{self.master_port}"
+        self.master_ui = f"http://{HOST}:{self.master_ui_port}"
+        self.processes: list[subprocess.Popen] = []
+
+    # ---- life cycle --------------------------------------------------------------------------
+    def start(self) -> LocalCluster:
+        """Start the master, then the workers; return once every worker has registered."""
+        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        try:
+            self._launch("master", "org.apache.spark.deploy.master.Master",
+                         "--host", HOST, "--port", str(self.master_port), "--webui-port", str(self.master_ui_port))
+            self._wait_for(lambda: self._alive_workers() is not None, "the master to answer")
+            for i in range(self.workers):
+                work_dir = os.path.join(self.root, f"worker-{i}")
+                os.makedirs(work_dir, exist_ok=True)
+                self._launch(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
+                             "--host", HOST, "--cores", str(self.cores), "--memory", self.memory,
+                             "--work-dir", work_dir, "--webui-port", str(free_port()), self.master_url)
+            self._wait_for(lambda: (self._alive_workers() or 0) >= self.workers,
+                           f"{self.workers} workers to register")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop workers (and with them their executors), then the master; remove a root this
+        object made."""
+        for proc in reversed(self.processes):
+            _stop_process(proc)
+        self.processes = []
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def info(self) -> ClusterInfo:
+        return ClusterInfo(self.master_url, self.master_ui, self.root, [p.pid for p in self.processes])
+
+    # ---- what runs on it ---------------------------------------------------------------------
+    def executor_pids(self) -> list[int]:
+        """Process ids of the executors (CoarseGrainedExecutorBackend) the workers run now."""
+        workers = {p.pid for p in self.processes[1:]}
+        return [pid for pid, ppid, cmd in _processes() if ppid in workers and "CoarseGrainedExecutorBackend" in cmd]
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def _launch(self, name: str, main_class: str, *args: str) -> None:
+        env = dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP=HOST,
+                   PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        env.pop("PYTHONPATH", None)  # executors get the pipeline's code as shipped files only
+        log = open(os.path.join(self.root, "logs", f"{name}.log"), "ab")
+        with log:
+            self.processes.append(subprocess.Popen(
+                [os.path.join(spark_home(), "bin", "spark-class"), main_class, *args],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: stop() takes its children too
+            ))
+
+    def _alive_workers(self) -> int | None:
+        """Workers the master reports ALIVE, or None while it doesn't answer."""
+        try:
+            with urllib.request.urlopen(f"{self.master_ui}/json/", timeout=2) as response:
+                state = json.load(response)
+        except (OSError, ValueError):
+            return None
+        return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
+
+    def _wait_for(self, condition, what: str) -> None:
+        deadline = time.time() + self.timeout_s
+        while not condition():
+            dead = [p for p in self.processes if p.poll() is not None]
+            if dead:
+                raise EnvironmentProblem(f"a Spark cluster process exited ({dead[0].returncode}) while waiting for "
+                                         f"{what}; see the logs in {os.path.join(self.root, 'logs')}")
+            if time.time() > deadline:
+                raise EnvironmentProblem(f"timed out after {self.timeout_s:.0f} s waiting for {what}; "
+                                         f"see the logs in {os.path.join(self.root, 'logs')}")
+            time.sleep(0.25)
+
+
+def stop_pids(pids: list[int], patience_s: float = 15.0) -> None:
+    """Stop the process groups of ``pids`` (a cluster started by another command)."""
+    for pid in reversed(pids):
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.time() + patience_s
+    while time.time() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        _signal_group(pid, signal.SIGKILL)
+
+
+def _stop_process(proc: subprocess.Popen, patience_s: float = 15.0) -> None:
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=patience_s)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _processes() -> list[tuple[int, int, str]]:
+    """(pid, parent pid, command line) of every process (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError, IndexError):
+            continue
+        out.append((int(entry), ppid, cmd))
+    return out

@@ -1,0 +1,94 @@
+"""Shipping a pipeline's own Python code to Spark's executors.
+
+Functions defined in a pipeline file travel by value (cloudpickle), but what they import
+from modules next to that file travels by name: an executor must be able to import it. On
+one machine the driver's ``sys.path`` happens to reach them; on a cluster only what is shipped
+does. ``ship_code`` zips the modules and packages beside the pipeline file and hands the zip
+to ``SparkContext.addPyFile``, so executors need neither the driver's working directory nor
+its ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+import zipfile
+
+# directories never shipped, even when they look like packages
+_SKIP = {"__pycache__", "node_modules", "site-packages"}
+
+
+def code_roots(path: str) -> list[str]:
+    """The directories whose modules ``path`` (a pipeline file or a directory) can import:
+    its own directory and, if that is inside a package, the directory above its top package
+    (so ``from mypackage.helpers import f`` works as well as ``import helpers``)."""
+    directory = os.path.abspath(path if os.path.isdir(path) else os.path.dirname(path) or ".")
+    roots = [directory]
+    top = directory
+    while os.path.exists(os.path.join(top, "__init__.py")):
+        top = os.path.dirname(top)
+    if top != directory:
+        roots.append(top)
+    return roots
+
+
+def _modules(root: str) -> list[tuple[str, str]]:
+    """(file, name in the zip) of the top-level modules of ``root`` and of every package
+    under it."""
+    out = []
+    for name in sorted(os.listdir(root)):
+        full = os.path.join(root, name)
+        if name.endswith(".py") and os.path.isfile(full):
+            out.append((full, name))
+        elif _is_package(full, name):
+            for directory, dirs, files in os.walk(full):
+                dirs[:] = sorted(d for d in dirs if _is_package(os.path.join(directory, d), d))
+                for f in sorted(files):
+                    if f.endswith(".py"):
+                        out.append((os.path.join(directory, f), os.path.relpath(os.path.join(directory, f), root)))
+    return out
+
+
+def _is_package(full: str, name: str) -> bool:
+    return (os.path.isdir(full) and not name.startswith(".") and name not in _SKIP
+            and os.path.exists(os.path.join(full, "__init__.py")))
+
+
+def code_zip(path: str) -> bytes | None:
+    """A zip of the modules ``path``'s pipeline can import locally (None if there are none)."""
+    entries: dict[str, str] = {}
+    for root in code_roots(path):
+        for full, name in _modules(root):
+            entries.setdefault(name, full)
+    if not entries:
+        return None
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in sorted(entries):
+            # a fixed date: the same code gives the same zip, hence the same name below
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            with open(entries[name], "rb") as f:
+                z.writestr(info, f.read(), zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()
+
+
+def ship_code(spark, path: str) -> str | None:
+    """Make the modules beside ``path`` importable on every executor; returns the zip shipped.
+
+    The zip is named by its content: shipping the same code again is a no-op for Spark, and
+    changed code gets a new name (Spark refuses one name for two different files)."""
+    data = code_zip(path)
+    if data is None:
+        return None
+    directory = os.path.join(tempfile.gettempdir(), f"sluice-code-{os.getuid()}")
+    os.makedirs(directory, exist_ok=True)
+    target = os.path.join(directory, f"pipeline-{hashlib.sha256(data).hexdigest()[:16]}.zip")
+    if not os.path.exists(target):
+        tmp = f"{target}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    spark.sparkContext.addPyFile(target)
+    return target
