@@ -39,7 +39,7 @@ from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
 from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, quote
-from sluice.runtime.task_metrics import MetricsParam, split_metrics
+from sluice.runtime.task_metrics import MetricKey, MetricsParam, split_metrics
 from sluice.runtime.warmup import in_background
 
 MICROS = 1_000_000
@@ -173,7 +173,7 @@ class BatchExecutor:
         for op in self.graph.sinks():
             sink_stats[op.id] = self._write_sink(op, frames[op.inputs[0]], batch_id, started)
         for op_id, finish in finishers.items():
-            self.accumulator.add({f"{op_id}|{metric}": n for metric, n in finish().items() if n})
+            self.accumulator.add({MetricKey(op_id, metric): n for metric, n in finish().items() if n})
         dead = self._forward_dead_letters(batch_id, replay)
         check_budget(self.graph, batch_id, dead, split_metrics(self.accumulator.value), self.dead_letter_budget,
                      self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"))

@@ -1,13 +1,27 @@
 """Measurements taken inside Spark tasks and shipped to the driver (Nephele's QoS reporters).
 
-Tasks add to one Spark accumulator a dict of ``"<operator>|<metric>" -> number``. Metrics
-whose name ends in ``_max`` combine by maximum, all others by sum. The driver reads and
-resets it once per batch.
+Tasks add to one Spark accumulator a dict of ``MetricKey(operator, metric) -> number``.
+Metrics whose name ends in ``_max`` combine by maximum, all others by sum. The driver reads
+and resets it once per batch.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pyspark.accumulators import AccumulatorParam
+
+
+class MetricKey(NamedTuple):
+    """One measurement's name: the operator (or stage) it belongs to, and what it counts."""
+
+    operator: str
+    metric: str
+
+    @property
+    def is_max(self) -> bool:
+        """Combined over tasks by maximum (``*_max``), not by sum."""
+        return self.metric.endswith("_max")
 
 
 class MetricsParam(AccumulatorParam):
@@ -16,7 +30,7 @@ class MetricsParam(AccumulatorParam):
 
     def addInPlace(self, a, b):  # noqa: N802 - Spark's name
         for key, value in b.items():
-            if key.endswith("_max"):
+            if key.is_max:
                 a[key] = max(a.get(key, value), value)
             else:
                 a[key] = a.get(key, 0) + value
@@ -28,11 +42,11 @@ class TaskMetrics:
 
     def __init__(self, accumulator):
         self.accumulator = accumulator
-        self.values: dict[str, float] = {}
+        self.values: dict[MetricKey, float] = {}
 
     def add(self, operator: str, metric: str, value: float) -> None:
-        key = f"{operator}|{metric}"
-        if metric.endswith("_max"):
+        key = MetricKey(operator, metric)
+        if key.is_max:
             self.values[key] = max(self.values.get(key, value), value)
         else:
             self.values[key] = self.values.get(key, 0) + value
@@ -49,10 +63,9 @@ class TaskMetrics:
         self.values = {}
 
 
-def split_metrics(flat: dict[str, float]) -> dict[str, dict[str, float]]:
-    """{"op|metric": v} -> {"op": {"metric": v}}."""
+def split_metrics(flat: dict[MetricKey, float]) -> dict[str, dict[str, float]]:
+    """{MetricKey(op, metric): v} -> {op: {metric: v}}."""
     out: dict[str, dict[str, float]] = {}
     for key, value in flat.items():
-        op, metric = key.split("|", 1)
-        out.setdefault(op, {})[metric] = value
+        out.setdefault(key.operator, {})[key.metric] = value
     return out
