@@ -26,7 +26,7 @@ from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.schemas import INGEST, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
-from sluice.runtime.task_metrics import TaskMetrics
+from sluice.runtime.task_metrics import MetricKey, TaskMetrics
 
 
 def _partition_id() -> int:
@@ -52,7 +52,7 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
         combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism, source_stats)
 
         def fetch_late() -> dict:
-            if not accumulator.value.get(f"{op.id}|late_seen"):
+            if not accumulator.value.get(MetricKey(op.id, "late_seen")):
                 return {}
             return {"side_late": write_late(combined, op, context, root)}
 
