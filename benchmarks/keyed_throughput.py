@@ -1,7 +1,7 @@
 """Keyed running aggregates: Sluice's key-group store against Spark Structured Streaming's
 stateful groupBy (update mode).
 
-    .venv/bin/python benchmarks/keyed_throughput.py [--quick] [--master URL]
+    .venv/bin/python benchmarks/keyed_throughput.py [--quick] [--master URL | --cluster]
 
 The same query on both, from the same generator source (100,000 keys, uniform) and the same
 rows per batch: a Python map over Arrow (the same function, a ``mapInArrow`` pass on both
@@ -14,7 +14,8 @@ updated keys are collected to the driver (the whole output, as Arrow).
   ``update``, state in Spark's HDFS-backed state store, through ``foreachBatch``.
 
 Both run with the same number of shuffle / keyed partitions (2) on local[2] (or the master
-given).
+given; ``--cluster`` starts a Spark standalone cluster of 2 workers x 1 core on this machine,
+``runtime.cluster.LocalCluster``, runs there and writes keyed_throughput_cluster.json).
 
 **Max sustained rate**: the source has no rate, so every batch finds a full backlog and takes
 exactly ``rows_per_batch`` rows: the throughput of back-to-back batches of a fixed size,
@@ -224,12 +225,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None, help="runs of each system, best kept (1 quick, 3 full)")
     parser.add_argument("--latency-batches", type=int, default=None, help="batches of each half-rate run")
-    parser.add_argument("--name", default="keyed_throughput", help="results file name (docs/results/NAME.json)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="run on a standalone cluster started here: 2 workers x 1 core (overrides --master)")
+    parser.add_argument("--name", default=None,
+                        help="results file name (docs/results/NAME.json; default keyed_throughput[_cluster])")
     parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
     args = parser.parse_args(argv)
+    args.name = args.name or ("keyed_throughput_cluster" if args.cluster else "keyed_throughput")
     if args.replot:
         plot(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.png")
         return 0
+    if not args.cluster:
+        return benchmark(args)
+    from sluice.runtime.cluster import LocalCluster
+
+    with LocalCluster(workers=2, cores=1, memory="2g") as cluster:
+        args.master = cluster.master_url
+        return benchmark(args)
+
+
+def benchmark(args: argparse.Namespace) -> int:
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     n_batches = args.batches or (7 if args.quick else 12)
     repeats = args.repeats or (1 if args.quick else 3)
@@ -238,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     spark = spark_session(args.master, "keyed_throughput_benchmark",
                           conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"})
+    if not args.master.startswith("local"):  # executors import this directory's helpers too
+        from sluice.runtime.shipping import ship_code
+
+        ship_code(spark, __file__)
     workdir = tempfile.mkdtemp(prefix="sluice-keyed-")
     print(f"keyed throughput: running count and sum over {KEYS:,} keys behind a Python map and a filter, "
           f"{n_batches} batches of {per_batch:,} rows, {PARTITIONS} partitions on {args.master}, "

@@ -40,7 +40,7 @@ def _modules(root: str) -> list[tuple[str, str]]:
     out = []
     for name in sorted(os.listdir(root)):
         full = os.path.join(root, name)
-        if name.endswith(".py") and os.path.isfile(full):
+        if name.endswith(".py") and name != "__init__.py" and os.path.isfile(full):
             out.append((full, name))
         elif _is_package(full, name):
             for directory, dirs, files in os.walk(full):
