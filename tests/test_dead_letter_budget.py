@@ -112,3 +112,21 @@ def test_the_budget_counts_each_operator_against_the_records_it_received():
         check_budget(p.graph, 7, dead(400), per_op, 1.0, "x")
     with pytest.raises(DeadLetterBudgetExceeded, match="20 of the 400 records it received in batch 3"):
         check_budget(p.graph, 3, dead(20), per_op, 0.05, "x")
+
+
+def test_a_window_is_judged_by_the_records_its_combine_received_not_the_combined_rows():
+    """A window combined in Python reports its own rows_in as combined rows (a few per key and
+    pane); its dead letters are records. 300 bad records of 1,000 must not look like all of
+    150 combined rows."""
+    from sluice.runtime.dead_letters import check_budget
+
+    p = sluice.Pipeline("windowed")
+    s = p.source(sources.generator(fields={"k": sources.Keys(10), "v": sources.Normal(0, 1)}), name="numbers")
+    s.key_by("k").window(sluice.windows.tumbling("10s"), time="processing").aggregate(n=sluice.agg.count()) \
+        .sink(sinks.memory("o"))
+    w = next(op for op in p.graph.operators if op.kind == "window")
+    dead = [{"operator": w.name, "error": "ValueError: bad"}] * 300
+    per_op = {w.id: {"rows_in": 150}, f"{w.id}.combine": {"rows_in": 1000}}
+    check_budget(p.graph, 0, dead, per_op, 1.0, "x")
+    with pytest.raises(DeadLetterBudgetExceeded, match="300 of the 1,000 records"):
+        check_budget(p.graph, 0, dead, per_op, 0.25, "x")

@@ -40,7 +40,10 @@ def check_budget(graph: JobGraph, batch_id: int, dead: list[dict], per_op: dict[
     for op in graph.operators:
         if op.kind == "source" or not by_name.get(op.name):
             continue
-        received = int(per_op.get(op.id, {}).get("rows_in", 0))
+        # a window combined in Python before its exchange receives its records there: its own
+        # rows_in counts the combined rows, fewer than the records its dead letters count
+        received = int(max(per_op.get(op.id, {}).get("rows_in", 0),
+                           per_op.get(f"{op.id}.combine", {}).get("rows_in", 0)))
         failed = by_name[op.name]
         if received >= BUDGET_MIN_ROWS and failed >= budget * received:
             first = next(r["error"] for r in dead if r.get("operator") == op.name)
