@@ -185,6 +185,28 @@ def test_stateful_operator_added_before_stops(spark, tmp_path, inbox):
                  f"aggregate {old_id!r} by k string (n=count(*))", "it is not in this pipeline")
 
 
+def test_added_source_stops(spark, tmp_path, inbox):
+    other = tmp_path / "other"
+    other.mkdir()
+    add_file(other, "1.json", records(1000, 3))
+
+    def two_sources():
+        p = sluice.Pipeline("changes")
+        more = p.source(sources.directory(str(other), event_time="ts"), name="more")
+        source(p, inbox).union(more).key_by("k").aggregate(n=agg.count()).sink(sinks.memory("out"))
+        return p
+
+    checkpoint = first_run(spark, tmp_path, lambda: counting(inbox, "out"))
+    before, emitted = snapshot(checkpoint), dict(memory_batches("out"))
+    with pytest.raises(PipelineChangedError) as caught:
+        run(two_sources(), checkpoint, spark, 3)
+    message = str(caught.value)
+    assert "sources changed" in message and "holds the offsets of DirectorySource 'events', the pipeline reads" in message
+    assert "DirectorySource 'more'" in message
+    assert "Nothing was run" in message and "new checkpoint" in message
+    assert snapshot(checkpoint) == before and dict(memory_batches("out")) == emitted
+
+
 def test_reset_state_drops_that_operator_only_and_continues(spark, tmp_path, inbox):
     checkpoint, error = assert_stops(spark, tmp_path, inbox, lambda: counting(inbox, "out", name="counts"),
                                      lambda: counting(inbox, "out", {"m": agg.count()}, name="counts"),

@@ -56,6 +56,14 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
             f"the checkpoint {checkpoint} has {max_parallelism} key groups (max_parallelism), the pipeline "
             f"asks for {graph.max_parallelism}: keys are hashed to key groups for the life of a checkpoint. "
             f"Nothing was run. Set max_parallelism={max_parallelism}, or run with a new checkpoint.")
+    sources = {op.id: type(op.params["spec"]).__name__ for op in graph.sources()}
+    read_before = json.loads(stored).get("sources") if stored is not None else None
+    if read_before is not None and read_before != sources:
+        raise PipelineChangedError(
+            f"the pipeline's sources changed: the checkpoint {checkpoint} holds the offsets of "
+            f"{_named(read_before)}, the pipeline reads {_named(sources)}. A checkpoint cannot add, remove, "
+            f"rename or swap sources (Spark's offset log keeps the offsets of the sources it started with). "
+            f"Nothing was run. Run with a new checkpoint.")
     graph = with_ids(graph, _checkpoint_ids(graph, recorded, legacy=stored is None))
 
     reset = list(dict.fromkeys(reset_state))
@@ -82,7 +90,8 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
     for op_id in reset:
         remove_dir(checkpoint.fs, checkpoint.path(STATE, op_id))
     checkpoint.write_bytes(RECORD, json.dumps(
-        {"format": FORMAT, "pipeline": graph.name, "max_parallelism": graph.max_parallelism, "operators": current},
+        {"format": FORMAT, "pipeline": graph.name, "max_parallelism": graph.max_parallelism, "sources": sources,
+         "operators": current},
         indent=1).encode())
     if latest is None:
         plan_log.write(initial_plan(graph, partitions, fuse=fuse))
@@ -90,6 +99,10 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
         done = checkpoint.done_batches()
         fit_plan_log(plan_log, graph, partitions, done[-1] + 1 if done else 0)
     return graph
+
+
+def _named(sources: dict[str, str]) -> str:
+    return ", ".join(f"{kind} {op_id!r}" for op_id, kind in sources.items())
 
 
 def _checkpoint_ids(graph: JobGraph, recorded: dict, legacy: bool) -> dict[str, str]:
