@@ -248,3 +248,28 @@ def test_keyed_dead_letters_on_spark_across_a_restart(spark, tmp_path):
     assert {k: row["v"] for k, row in final("kdl_reduce").items()} == ref["reduce"][0]
     assert {k: row["seen"] for k, row in final("kdl_process").items()} == ref["process"][0]
     assert {k: (row["n"], row["s"]) for k, row in final("kdl_udaf").items()} == ref["udaf"][0]
+
+
+def test_session_udaf_rejects_the_new_records_of_its_session():
+    """Sessions (gap 0.5 s over records 10 ms apart: one session per key and run of its
+    records): a session whose UDAF raises on its new records rejects them all; the key's
+    other sessions, and later batches, go on as if they had never arrived."""
+    table = _input()
+    query = W.query(W.session("500ms"), name="s", n=agg.count(), s=fragile_sum())
+    from sluice.runtime.kernels.sessions import SessionWindowKernel
+
+    kernel = SessionWindowKernel(["k"], dataclasses.replace(query, time=EventTime("ts")))
+    rows = table.append_column(KEY_GROUP, pa.array(np.zeros(table.num_rows, np.int32)))
+    schema = kernel.state_schema(rows.schema).append(pa.field(KEY_GROUP, pa.int32()))
+    result = kernel.process(rows.slice(0, PER_BATCH), schema.empty_table(), BatchContext(0, 0, None, 0))
+    first = rows.slice(0, PER_BATCH).to_pylist()
+    # records 10 ms apart, five keys: every key's records of the batch form one open session
+    poisoned_keys = {r["k"] for r in first if poisoned(r["id"])}
+    assert poisoned_keys
+    want_dead = sorted(r["id"] for r in first if r["k"] in poisoned_keys)
+    assert sorted(d.record["id"] for d in result.dead_letters) == want_dead
+    assert all("poisoned values" in str(d.error) and d.key == (d.record["k"],) for d in result.dead_letters)
+    # the state holds the sessions of the other keys only, as if the rejected records never came
+    clean = kernel.process(rows.slice(0, PER_BATCH).filter(pa.array([r["k"] not in poisoned_keys for r in first])),
+                           schema.empty_table(), BatchContext(0, 0, None, 0))
+    assert result.upserts.equals(clean.upserts)

@@ -25,9 +25,10 @@ import pyarrow.compute as pc
 
 from sluice.errors import PipelineError
 from sluice.graph.windows import QUERY_COLUMN, WINDOW_END, WINDOW_START, WindowQuery, window_output_schema
-from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.panes import NO_WATERMARK, PartialLayout, finalize
 from sluice.runtime.kernels.windows import (
+    INGEST,
     LATE,
     PARTIAL_PREFIX,
     WATERMARK_STATE,
@@ -176,6 +177,7 @@ class SessionWindowKernel(KeyedKernel):
             g_parts[f.name] = f.combine.reduceat(member, group_start) if n_groups else member
         keep_group = ~g_late
         udaf_accs: dict[str, dict[int, object]] = {}
+        failed: dict[int, BaseException] = {}  # sessions on which a UDAF raised
         for f in layout.fields:
             if f.kind != "udaf":
                 continue
@@ -191,18 +193,22 @@ class SessionWindowKernel(KeyedKernel):
                 if not g_changed[g]:
                     cells[g] = stored[lo]
                     continue
-                acc = f.udaf.create()
-                new_positions = []
-                for i in range(lo, hi):
-                    if is_old[i]:
-                        acc = f.udaf.merge(acc, pickle.loads(stored[i]))
-                    else:
-                        new_positions.append(int(order[i]) - n_old)
-                if new_positions:
-                    acc = f.udaf.add(acc, values.take(pa.array(new_positions, pa.int64())))
+                new_positions = [int(order[i]) - n_old for i in range(lo, hi) if not is_old[i]]
+                try:
+                    acc = f.udaf.create()
+                    for i in range(lo, hi):
+                        if is_old[i]:
+                            acc = f.udaf.merge(acc, pickle.loads(stored[i]))
+                    if new_positions:
+                        acc = f.udaf.add(acc, values.take(pa.array(new_positions, pa.int64())))
+                except Exception as exc:  # the session's new records become dead letters
+                    failed.setdefault(g, exc)
+                    continue
                 live[g] = acc
                 cells[g] = pickle.dumps(acc)
             g_parts[f.name] = cells
+        if failed:
+            return self._without_failed(rows, state, ctx, failed, group_start, order, is_old, n_old, r_index)
 
         # drop late sessions
         index = np.flatnonzero(keep_group)
@@ -233,6 +239,27 @@ class SessionWindowKernel(KeyedKernel):
         return KeyedResult(output=output, upserts=upserts, deletes=deletes, side_outputs=side)
 
     # -- pieces -----------------------------------------------------------------------
+
+    def _without_failed(self, rows, state, ctx, failed, group_start, order, is_old, n_old, r_index) -> KeyedResult:
+        """The batch again without the new records of the sessions a UDAF raised on: they
+        are dead letters with the error and count in no session, and every other session,
+        of that key too, is as if they had never arrived (the state is never half-applied)."""
+        ends = np.append(group_start[1:], len(order))
+        bad = np.zeros(rows.num_rows, dtype=bool)
+        errors: dict[int, BaseException] = {}
+        for g, exc in failed.items():
+            for i in range(int(group_start[g]), int(ends[g])):
+                if not is_old[i]:
+                    row = int(r_index[int(order[i]) - n_old])
+                    bad[row] = True
+                    errors[row] = exc
+        hidden = [c for c in rows.column_names if c in (KEY_GROUP, INGEST)]
+        records = rows.filter(pa.array(bad)).drop_columns(hidden).to_pylist()
+        dead = [DeadRecord(record, errors[row], tuple(record[k] for k in self.key_columns))
+                for row, record in zip(np.flatnonzero(bad).tolist(), records)]
+        result = self.process(rows.filter(pa.array(~bad)), state, ctx)
+        result.dead_letters = dead + list(result.dead_letters)
+        return result
 
     @staticmethod
     def _accumulators(layout: PartialLayout, parts: dict, live: dict | None = None) -> dict[str, list]:
