@@ -44,10 +44,11 @@ def state_written(checkpoint: str, batch_id: int) -> bool:
     return bool(glob.glob(os.path.join(checkpoint, "state", "*", "deltas", f"*{batch_id}", "*.arrow")))
 
 
-def launch(pipeline_file: str, checkpoint: str, env: dict[str, str]) -> subprocess.Popen:
-    """``sluice run`` the file in its own process group (so a kill takes its Spark JVM too)."""
+def launch(pipeline_file: str, checkpoint: str, env: dict[str, str], *args: str) -> subprocess.Popen:
+    """``sluice run`` the file (with ``args``, e.g. ``--policies f.yaml``) in its own process
+    group (so a kill takes its Spark JVM too)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "sluice", "run", pipeline_file, "--checkpoint", checkpoint, "--quiet"],
+        [sys.executable, "-m", "sluice", "run", pipeline_file, "--checkpoint", checkpoint, "--quiet", *args],
         env=dict(os.environ, SLUICE_MASTER="local[2]", **env),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
