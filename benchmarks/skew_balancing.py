@@ -59,7 +59,7 @@ KEYS = 400
 SKEW = 1.5
 HOT = 8  # the hottest ranks, about three quarters of the rows at this skew
 PHASES = 3
-WORK_S = 300e-6  # CPU seconds of numpy work a row (calibrated at start-up)
+WORK_S = 500e-6  # CPU seconds of numpy work a row (calibrated at start-up)
 PARTITIONS = 2
 WARMUP = 2
 
