@@ -1,10 +1,33 @@
-"""Sinks for ``Stream.sink(...)``: ``files``, ``console``, ``memory``, ``callback``; and readers
-of what a file sink wrote: ``read_files`` (every batch's records) and ``read_latest`` (the
-current row per key)."""
+"""Sinks for ``Stream.sink(...)``: ``files``, ``console``, ``memory``, ``callback``, and the
+connectors ``postgres``, ``redis`` and ``nats``; and readers of what a file sink wrote:
+``read_files`` (every batch's records) and ``read_latest`` (the current row per key).
 
+Connector sinks are idempotent per batch id: a batch replayed after a crash writes nothing
+twice (``sluice.graph.connectors`` says how each one does it). Any sink can also take the
+dead letters (``Pipeline.dead_letter``) or the late records of windows (``Pipeline.late_data``).
+"""
+
+from sluice.graph.connectors import NatsSink, PostgresSink, RedisSink
 from sluice.graph.sinks import CallbackSink, ConsoleSink, FileSink, MemorySink, SinkSpec, callback, console, files, memory
 from sluice.runtime.changelog import read_latest
 from sluice.runtime.sinks import memory_table, read_files
 
-__all__ = ["CallbackSink", "ConsoleSink", "FileSink", "MemorySink", "SinkSpec", "callback", "console", "files",
-           "memory", "memory_table", "read_files", "read_latest"]
+
+def postgres(dsn: str, table: str, key=()) -> PostgresSink:
+    """Rows into a PostgreSQL table: appended, or upserted by the ``key`` column(s)."""
+    return PostgresSink(dsn=dsn, table=table, key=key)
+
+
+def redis(name: str, key=(), url: str = "redis://127.0.0.1:6379/0") -> RedisSink:
+    """Rows into Redis: entries of stream ``name``, or hashes ``name:<key>`` upserted by ``key``."""
+    return RedisSink(name=name, key=key, url=url)
+
+
+def nats(subject: str, url: str = "nats://127.0.0.1:4222") -> NatsSink:
+    """Rows as JSON messages on a JetStream subject, deduplicated by ``Nats-Msg-Id``."""
+    return NatsSink(subject=subject, url=url)
+
+
+__all__ = ["CallbackSink", "ConsoleSink", "FileSink", "MemorySink", "NatsSink", "PostgresSink", "RedisSink",
+           "SinkSpec", "callback", "console", "files", "memory", "memory_table", "nats", "postgres",
+           "read_files", "read_latest", "redis"]

@@ -6,8 +6,20 @@
 - ``directory(path, format=...)``: JSON lines, CSV or Parquet files; new files are picked up.
 - ``replay(path, format=..., rate=...)``: a file replayed at a given rate.
 - ``spark(factory)``: any Spark streaming DataFrame, ``factory(spark) -> DataFrame``.
+- ``nats(stream, schema)``: JSON messages of a NATS JetStream stream (offsets: sequence numbers).
+- ``redis(key, schema)``: entries of a Redis stream, one field per column (offsets: entry IDs).
+- ``mqtt(topics, schema, client_id=...)``: JSON messages on MQTT topics, journaled (see
+  ``sluice.runtime.connectors.mqtt`` for the guarantee).
+- ``postgres(dsn, table, column)``: rows of a table, read in the order of a growing column.
+
+Connector sources need the declared ``schema`` of their records (a ``pyarrow.Schema``;
+``postgres`` reads the table's own if none is given); a message that does not fit it goes to
+the dead-letter sink with the reason.
 """
 
+import pyarrow as _pa
+
+from sluice.graph.connectors import MqttSource, NatsSource, PostgresTableSource, RedisStreamSource
 from sluice.graph.sources import (
     Choice,
     DirectorySource,
@@ -27,8 +39,24 @@ generator = GeneratorSource
 directory = DirectorySource
 replay = ReplaySource
 spark = SparkSource
+nats = NatsSource
+redis = RedisStreamSource
+mqtt = MqttSource
+
+
+def postgres(dsn: str, table: str, column: str, schema: _pa.Schema | None = None,
+             **options) -> PostgresTableSource:
+    """Rows of ``table`` in the order of ``column`` (which must only grow); ``schema``
+    defaults to the table's columns, read from the database now."""
+    if schema is None:
+        from sluice.runtime.connectors.postgres import table_schema
+
+        schema = table_schema(dsn, table)
+    return PostgresTableSource(dsn, table, column, schema, **options)
+
 
 __all__ = [
     "Choice", "DirectorySource", "EventTime", "GeneratorSource", "Keys", "Normal", "ReplaySource", "Sequence",
     "SourceSpec", "SparkSource", "Text", "Uniform", "directory", "generator", "replay", "spark",
+    "MqttSource", "NatsSource", "PostgresTableSource", "RedisStreamSource", "mqtt", "nats", "postgres", "redis",
 ]

@@ -28,6 +28,7 @@ class Pipeline:
         self.partitions = partitions  # partitions of keyed stages at start
         self.dead_letter_sink: SinkSpec | None = None
         self.dead_letter_budget = 1.0  # stop when an operator dead-letters all of a batch (runtime.dead_letters)
+        self.late_data_sink: SinkSpec | None = None
 
     @property
     def name(self) -> str:
@@ -78,6 +79,14 @@ class Pipeline:
             ends = tuple(end.op.id if hasattr(end, "op") else str(end) for end in path)
         label = name or f"latency_{len(self.graph.constraints) + 1}"
         self.graph.constraints.append(make_constraint(label, latency, path=ends, over=over, p95=p95))
+        return self
+
+    def late_data(self, spec: SinkSpec) -> Pipeline:
+        """Where the records a window received after its watermark passed go, every batch
+        (default: JSON files in the checkpoint, ``side/<operator>/late``)."""
+        if not isinstance(spec, SinkSpec):
+            raise PipelineError(f"late_data needs a sink spec, got {spec!r}")
+        self.late_data_sink = spec
         return self
 
     def job_graph(self) -> JobGraph:

@@ -37,6 +37,7 @@ from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
 from sluice.runtime.native_combine import SourceStats, prepare_hash_exchange
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
+from sluice.runtime.kernels.windows import LATE
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
 from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, quote
 from sluice.runtime.task_metrics import MetricKey, MetricsParam, split_metrics
@@ -61,7 +62,8 @@ class BatchExecutor:
 
     def __init__(self, spark, graph: JobGraph, checkpoint: str | Checkpoint, plan_log: PlanLog, sources: list[SourceInfo],
                  dead_letter_sink: SinkSpec | None = None, controller=None, on_batch=None, backlog=None,
-                 dead_letter_budget: float = DEFAULT_BUDGET):
+                 dead_letter_budget: float = DEFAULT_BUDGET,
+                 late_data_sink: SinkSpec | None = None):
         self.spark = spark
         self.graph = graph
         self.checkpoint = Checkpoint.of(checkpoint)
@@ -69,6 +71,7 @@ class BatchExecutor:
         self.sources = sources
         self.dead_letter_sink = dead_letter_sink
         self.dead_letter_budget = dead_letter_budget
+        self.late_data_sink = late_data_sink
         self.controller = controller
         self.on_batch = on_batch
         self.backlog = backlog or (lambda: {})
@@ -175,6 +178,7 @@ class BatchExecutor:
         for op_id, finish in finishers.items():
             self.accumulator.add({MetricKey(op_id, metric): n for metric, n in finish().items() if n})
         dead = self._forward_dead_letters(batch_id, replay)
+        self._forward_late_records(batch_id, replay)
         check_budget(self.graph, batch_id, dead, split_metrics(self.accumulator.value), self.dead_letter_budget,
                      self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"))
         for op_id, store in self.stores.items():
@@ -320,7 +324,7 @@ class BatchExecutor:
                 f"percentile_approx(unix_micros({INGEST}), array({', '.join(map(str, LATENCY_QUANTILES))}), 1000) AS q"),
                 F.expr(f"avg(unix_micros({INGEST})) AS mean_us"))
         t0 = time.time()
-        collected = sinks.write(spec, frame, batch_id)
+        collected = sinks.write(spec, frame, batch_id, checkpoint=self.checkpoint)
         done = time.time()
         if obs is not None:
             stats = obs.get
@@ -345,8 +349,18 @@ class BatchExecutor:
         records = read_side_output(self.checkpoint, DEAD_LETTER, batch_id)
         # a replay writes even none: it replaces what the batch's earlier execution wrote
         if self.dead_letter_sink is not None and (records or replay):
-            sinks.write_table(self.dead_letter_sink, pa.Table.from_pylist(records), batch_id, self.spark)
+            sinks.write_table(self.dead_letter_sink, pa.Table.from_pylist(records), batch_id, self.spark,
+                              checkpoint=self.checkpoint)
         return records
+
+    def _forward_late_records(self, batch_id: int, replay: bool) -> None:
+        """The records window operators judged late in this batch, to the late-data sink."""
+        if self.late_data_sink is None:
+            return
+        late = [r for op in self.graph.operators for r in read_side_output(self.checkpoint, f"side/{op.id}/{LATE}", batch_id)]
+        if late or replay:
+            sinks.write_table(self.late_data_sink, pa.Table.from_pylist(late), batch_id, self.spark,
+                              checkpoint=self.checkpoint)
 
     def _observed_event_times(self, observed: dict[str, dict]) -> dict[str, int]:
         out = {}

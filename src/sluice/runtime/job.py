@@ -126,7 +126,8 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         control = _controller(graph, checkpoint, controls, policies, spark)
         controller = _reporting(control, on_control)
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
-                             controller=controller, on_batch=on_batch, backlog=backlog, dead_letter_budget=budget)
+                             controller=controller, on_batch=on_batch, backlog=backlog, dead_letter_budget=budget,
+                             late_data_sink=getattr(pipeline, "late_data_sink", None))
     writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
     if warmup is not None:

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from sluice.errors import SinkError
 from sluice.graph.sinks import CallbackSink, ConsoleSink, FileSink, MemorySink, SinkSpec
-from sluice.runtime import files
+from sluice.runtime import connectors, files
 
 _MEMORY: dict[str, dict[int, pa.Table]] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -20,11 +20,12 @@ def batch_dir(path: str, batch_id: int) -> str:
 
 
 def collects_to_driver(spec: SinkSpec) -> bool:
-    """True for sinks that take the batch's rows to the driver as one Arrow table."""
-    return isinstance(spec, (MemorySink, CallbackSink))
+    """True for sinks that take the batch's rows to the driver as one Arrow table (connector
+    sinks write a batch in one transaction, from the driver)."""
+    return isinstance(spec, (MemorySink, CallbackSink)) or connectors.is_connector_sink(spec)
 
 
-def write(spec: SinkSpec, df, batch_id: int) -> pa.Table | None:
+def write(spec: SinkSpec, df, batch_id: int, checkpoint=None) -> pa.Table | None:
     """Write the user columns of ``df`` (hidden ``__`` columns dropped) for ``batch_id``.
 
     Sinks that take the rows to the driver drop the hidden columns there (a Spark select
@@ -34,11 +35,7 @@ def write(spec: SinkSpec, df, batch_id: int) -> pa.Table | None:
         table = df.toArrow()
         hidden = table.select([c for c in table.column_names if c.startswith("__")])
         table = table.drop_columns(hidden.column_names)
-        if isinstance(spec, MemorySink):
-            with _MEMORY_LOCK:
-                _MEMORY.setdefault(spec.name, {})[batch_id] = table
-        else:
-            spec.fn(batch_id, table.to_pandas() if spec.format == "pandas" else table)
+        write_table(spec, table, batch_id, checkpoint=checkpoint)
         return hidden
     df = df.select([c for c in df.columns if not c.startswith("__")])
     if isinstance(spec, FileSink):
@@ -55,9 +52,12 @@ def write(spec: SinkSpec, df, batch_id: int) -> pa.Table | None:
     return None
 
 
-def write_table(spec: SinkSpec, table: pa.Table, batch_id: int, spark=None) -> None:
-    """Write a driver-side table (e.g. dead letters) through the same sinks."""
-    if isinstance(spec, MemorySink):
+def write_table(spec: SinkSpec, table: pa.Table, batch_id: int, spark=None, checkpoint=None) -> None:
+    """Write a driver-side table (e.g. dead letters) through the same sinks. ``checkpoint``
+    (the job's Checkpoint or location) identifies the job to connector sinks."""
+    if connectors.is_connector_sink(spec):
+        connectors.write(spec, table, batch_id, checkpoint)
+    elif isinstance(spec, MemorySink):
         with _MEMORY_LOCK:
             _MEMORY.setdefault(spec.name, {})[batch_id] = table
     elif isinstance(spec, CallbackSink):

@@ -40,6 +40,13 @@ READERS = {
 }
 
 
+def reader_type(spec: SourceSpec) -> type | None:
+    """The stream reader of a spec: a built-in one, or a connector's (brokers, databases)."""
+    from sluice.runtime.connectors import READERS as CONNECTOR_READERS
+
+    return READERS.get(type(spec)) or CONNECTOR_READERS.get(type(spec))
+
+
 def encode_spec(spec: SourceSpec) -> str:
     return base64.b64encode(cloudpickle.dumps(spec)).decode("ascii")
 
@@ -69,8 +76,8 @@ class SluiceDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         spec = self._spec()
-        reader = READERS[type(spec)](spec, self.options["name"], self.options["control_dir"], schema,
-                                     int(self.options.get("parallelism", "2")))
+        reader = reader_type(spec)(spec, self.options["name"], self.options["control_dir"], schema,
+                                    int(self.options.get("parallelism", "2")))
         reader.dead_letters = self.options.get("dead_letters")
         return reader
 
@@ -87,7 +94,7 @@ def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_lette
     check_source_name(name)
     if isinstance(spec, SparkSource):
         return _open_spark_source(spark, spec, name)
-    if type(spec) not in READERS:
+    if reader_type(spec) is None:
         raise SourceError(f"source {name!r}: cannot open a {type(spec).__name__}")
     control_dir = files.normalize(control_dir)  # the Python workers may run elsewhere
     spark.dataSource.register(SluiceDataSource)

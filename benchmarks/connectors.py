@@ -1,0 +1,336 @@
+"""Sustained rows/s of each connector against the broker's own client on the same data.
+
+Sources (NATS JetStream, Redis Streams, PostgreSQL table, MQTT): the same N JSON records are
+put into the broker; Sluice reads them with a pipeline ``source -> callback sink`` on local
+Spark (rows/s over the batches after the first, so Spark's start-up is not counted), and
+the broker's Python client reads them alone (NATS: a pull consumer; Redis: XRANGE; PostgreSQL:
+psycopg ``COPY TO``; MQTT: a paho subscriber while a publisher sends them, as for Sluice).
+
+Sinks (PostgreSQL, Redis, NATS): a generator source writes N rows through the sink; the
+rows/s is N over the time the executor spent in the sink's writes (``write_s`` of each
+batch: collecting the batch to the driver, converting and writing it transactionally). The
+client alone writes the same rows (psycopg ``COPY FROM`` with ``write_row``; a redis-py
+pipeline of XADD; nats-py JetStream publishes awaited in windows).
+
+``ratio`` per connector = Sluice rows/s / client rows/s; the headline ``ratio`` is their
+geometric mean (``min_ratio`` is the worst one). The machine is shared with other work while
+this runs: figures move between runs.
+
+    .venv/bin/python benchmarks/connectors.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "docs" / "results"
+
+import sluice  # noqa: E402
+from sluice import sinks, sources  # noqa: E402
+from sluice.runtime import metrics as metrics_log  # noqa: E402
+from tests.connector_services import (  # noqa: E402
+    MQTT_HOST,
+    MQTT_PORT,
+    NATS_URL,
+    PG_DSN,
+    REDIS_URL,
+    nats_delete,
+    nats_publish,
+    nats_run,
+    nats_stream,
+    pg,
+    redis_client,
+)
+
+SCHEMA = pa.schema([("id", pa.int64()), ("key", pa.string()), ("v", pa.float64())])
+
+
+def records(n: int) -> list[dict]:
+    return [{"id": i, "key": f"k{i % 1000}", "v": i / 8} for i in range(n)]
+
+
+def sustained(checkpoint: str) -> float:
+    """Rows/s over the batches after the first (from their own start and end times)."""
+    batches = [m for m in metrics_log.read(checkpoint) if m.rows_in][1:]
+    if not batches:
+        return float("nan")
+    span = batches[-1].started_at + batches[-1].duration_s - batches[0].started_at
+    return sum(m.rows_in for m in batches) / span
+
+
+def run_source(spark, spec, n: int, feed=None) -> float:
+    seen = [0]
+
+    def count(batch_id, table):
+        seen[0] += table.num_rows
+
+    p = sluice.Pipeline("bench_source")
+    p.source(spec, name="src").sink(sinks.callback(count))
+    checkpoint = tempfile.mkdtemp(prefix="bench-connectors-")
+    if feed is not None:
+        threading.Thread(target=feed, args=(checkpoint,), daemon=True).start()
+    p.run(checkpoint, spark=spark, duration=600, stop_when=lambda _: seen[0] >= n)
+    return sustained(checkpoint)
+
+
+def run_sink(spark, spec, n: int, per_batch: int) -> float:
+    p = sluice.Pipeline("bench_sink")
+    p.source(sources.generator(fields={"id": sources.Sequence(), "key": sources.Keys(1000, prefix="k"),
+                                       "v": sources.Uniform()}, total_rows=n, max_rows_per_batch=per_batch),
+             name="gen").sink(spec, name="out")
+    checkpoint = tempfile.mkdtemp(prefix="bench-connectors-")
+    p.run(checkpoint, spark=spark)
+    batches = [m for m in metrics_log.read(checkpoint) if m.sinks.get("out", {}).get("rows")]
+    return sum(m.sinks["out"]["rows"] for m in batches) / sum(m.sinks["out"]["write_s"] for m in batches)
+
+
+def timed(work) -> float:
+    t0 = time.perf_counter()
+    work()
+    return time.perf_counter() - t0
+
+
+# --- sources ---------------------------------------------------------------------------------------
+
+
+def nats_source(spark, n, per_batch):
+    stream = f"bench_{uuid.uuid4().hex[:8]}"
+    nats_stream(stream)
+    try:
+        nats_publish(stream, [json.dumps(r).encode() for r in records(n)])
+
+        async def read_all(js):
+            from nats.js.api import AckPolicy, ConsumerConfig
+
+            sub = await js.pull_subscribe("", stream=stream, config=ConsumerConfig(ack_policy=AckPolicy.NONE))
+            got = 0
+            while got < n:
+                got += len(await sub.fetch(1000, timeout=5))
+
+        client = n / timed(lambda: nats_run(read_all))
+        ours = run_source(spark, sources.nats(stream, SCHEMA, max_rows_per_batch=per_batch), n)
+        return ours, client
+    finally:
+        nats_delete(stream)
+
+
+def redis_source(spark, n, per_batch):
+    key = f"bench_{uuid.uuid4().hex[:8]}"
+    r = redis_client()
+    try:
+        pipe = r.pipeline(transaction=False)
+        for row in records(n):
+            pipe.xadd(key, {k: str(v) for k, v in row.items()})
+        pipe.execute()
+
+        def read_all():
+            after, got = "0-0", 0
+            while got < n:
+                chunk = r.xrange(key, min="(" + after, count=10_000)
+                got += len(chunk)
+                after = chunk[-1][0].decode()
+
+        client = n / timed(read_all)
+        ours = run_source(spark, sources.redis(key, SCHEMA, url=REDIS_URL, max_rows_per_batch=per_batch), n)
+        return ours, client
+    finally:
+        r.delete(key)
+
+
+def postgres_source(spark, n, per_batch):
+    import psycopg
+
+    table = f"bench_{uuid.uuid4().hex[:8]}"
+    pg(f"CREATE TABLE {table} (id bigint PRIMARY KEY, key text, v double precision)")
+    try:
+        pg(f"INSERT INTO {table} SELECT g, 'k' || (g % 1000), g / 8.0 FROM generate_series(0, {n - 1}) g")
+
+        def read_all():
+            with psycopg.connect(PG_DSN) as conn, conn.cursor().copy(
+                    f"COPY (SELECT id, key, v FROM {table} ORDER BY id) TO STDOUT") as copy:
+                for _ in copy.rows():
+                    pass
+
+        client = n / timed(read_all)
+        ours = run_source(spark, sources.postgres(PG_DSN, table, "id", max_rows_per_batch=per_batch), n)
+        return ours, client
+    finally:
+        pg(f"DROP TABLE IF EXISTS {table}")
+
+
+def _mqtt_publisher(topic: str, n: int):
+    import paho.mqtt.client as mqtt
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    client.max_inflight_messages_set(1000)
+    client.connect(MQTT_HOST, MQTT_PORT)
+    client.loop_start()
+    infos = [client.publish(topic, json.dumps(r).encode(), qos=1) for r in records(n)]
+    for info in infos:
+        info.wait_for_publish(60)
+    client.loop_stop()
+    client.disconnect()
+
+
+def mqtt_source(spark, n, per_batch):
+    import paho.mqtt.client as mqtt
+
+    topic = f"bench/{uuid.uuid4().hex[:8]}"
+    got, done = [0], threading.Event()
+
+    def on_message(client, userdata, message):
+        got[0] += 1
+        if got[0] >= n:
+            done.set()
+
+    sub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    sub.on_message = on_message
+    sub.connect(MQTT_HOST, MQTT_PORT)
+    sub.subscribe(topic, qos=1)
+    sub.loop_start()
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    _mqtt_publisher(topic, n)
+    done.wait(120)
+    client = got[0] / (time.perf_counter() - t0)
+    sub.loop_stop()
+    sub.disconnect()
+
+    def feed(checkpoint):  # publish once the source's session is subscribed
+        while not os.path.exists(os.path.join(checkpoint, "sources", "src.backlog.json")):
+            time.sleep(0.1)
+        time.sleep(1.0)
+        _mqtt_publisher(topic, n)
+
+    spec = sources.mqtt(topic, SCHEMA, client_id=f"bench_{uuid.uuid4().hex[:8]}", max_rows_per_batch=per_batch)
+    return run_source(spark, spec, n, feed), client
+
+
+# --- sinks -----------------------------------------------------------------------------------------
+
+
+def rows_table(n: int) -> pa.Table:
+    return pa.Table.from_pylist(records(n), schema=SCHEMA)
+
+
+def postgres_sink(spark, n, per_batch):
+    import psycopg
+
+    table, theirs = f"bench_{uuid.uuid4().hex[:8]}", f"bench_{uuid.uuid4().hex[:8]}"
+    pg(f"CREATE TABLE {theirs} (id bigint, key text, v double precision)")
+    try:
+        rows = [tuple(r.values()) for r in records(n)]
+
+        def write_all():
+            with psycopg.connect(PG_DSN) as conn:
+                for i in range(0, n, per_batch):
+                    with conn.transaction(), conn.cursor().copy(f"COPY {theirs} (id, key, v) FROM STDIN") as copy:
+                        for row in rows[i:i + per_batch]:
+                            copy.write_row(row)
+
+        client = n / timed(write_all)
+        ours = run_sink(spark, sinks.postgres(PG_DSN, table), n, per_batch)
+        return ours, client
+    finally:
+        pg(f"DROP TABLE IF EXISTS {table}")
+        pg(f"DROP TABLE IF EXISTS {theirs}")
+        pg("DELETE FROM sluice_batches WHERE sink = %s", (table,))
+
+
+def redis_sink(spark, n, per_batch):
+    r = redis_client()
+    ours_key, theirs = f"bench_{uuid.uuid4().hex[:8]}", f"bench_{uuid.uuid4().hex[:8]}"
+    try:
+        rows = [{k: str(v) for k, v in row.items()} for row in records(n)]
+
+        def write_all():
+            for i in range(0, n, per_batch):
+                pipe = r.pipeline(transaction=True)
+                for row in rows[i:i + per_batch]:
+                    pipe.xadd(theirs, row)
+                pipe.execute()
+
+        client = n / timed(write_all)
+        ours = run_sink(spark, sinks.redis(ours_key, url=REDIS_URL), n, per_batch)
+        return ours, client
+    finally:
+        r.delete(ours_key, theirs, f"sluice:batches:{ours_key}")
+
+
+def nats_sink(spark, n, per_batch):
+    stream = f"bench_{uuid.uuid4().hex[:8]}"
+    nats_stream(stream)
+    try:
+        payloads = [json.dumps(r).encode() for r in records(n)]
+
+        async def publish_all(js):
+            for i in range(0, n, 2000):
+                await asyncio.gather(*(js.publish(f"{stream}.theirs", p) for p in payloads[i:i + 2000]))
+
+        client = n / timed(lambda: nats_run(publish_all))
+        ours = run_sink(spark, sinks.nats(f"{stream}.ours", url=NATS_URL), n, per_batch)
+        return ours, client
+    finally:
+        nats_delete(stream)
+
+
+CONNECTORS = {
+    "nats source": nats_source, "redis source": redis_source, "postgres source": postgres_source,
+    "mqtt source": mqtt_source, "postgres sink": postgres_sink, "redis sink": redis_sink,
+    "nats sink": nats_sink,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rows (a few minutes)")
+    parser.add_argument("--only", nargs="*", help="connectors to run (names as in the output)")
+    args = parser.parse_args()
+    n = 40_000 if args.quick else 200_000
+    per_batch = n // 8
+
+    from sluice.runtime.session import spark_session
+
+    spark = spark_session(master="local[2]", app_name="bench-connectors")
+    results = {}
+    for name, bench in CONNECTORS.items():
+        if args.only and name not in args.only:
+            continue
+        ours, client = bench(spark, n, per_batch)
+        results[name] = {"sluice_rows_s": round(ours), "client_rows_s": round(client), "ratio": round(ours / client, 3)}
+        print(f"{name:16s} sluice {ours:10.0f} rows/s   client {client:10.0f} rows/s   ratio {ours / client:.3f}",
+              flush=True)
+    spark.stop()
+    ratios = [r["ratio"] for r in results.values()]
+    summary = {
+        "benchmark": "connectors",
+        "ratio": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 3),
+        "ratio_is": "geometric mean over connectors of Sluice rows/s / the broker client's rows/s",
+        "min_ratio": min(ratios),
+        "rows": n, "rows_per_batch": per_batch, "quick": args.quick,
+        "connectors": results,
+        "note": "2-core machine shared with other work: figures vary between runs",
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    if not args.only:
+        (RESULTS / "connectors.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

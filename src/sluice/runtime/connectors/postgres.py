@@ -1,0 +1,261 @@
+"""PostgreSQL: a table read incrementally by a growing column, and a sink that appends or
+upserts a batch in one transaction together with the batch id (a replay is a no-op).
+
+Source: a batch is the rows with ``column`` in (start, end]; planning asks for the value of
+the ``cap``-th row after the start. The rows travel as CSV through ``COPY ... TO STDOUT`` and
+are parsed by pyarrow, column by column. Ingest time = when the batch was planned (it is in
+the offset Spark logs). The column must only grow: a row committed later with a value at or
+below one already admitted is never read (e.g. two writers whose transactions commit out of
+order of their ``serial`` values); one writer, or an insertion timestamp set at commit, is safe.
+
+Sink: ``COPY`` into the table (append), or into a temporary table and then ``INSERT ... ON
+CONFLICT (key) DO UPDATE`` (upsert; the last row of a key in a batch wins), and a row
+``(sink, job, batch_id)`` into ``sluice_batches``, all in one transaction. The marker row is
+inserted first: if it already exists the batch was written and the transaction ends there.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from sluice.errors import SinkError, SourceError
+from sluice.graph.connectors import PostgresSink, PostgresTableSource
+from sluice.graph.sources import spark_compatible
+from sluice.runtime.connectors.payloads import Parsed
+from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
+
+UNCAPPED_BATCH = 1_000_000
+"""Rows a batch admits when no limit is set."""
+CONNECT_TIMEOUT_S = 5
+MARKERS = "sluice_batches"
+
+
+def connect(dsn: str):
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True)
+    except psycopg.OperationalError as e:
+        raise BrokerDown(f"cannot connect to {dsn!r}: {str(e).strip()}") from None
+
+
+def quote_name(name: str) -> str:
+    """An identifier, possibly schema-qualified (``a.b``), quoted part by part."""
+    return ".".join('"' + part.replace('"', '""') + '"' for part in name.split("."))
+
+
+def _literal(conn, value) -> str:
+    from psycopg import sql
+
+    return sql.Literal(value).as_string(conn)
+
+
+# --- the source --------------------------------------------------------------------------------
+
+_PG_TO_ARROW = {
+    "smallint": pa.int16(), "integer": pa.int32(), "bigint": pa.int64(), "real": pa.float32(),
+    "double precision": pa.float64(), "numeric": pa.float64(), "boolean": pa.bool_(),
+    "text": pa.string(), "character varying": pa.string(), "character": pa.string(),
+    "timestamp with time zone": pa.timestamp("us", tz="UTC"),
+    "timestamp without time zone": pa.timestamp("us", tz="UTC"), "date": pa.date32(),
+    "bytea": pa.binary(), "uuid": pa.string(), "jsonb": pa.string(), "json": pa.string(),
+}
+
+
+def table_schema(dsn: str, table: str) -> pa.Schema:
+    """The Arrow schema of a table's columns, for ``sources.postgres`` without ``schema=``."""
+    schema, _, name = table.rpartition(".")
+    try:
+        conn = connect(dsn)
+    except BrokerDown as e:
+        raise SourceError(f"PostgreSQL table {table!r}: {e}") from None
+    with conn:
+        rows = conn.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s"
+            " AND table_schema = coalesce(nullif(%s, ''), current_schema()) ORDER BY ordinal_position",
+            (name, schema)).fetchall()
+    if not rows:
+        raise SourceError(f"PostgreSQL at {dsn!r}: no table {table!r} (pass schema= to read a view)")
+    return spark_compatible(pa.schema([(c, _PG_TO_ARROW.get(t, pa.string())) for c, t in rows]))
+
+
+class PostgresTableReader(ConnectorStreamReader):
+    spec: PostgresTableSource
+
+    def _call(self, work):
+        import psycopg
+
+        if getattr(self, "_conn", None) is None or self._conn.closed:
+            self._conn = connect(self.spec.dsn)
+        try:
+            return work(self._conn)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+            self._conn = None
+            raise BrokerDown(f"{self.spec.dsn!r}: {str(e).strip()}") from None
+        except psycopg.Error as e:
+            raise SourceError(f"source {self.name!r}: {self.spec.broker}: {str(e).strip()}") from None
+
+    def first_position(self) -> None:
+        return None  # below every value
+
+    def _after(self, conn, position) -> str:
+        column = quote_name(self.spec.column)
+        return "TRUE" if position is None else f"{column} > {_literal(conn, position)}"
+
+    def plan(self, start: dict, cap: int | None) -> Plan:
+        column, table = quote_name(self.spec.column), quote_name(self.spec.table)
+
+        def work(conn):
+            after = self._after(conn, start["position"])
+            count, end = conn.execute(
+                f"SELECT count(*), max(c)::text FROM (SELECT {column} AS c FROM {table} "
+                f"WHERE {after} ORDER BY {column} LIMIT {int(cap or UNCAPPED_BATCH)}) s").fetchone()
+            waiting = 0
+            if count:
+                waiting = conn.execute(f"SELECT count(*) FROM {table} WHERE {self._after(conn, end)}").fetchone()[0]
+            return int(count), end, int(waiting)
+
+        count, end, waiting = self._call(work)
+        return Plan(end if count else start["position"], count, waiting)
+
+    def fetch(self, span: Span):
+        schema = self.spec.schema()
+        column, table = quote_name(self.spec.column), quote_name(self.spec.table)
+        selected = ", ".join(
+            f"(extract(epoch FROM {quote_name(f.name)}) * 1000000)::bigint" if pa.types.is_timestamp(f.type)
+            else quote_name(f.name) for f in schema)
+
+        def work(conn):
+            query = (f"COPY (SELECT {selected} FROM {table} WHERE {self._after(conn, span.start)} AND "
+                     f"{column} <= {_literal(conn, span.end)} ORDER BY {column}) TO STDOUT (FORMAT csv)")
+            out = io.BytesIO()
+            with conn.cursor().copy(query) as copy:
+                for chunk in copy:
+                    out.write(chunk)
+            return out.getvalue()
+
+        data = self._call(work) if span.rows else b""
+        table_ = _read_csv(data, schema)
+        ingest = np.full(table_.num_rows, span.at_us, np.int64)
+        return Parsed(table_, list(range(table_.num_rows)), []), ingest, [], []
+
+
+def _read_csv(data: bytes, schema: pa.Schema) -> pa.Table:
+    if not data:
+        return schema.empty_table()
+    wire = {f.name: pa.int64() if pa.types.is_timestamp(f.type) else f.type for f in schema}
+    table = pacsv.read_csv(
+        io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=schema.names),
+        convert_options=pacsv.ConvertOptions(column_types=wire, true_values=["t"], false_values=["f"],
+                                             strings_can_be_null=True, quoted_strings_can_be_null=False))
+    return pa.Table.from_arrays([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+
+
+# --- the sink ------------------------------------------------------------------------------------
+
+
+def _pg_type(t: pa.DataType) -> str:
+    if pa.types.is_int8(t) or pa.types.is_int16(t):
+        return "smallint"
+    if pa.types.is_int32(t):
+        return "integer"
+    if pa.types.is_integer(t):
+        return "bigint"
+    if pa.types.is_float32(t):
+        return "real"
+    if pa.types.is_floating(t):
+        return "double precision"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_timestamp(t):
+        return "timestamptz"
+    if pa.types.is_date(t):
+        return "date"
+    if pa.types.is_decimal(t):
+        return "numeric"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytea"
+    return "text"
+
+
+def _last_per_key(table: pa.Table, key: tuple) -> pa.Table:
+    """The last row of each key, in order (an upsert may touch a row once per statement)."""
+    numbered = table.append_column("__row", pa.array(np.arange(table.num_rows)))
+    last = numbered.group_by(list(key), use_threads=False).aggregate([("__row", "max")])
+    rows = last["__row_max"]
+    return table.take(rows.take(pc.sort_indices(rows)))
+
+
+class PostgresWriter:
+    def __init__(self, spec: PostgresSink):
+        self.spec = spec
+        self.conn = None
+        self.ready = False
+
+    def _connect(self):
+        if self.conn is None or self.conn.closed:
+            self.conn = connect(self.spec.dsn)
+            self.ready = False
+        return self.conn
+
+    def _prepare(self, conn, schema: pa.Schema) -> None:
+        """Create the table (from the stream's columns) and the marker table, once."""
+        if self.ready:
+            return
+        columns = [f"{quote_name(f.name)} {_pg_type(f.type)}" for f in schema]
+        missing = [k for k in self.spec.key if k not in schema.names]
+        if missing:
+            raise SinkError(f"sink {self.spec.target}: key columns {missing} are not among the "
+                            f"columns {schema.names}")
+        if self.spec.key:
+            columns.append(f"PRIMARY KEY ({', '.join(quote_name(k) for k in self.spec.key)})")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {quote_name(self.spec.table)} ({', '.join(columns)})")
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {MARKERS} (sink text, job text, batch_id bigint, "
+                     "written_at timestamptz DEFAULT now(), PRIMARY KEY (sink, job, batch_id))")
+        self.ready = True
+
+    def write(self, table: pa.Table, batch_id: int, job: str) -> None:
+        import psycopg
+
+        try:
+            self._write(table, batch_id, job)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+            self.conn = None
+            raise BrokerDown(f"{self.spec.dsn!r}: {str(e).strip()}") from None
+        except psycopg.Error as e:
+            raise SinkError(f"sink {self.spec.target}: {str(e).strip()}") from None
+
+    def _write(self, table: pa.Table, batch_id: int, job: str) -> None:
+        conn = self._connect()
+        self._prepare(conn, table.schema)
+        target = quote_name(self.spec.table)
+        names = ", ".join(quote_name(n) for n in table.column_names)
+        with conn.transaction():
+            first = conn.execute(f"INSERT INTO {MARKERS} (sink, job, batch_id) VALUES (%s, %s, %s) "
+                                 "ON CONFLICT DO NOTHING RETURNING 1", (self.spec.table, job, batch_id)).fetchone()
+            if first is None or table.num_rows == 0:
+                return  # written before (a replay), or nothing to write
+            if not self.spec.key:
+                _copy(conn, f"COPY {target} ({names}) FROM STDIN (FORMAT csv)", table)
+                return
+            table = _last_per_key(table, self.spec.key)
+            conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS sluice_upsert (LIKE {target}) ON COMMIT DELETE ROWS")
+            _copy(conn, f"COPY sluice_upsert ({names}) FROM STDIN (FORMAT csv)", table)
+            keys = ", ".join(quote_name(k) for k in self.spec.key)
+            updates = ", ".join(f"{quote_name(n)} = EXCLUDED.{quote_name(n)}"
+                                for n in table.column_names if n not in self.spec.key)
+            action = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
+            conn.execute(f"INSERT INTO {target} ({names}) SELECT {names} FROM sluice_upsert "
+                         f"ON CONFLICT ({keys}) {action}")
+
+
+def _copy(conn, statement: str, table: pa.Table) -> None:
+    out = io.BytesIO()
+    pacsv.write_csv(table, out, write_options=pacsv.WriteOptions(include_header=False))
+    with conn.cursor().copy(statement) as copy:
+        copy.write(out.getvalue())

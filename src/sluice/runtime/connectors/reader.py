@@ -1,0 +1,201 @@
+"""The stream reader shared by connector sources: offsets, admission, backlog, outages.
+
+An offset is the broker's own position of the last admitted message plus a count, e.g.
+``{"source": "orders", "position": 1200, "rows": 1200, "at_us": ..., "rejects": dir}``:
+
+- ``position``: where the batch ends in the broker's order (a JetStream sequence number, a
+  Redis entry ID, a column value, a journal index). Spark logs it before the batch runs, and
+  a batch reads exactly the messages after the start position up to and including the end
+  one, so a replay after a crash reads the same messages (exactly-once input).
+- ``rows``: messages admitted so far (for the backlog and the rejects' directory).
+- ``at_us``: when the batch was planned; the ingest time of rows whose broker has no time of
+  its own (it is logged, so a replay gets the same times).
+- ``rejects``: where the batch's unreadable messages are put (``connectors.rejects``).
+
+Admission works as for Sluice's other sources: the live limit is re-read from the admission
+file every time a batch is planned (``sources.admission.admission_cap``), and the backlog
+(messages at the broker not yet admitted) is reported to the backlog file and to Spark's
+progress (``reportLatestOffset``).
+
+A broker that is down does not fail the job at once: planning admits nothing while it is
+away (the backlog file says why) and reading retries; after ``spec.patience_s`` the job fails
+with a ``SourceError`` naming the broker and its address.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.types import StructType
+
+from sluice.errors import SourceError
+from sluice.graph.sources import INGEST_TS, TIMESTAMP
+from sluice.runtime.connectors.payloads import Parsed
+from sluice.runtime.connectors.rejects import rejects_dir, write_rejects
+from sluice.runtime.sources.admission import admission_cap, default_read_limit
+from sluice.runtime.sources.control import BacklogReporter
+
+RETRY_S = 0.5
+
+
+class BrokerDown(Exception):
+    """The broker could not be reached (wraps the client's own error)."""
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+class Span(InputPartition):
+    """Messages after ``start`` up to and including ``end`` (broker positions), picklable."""
+
+    def __init__(self, start: Any, end: Any, rows: int, at_us: int, rejects: str, part: int = 0):
+        self.start, self.end, self.rows, self.at_us = start, end, rows, at_us
+        self.rejects, self.part = rejects, part
+
+    def __repr__(self) -> str:
+        return f"Span({self.start!r}, {self.end!r}]"
+
+
+class Plan:
+    """What the broker says when a batch is planned."""
+
+    def __init__(self, end: Any, admitted: int, waiting: int | None):
+        self.end = end  # position of the last admitted message
+        self.admitted = admitted  # messages in the batch
+        self.waiting = waiting  # messages at the broker after ``end`` (None: unknown)
+
+
+class ConnectorStreamReader(DataSourceStreamReader):
+    """Subclasses say where reading starts and talk to their broker:
+    ``first_position``, ``plan(start, cap)`` and ``fetch(span)``."""
+
+    def __init__(self, spec, name: str, control_dir: str, schema: StructType, parallelism: int):
+        self.spec = spec
+        self.name = name
+        self.control_dir = control_dir
+        self.parallelism = max(1, parallelism)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self._backlog = BacklogReporter(control_dir, name)
+        self._down_since: float | None = None
+        self._last: dict | None = None  # the last offset planned, for reportLatestOffset
+        self._waiting: int | None = None
+
+    # --- what subclasses provide ---------------------------------------------------------------
+
+    def first_position(self) -> Any:
+        """The position before the first message (e.g. 0, "0-0")."""
+        raise NotImplementedError
+
+    def plan(self, start: dict, cap: int | None) -> Plan:
+        """How far the next batch goes: at most ``cap`` messages after ``start["position"]``
+        (``start["rows"]`` messages were admitted before it).
+        Raises BrokerDown if the broker cannot be reached."""
+        raise NotImplementedError
+
+    def fetch(self, span: Span) -> tuple[Parsed, np.ndarray, list[str], list[bytes]]:
+        """The span's messages: parsed rows, their ingest times (micros, one per kept row),
+        and per input message its position (for dead letters) and raw payload."""
+        raise NotImplementedError
+
+    # --- pickling: connections stay where they were made ---------------------------------------
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_conn")}
+
+    # --- offsets ---------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        return {"source": self.name, "position": self.first_position(), "rows": 0, "at_us": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return default_read_limit()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        cap = admission_cap(limit, self.control_dir, self.name, self.spec.max_rows_per_batch)
+        try:
+            plan = self.plan(start, cap)
+            self._down_since = None
+        except BrokerDown as e:
+            self._outage(e)
+            self._report(start, 0, None, cap, error=f"{self.spec.broker} is unreachable: {e}")
+            return start
+        self._waiting = plan.waiting
+        self._report(start, plan.admitted, plan.waiting, cap)
+        if plan.admitted == 0:
+            self._last = start
+            return start
+        rows = start["rows"] + plan.admitted
+        self._last = {"source": self.name, "position": plan.end, "rows": rows, "at_us": now_us(),
+                      "rejects": rejects_dir(self.control_dir, self.name, rows)}
+        return self._last
+
+    def reportLatestOffset(self) -> dict | None:
+        """Spark's progress shows it beside the end offset: backlog = rows here - there."""
+        if self._last is None or self._waiting is None:
+            return None
+        return {"source": self.name, "rows": self._last["rows"] + self._waiting}
+
+    def commit(self, end: dict) -> None:
+        """Spark has committed the batch ending at ``end``; brokers that need telling (MQTT)
+        override this."""
+
+    def _outage(self, error: Exception) -> None:
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+        if now - self._down_since > self.spec.patience_s:
+            raise SourceError(f"source {self.name!r}: {self.spec.broker} has been unreachable for "
+                              f"{self.spec.patience_s:g} s: {error}") from None
+
+    def _report(self, start: dict, admitted: int, waiting: int | None, cap: int | None,
+                error: str | None = None) -> None:
+        status = {
+            "source": self.name, "kind": type(self.spec).__name__,
+            "planned_rows": start["rows"] + admitted,
+            "available_rows": None if waiting is None else start["rows"] + admitted + waiting,
+            "backlog": waiting, "batch_rows": admitted, "max_rows": cap,
+            "total_rows": None, "exhausted": False, "time": time.time(),
+        }
+        if error:
+            status["error"] = error
+        self._backlog.report(status, planned_batch=admitted > 0)
+
+    # --- reading -----------------------------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        if end["rows"] == start["rows"]:  # e.g. the first batch, planned before any message
+            return []
+        return [Span(start["position"], end["position"], end["rows"] - start["rows"],
+                     end.get("at_us", 0), end["rejects"])]
+
+    def read(self, span: Span) -> Iterator[pa.RecordBatch]:
+        parsed, ingest_us, positions, payloads = self.with_patience(lambda: self.fetch(span))
+        write_rejects(span.rejects, span.part, [
+            {"operator": self.name, "location": f"{self.spec.broker}, message {positions[i]}",
+             "error": reason, "record": payloads[i].decode("utf-8", errors="replace")}
+            for i, reason in parsed.rejects
+        ])
+        table = parsed.table.append_column(INGEST_FIELD, pa.array(ingest_us, type=TIMESTAMP))
+        yield from table.cast(self.arrow_schema).to_batches()
+
+    def with_patience(self, work: Callable[[], Any]) -> Any:
+        """``work()``, retried while the broker is down, for at most ``spec.patience_s``."""
+        deadline = time.monotonic() + self.spec.patience_s
+        while True:
+            try:
+                return work()
+            except BrokerDown as e:
+                if time.monotonic() > deadline:
+                    raise SourceError(f"source {self.name!r}: {self.spec.broker} has been "
+                                      f"unreachable for {self.spec.patience_s:g} s: {e}") from None
+                time.sleep(RETRY_S)
+
+
+INGEST_FIELD = pa.field(INGEST_TS, TIMESTAMP)

@@ -1,0 +1,133 @@
+"""Redis: a stream source whose offsets are entry IDs, and a sink of stream entries or hashes
+that records each batch id in the same MULTI/EXEC transaction as its rows.
+
+Source: a batch is the entries with IDs in (start, end]. Planning finds the end with one
+server-side ``XRANGE (start + COUNT cap`` that returns only the count and the last ID (no
+entry travels twice). The backlog is estimated from ``XINFO STREAM`` (entries added minus
+entries admitted, at most ``XLEN``; exact unless entries were trimmed or deleted). Ingest
+time = the millisecond part of the entry ID (when Redis added it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from sluice.graph.connectors import RedisSink, RedisStreamSource
+from sluice.runtime.connectors.payloads import parse_text_columns, rows_as_text
+from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
+
+UNCAPPED_BATCH = 100_000
+"""Entries a batch admits when no limit is set (one server-side XRANGE must stay short)."""
+FETCH_COUNT = 10_000
+SOCKET_TIMEOUT_S = 10
+
+_END_OF_RANGE = """
+local r = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], '+', 'COUNT', ARGV[2])
+if #r == 0 then return {0, ARGV[1]} end
+return {#r, r[#r][1]}
+"""
+
+
+def client(url: str):
+    import redis
+
+    return redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S,
+                                socket_connect_timeout=SOCKET_TIMEOUT_S)
+
+
+def _down(url: str, error: Exception) -> BrokerDown:
+    return BrokerDown(f"{url}: {type(error).__name__}: {error}")
+
+
+class RedisStreamReader(ConnectorStreamReader):
+    spec: RedisStreamSource
+
+    def _client(self):
+        if getattr(self, "_conn", None) is None:
+            self._conn = client(self.spec.url)
+            self._conn_end_of_range = self._conn.register_script(_END_OF_RANGE)
+        return self._conn
+
+    def _call(self, work):
+        import redis
+
+        try:
+            return work(self._client())
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            self._conn = None
+            raise _down(self.spec.url, e) from None
+
+    def first_position(self) -> str:
+        return "0-0"
+
+    def plan(self, start: dict, cap: int | None) -> Plan:
+        def work(r):
+            count, last = self._conn_end_of_range(keys=[self.spec.key],
+                                                  args=[start["position"], cap or UNCAPPED_BATCH])
+            info = r.xinfo_stream(self.spec.key) if r.exists(self.spec.key) else {}
+            return int(count), last.decode() if isinstance(last, bytes) else last, info
+
+        count, last, info = self._call(work)
+        admitted_through = start["rows"] + count
+        waiting = max(0, min(int(info.get("length", 0)),
+                             int(info.get("entries-added", 0)) - admitted_through))
+        return Plan(last, count, waiting)
+
+    def fetch(self, span: Span):
+        def work(r):
+            entries, after = [], span.start
+            while after != span.end:
+                chunk = r.xrange(self.spec.key, min="(" + after, max=span.end, count=FETCH_COUNT)
+                if not chunk:
+                    break  # the rest was deleted
+                entries.extend(chunk)
+                after = chunk[-1][0].decode()
+            return entries
+
+        entries = self._call(work) if span.rows else []
+        names = self.spec.schema().names
+        columns = {n: [] for n in names}
+        keys = [n.encode() for n in names]
+        for _, fields in entries:
+            for name, key in zip(names, keys):
+                value = fields.get(key)
+                columns[name].append(None if value is None else value.decode("utf-8", errors="replace"))
+        parsed = parse_text_columns(columns, len(entries), self.spec.schema())
+        ids = [entry_id.decode() for entry_id, _ in entries]
+        added_us = np.array([int(i.split("-", 1)[0]) * 1000 for i in ids], np.int64)
+        payloads = [repr({k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}).encode()
+                    for _, fields in entries] if parsed.rejects else [b""] * len(entries)
+        return parsed, added_us[parsed.kept], [f"id {i}" for i in ids], payloads
+
+
+class RedisWriter:
+    """Writes a batch in one MULTI/EXEC with the batch id in hash ``sluice:batches:<name>``
+    (field = job): a batch at or below the recorded id is skipped."""
+
+    def __init__(self, spec: RedisSink):
+        self.spec = spec
+        self.r = client(spec.url)
+        self.marker = f"sluice:batches:{spec.name}"
+
+    def write(self, table: pa.Table, batch_id: int, job: str) -> None:
+        import redis
+
+        try:
+            done = self.r.hget(self.marker, job)
+            if done is not None and int(done) >= batch_id:
+                return  # a replay of a batch already written
+            rows = rows_as_text(table)
+            pipe = self.r.pipeline(transaction=True)
+            if self.spec.key:
+                for row in rows:
+                    name = ":".join([self.spec.name] + [row.get(k, "") for k in self.spec.key])
+                    pipe.delete(name)
+                    pipe.hset(name, mapping=row)
+            else:
+                for row in rows:
+                    pipe.xadd(self.spec.name, row or {"": ""})
+            pipe.hset(self.marker, job, batch_id)
+            pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            raise _down(self.spec.url, e) from None

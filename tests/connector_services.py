@@ -1,0 +1,162 @@
+"""The brokers and databases the connector tests talk to, on loopback.
+
+The machine's shared services (PostgreSQL, Redis, NATS with JetStream, Mosquitto) are used
+with names unique to each test run, so parallel runs do not collide; ``.ci/run`` starts any
+that is not running. A test whose service is down FAILS, naming it and how to start it: a
+connector untested because its broker was missing must not pass as green.
+
+Tests that restart a broker start a private one of their own on a free port
+(``PrivateNats``), never the shared one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+
+import pytest
+
+PG_DSN = os.environ.get("SLUICE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("SLUICE_TEST_REDIS", "redis://127.0.0.1:6379/0")
+NATS_URL = os.environ.get("SLUICE_TEST_NATS", "nats://127.0.0.1:4222")
+MQTT_HOST, MQTT_PORT = "127.0.0.1", 1883
+
+SERVICES = {
+    "PostgreSQL": 5432,
+    "Redis": 6379,
+    "NATS": 4222,
+    "Mosquitto": MQTT_PORT,
+}
+
+
+def reachable(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def require(service: str) -> None:
+    port = SERVICES[service]
+    if not reachable(port):
+        pytest.fail(f"{service} is not running on 127.0.0.1:{port}: the connector tests need it "
+                    f"(.ci/run starts it with scripts/start_services.sh)", pytrace=False)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- NATS ----------------------------------------------------------------------------------------
+
+
+def nats_run(work, url: str = NATS_URL):
+    """``await work(js)`` with a fresh connection."""
+    import nats
+
+    async def main():
+        nc = await nats.connect(url)
+        try:
+            return await work(nc.jetstream())
+        finally:
+            await nc.close()
+
+    return asyncio.run(main())
+
+
+def nats_stream(name: str, url: str = NATS_URL, **config) -> None:
+    async def work(js):
+        await js.add_stream(name=name, subjects=[f"{name}.>"], **config)
+
+    nats_run(work, url)
+
+
+def nats_publish(name: str, payloads: list[bytes], url: str = NATS_URL) -> None:
+    async def work(js):
+        for i in range(0, len(payloads), 500):
+            await asyncio.gather(*(js.publish(f"{name}.in", p) for p in payloads[i:i + 500]))
+
+    nats_run(work, url)
+
+
+def nats_delete(name: str, url: str = NATS_URL) -> None:
+    async def work(js):
+        try:
+            await js.delete_stream(name)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+    try:
+        nats_run(work, url)
+    except Exception:  # noqa: BLE001 - the server is gone: so is the stream
+        pass
+
+
+def nats_messages(name: str, url: str = NATS_URL) -> list:
+    """Every message of a stream, in order, with its headers."""
+    async def work(js):
+        info = await js.stream_info(name)
+        return [await js.get_msg(name, seq) for seq in range(info.state.first_seq, info.state.last_seq + 1)
+                ] if info.state.messages else []
+
+    return nats_run(work, url)
+
+
+class PrivateNats:
+    """A nats-server with JetStream of this test's own, on a free port, that it may stop and
+    start again (its store directory survives, like a real broker's disk)."""
+
+    def __init__(self, store: str):
+        self.port = free_port()
+        self.store = store
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        self.proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 20
+        while not reachable(self.port):
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"private nats-server on port {self.port} did not start")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=20)
+        self.proc = None
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+
+def pg(sql: str, params=(), dsn: str = PG_DSN):
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute(sql, params or None)
+        return cur.fetchall() if cur.description else None
+
+
+# --- Redis ------------------------------------------------------------------------------------------
+
+
+def redis_client():
+    import redis
+
+    return redis.Redis.from_url(REDIS_URL)
