@@ -377,3 +377,92 @@ def test_a_sink_whose_broker_is_down_fails_naming_it_and_its_address(tmp_path, s
     port = free_port()
     with pytest.raises(SinkError, match=f"unreachable.*{port}|{port}.*unreachable"):
         connectors.write(spec(port), ROWS, 0, str(tmp_path))
+
+
+def test_late_records_of_a_window_go_to_a_late_data_sink_in_redis(spark, tmp_path):
+    """``Pipeline.late_data`` takes any sink: every record a window judged late is there, once,
+    with the batch it arrived in (the checkpoint's own side output has the same records)."""
+    from sluice import windows
+    from sluice.runtime.side_outputs import read_side_output
+
+    require("Redis")
+    r = redis_client()
+    late_key = unique("late")
+    try:
+        p = sluice.Pipeline("late_to_redis")
+        readings = p.source(sources.generator(
+            fields={"meter": sources.Keys(5, prefix="m"), "ts": sources.EventTime(jitter=2.0, step=0.002)},
+            total_rows=4000, seed=3, start_time=1_700_000_000.0, max_rows_per_batch=1000, watermark_delay=0.2))
+        readings.key_by("meter").window(windows.tumbling("1s")).aggregate(n=agg.count(), name="win") \
+            .sink(sinks.memory("late_windows"))
+        p.late_data(sinks.redis(late_key, url=REDIS_URL))
+        checkpoint = str(tmp_path / "ckpt")
+        p.run(checkpoint, spark=spark)
+        kept = read_side_output(checkpoint, "side/win/late")
+        sent = [{k.decode(): v.decode() for k, v in f.items()} for _, f in r.xrange(late_key)]
+        assert len(kept) > 0
+        assert sorted((x["batch_id"], x["record"]) for x in kept) == sorted(
+            (int(x["batch_id"]), x["record"]) for x in sent)
+        assert {x["error"] for x in sent} == {"late"}
+    finally:
+        r.delete(late_key, f"sluice:batches:{late_key}")
+
+
+def test_mqtt_batches_replay_from_the_journal_after_the_session_is_gone(tmp_path):
+    """What the MQTT guarantee rests on, without Spark: a planned batch's messages are in the
+    journal before the offset that admits them exists, so reading that batch again after the
+    process (and its session) died gives the same rows; messages published meanwhile come
+    from the broker to the next session and are journaled after them."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from sluice.runtime.connectors import mqtt as mqtt_connector
+    from sluice.runtime.sources.datasource import stream_schema
+
+    require("Mosquitto")
+    topic, client_id = unique("journal"), unique("sluice")
+    spec = sources.mqtt(topic, SCHEMA, client_id=client_id)
+    controls = str(tmp_path / "sources")
+
+    def new_reader():
+        return mqtt_connector.MqttStreamReader(spec, "mq", controls, from_arrow_schema(stream_schema(spec)), 1)
+
+    def plan_until(reader, start, rows, deadline_s=30):
+        deadline = time.time() + deadline_s
+        end = start
+        while end["rows"] - start["rows"] < rows and time.time() < deadline:
+            end = reader.latestOffset(start, ReadMaxRows(1000))
+            time.sleep(0.1)
+        return end
+
+    def read(reader, start, end):
+        span = reader.partitions(start, end)[0]
+        return pa.Table.from_batches(list(reader.read(span)))
+
+    reader = new_reader()
+    start = reader.initialOffset()
+    plan_until(reader, start, 0, deadline_s=2)  # opens the session
+    deadline = time.time() + 10
+    while not mqtt_connector.session_for(spec, mqtt_connector.journal_dir(controls, "mq")).connected:
+        assert time.time() < deadline, "no session with the broker"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    _mqtt_publish(topic, [json.dumps(record(i)).encode() for i in range(30)])
+    end = plan_until(reader, start, 30)
+    first = read(reader, start, end)
+    assert sorted(first["id"].to_pylist()) == list(range(30))
+
+    # the process dies: its session object goes, the broker keeps the session
+    session = mqtt_connector._SESSIONS.pop(next(iter(k for k in mqtt_connector._SESSIONS if client_id in k)))
+    session.client.loop_stop()
+    session.client.socket().close()
+    _mqtt_publish(topic, [json.dumps(record(i)).encode() for i in range(30, 50)])
+
+    again = new_reader()
+    assert read(again, start, end).equals(first)  # the replayed batch reads the journal
+    more = plan_until(again, end, 20)
+    assert sorted(read(again, end, more)["id"].to_pylist()) == list(range(30, 50))
+    again.commit(more)
+    session = mqtt_connector._SESSIONS.pop(next(iter(k for k in mqtt_connector._SESSIONS if client_id in k)))
+    session.client.disconnect()
+    session.client.loop_stop()

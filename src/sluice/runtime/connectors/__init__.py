@@ -1,6 +1,6 @@
 """Connectors on Spark: stream readers for broker and database sources, and writers for sinks.
 
-- ``READERS``: source spec type -> the Python data source reader that reads it
+- ``reader_type(spec)``: the Python data source reader of a connector source
   (``sluice.runtime.sources.datasource`` picks it like the built-in readers).
 - ``write(spec, table, batch_id, checkpoint)``: one batch into a broker or database,
   idempotently for (job, batch id); the job is the Spark query id of the checkpoint, so a new
@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
 import time
@@ -28,23 +29,31 @@ from sluice.graph.connectors import (
 )
 from sluice.errors import SinkError
 from sluice.graph.sinks import SinkSpec
-from sluice.runtime.connectors.mqtt import MqttStreamReader
-from sluice.runtime.connectors.nats import NatsStreamReader, NatsWriter
-from sluice.runtime.connectors.postgres import PostgresTableReader, PostgresWriter
-from sluice.runtime.connectors.reader import RETRY_S, BrokerDown
-from sluice.runtime.connectors.redis_streams import RedisStreamReader, RedisWriter
 from sluice.runtime.checkpoint import SPARK, Checkpoint
 
-READERS = {
-    NatsSource: NatsStreamReader,
-    RedisStreamSource: RedisStreamReader,
-    MqttSource: MqttStreamReader,
-    PostgresTableSource: PostgresTableReader,
+# modules of each connector, imported when first used (the readers import pyspark, which a
+# user of sluice.sinks need not load)
+_READERS = {
+    NatsSource: ("nats", "NatsStreamReader"),
+    RedisStreamSource: ("redis_streams", "RedisStreamReader"),
+    MqttSource: ("mqtt", "MqttStreamReader"),
+    PostgresTableSource: ("postgres", "PostgresTableReader"),
 }
-
-_WRITER_TYPES = {PostgresSink: PostgresWriter, RedisSink: RedisWriter, NatsSink: NatsWriter}
+_WRITER_TYPES = {PostgresSink: ("postgres", "PostgresWriter"), RedisSink: ("redis_streams", "RedisWriter"),
+                 NatsSink: ("nats", "NatsWriter")}
 _WRITERS: dict[SinkSpec, object] = {}
 _LOCK = threading.Lock()
+
+
+def _load(where: tuple[str, str]):
+    module, name = where
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def reader_type(spec) -> type | None:
+    """The stream reader class of a connector source spec (None for other specs)."""
+    where = _READERS.get(type(spec))
+    return _load(where) if where else None
 
 
 def is_connector_sink(spec: SinkSpec) -> bool:
@@ -71,13 +80,15 @@ def write(spec: SinkSpec, table: pa.Table, batch_id: int, checkpoint: str | Chec
     with _LOCK:
         writer = _WRITERS.get(spec)
         if writer is None:
-            writer = _WRITERS[spec] = _WRITER_TYPES[type(spec)](spec)
+            writer = _WRITERS[spec] = _load(_WRITER_TYPES[type(spec)])(spec)
+    from sluice.runtime.connectors import reader
+
     job = job_id(checkpoint)
     deadline = time.monotonic() + spec.patience_s
     while True:
         try:
             return writer.write(table, batch_id, job)
-        except BrokerDown as e:
+        except reader.BrokerDown as e:
             if time.monotonic() > deadline:
                 raise SinkError(f"sink {spec.target} has been unreachable for {spec.patience_s:g} s: {e}") from None
-            time.sleep(RETRY_S)
+            time.sleep(reader.RETRY_S)

@@ -42,9 +42,9 @@ READERS = {
 
 def reader_type(spec: SourceSpec) -> type | None:
     """The stream reader of a spec: a built-in one, or a connector's (brokers, databases)."""
-    from sluice.runtime.connectors import READERS as CONNECTOR_READERS
+    from sluice.runtime import connectors
 
-    return READERS.get(type(spec)) or CONNECTOR_READERS.get(type(spec))
+    return READERS.get(type(spec)) or connectors.reader_type(spec)
 
 
 def encode_spec(spec: SourceSpec) -> str:
