@@ -232,7 +232,7 @@ def test_postgres_sink_appends_once_per_batch_and_upserts_by_key(tmp_path):
         got = pg(f"SELECT k, n, extract(epoch FROM at) * 1000000, ok FROM {append} ORDER BY n")
         assert [(k, n, int(us), ok) for k, n, us, ok in got] == sorted(
             [(r["k"], r["n"], i, r["ok"]) for i, r in enumerate(ROWS.to_pylist())] * 2, key=lambda t: t[1])
-        assert pg(f"SELECT batch_id FROM sluice_batches WHERE sink = %s ORDER BY batch_id", (append,)) == [(0,), (1,)]
+        assert pg("SELECT batch_id FROM sluice_batches WHERE sink = %s ORDER BY batch_id", (append,)) == [(0,), (1,)]
 
         spec = sinks.postgres(PG_DSN, upsert, key="k")
         connectors.write(spec, ROWS, 0, job)

@@ -20,7 +20,6 @@ from sluice import sinks, sources
 from sluice.runtime.sinks import clear_memory, memory_table
 from tests import crash_harness as harness
 from tests.connector_services import (
-    PG_DSN,
     PrivateNats,
     nats_delete,
     nats_messages,

@@ -30,7 +30,6 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.fs as pafs
 
 from sluice.graph.connectors import MqttSource
 from sluice.runtime.connectors.payloads import parse_json

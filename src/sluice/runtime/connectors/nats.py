@@ -19,7 +19,7 @@ import pyarrow as pa
 from sluice.errors import SinkError, SourceError
 from sluice.graph.connectors import NatsSink, NatsSource
 from sluice.runtime.connectors.aio import shared_loop
-from sluice.runtime.connectors.payloads import Parsed, parse_json, rows_as_json
+from sluice.runtime.connectors.payloads import parse_json, rows_as_json
 from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
 
 CONNECT_TIMEOUT_S = 2

@@ -41,7 +41,8 @@ from sluice.runtime.connectors.rejects import rejects_dir, write_rejects
 from sluice.runtime.sources.admission import admission_cap, default_read_limit
 from sluice.runtime.sources.control import BacklogReporter
 
-RETRY_S = 0.5
+RETRY_S = 0.5  # seconds between tries while a broker is unreachable
+INGEST_FIELD = pa.field(INGEST_TS, TIMESTAMP)
 
 
 class BrokerDown(Exception):
@@ -197,5 +198,3 @@ class ConnectorStreamReader(DataSourceStreamReader):
                                       f"unreachable for {self.spec.patience_s:g} s: {e}") from None
                 time.sleep(RETRY_S)
 
-
-INGEST_FIELD = pa.field(INGEST_TS, TIMESTAMP)
