@@ -67,7 +67,7 @@ def check_read(sink: str, dead: str, n: int, cap: int) -> None:
     assert max(t.num_rows for t in batches.values()) <= cap
     assert len(batches) >= -(-n // cap)
     letters = memory_table(dead).to_pylist()
-    assert sorted(r["record"] for r in letters) == sorted(b.decode() for b in BAD)
+    assert sorted(r["record"] for r in letters) == sorted(json.dumps(b.decode()) for b in BAD)
     assert all("does not parse as {id: int64, name: string, v: double}" in r["error"] for r in letters)
 
 
@@ -213,7 +213,8 @@ def test_mqtt_source_keeps_messages_published_while_the_pipeline_is_down(spark, 
     got = memory_table("mqtt_out")
     assert sorted(got["id"].to_pylist()) == list(range(200))  # each exactly once
     assert max(t.num_rows for t in memory_batches("mqtt_out").values()) <= 50
-    assert sorted(r["record"] for r in memory_table("mqtt_dead").to_pylist()) == sorted(b.decode() for b in BAD)
+    assert sorted(r["record"] for r in memory_table("mqtt_dead").to_pylist()) == sorted(
+        json.dumps(b.decode()) for b in BAD)
 
 
 # --- sinks ------------------------------------------------------------------------------------------
@@ -317,7 +318,7 @@ def test_keyed_results_upserted_into_postgres_and_dead_letters_into_redis(spark,
         assert pg(f"SELECT name, n, total FROM {table} ORDER BY name") == [
             (f"k{k}", 20, 20.0) for k in range(7)]
         letters = [{k.decode(): v.decode() for k, v in f.items()} for _, f in r.xrange(dead)]
-        assert [x["record"] for x in letters] == [BAD[0].decode()]
+        assert [x["record"] for x in letters] == [json.dumps(BAD[0].decode())]
         assert letters[0]["operator"] == "source_1" and "not a JSON object" in letters[0]["error"]
     finally:
         nats_delete(stream)

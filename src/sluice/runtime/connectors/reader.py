@@ -1,21 +1,24 @@
 """The stream reader shared by connector sources: offsets, admission, backlog, outages.
 
 An offset is the broker's own position of the last admitted message plus a count, e.g.
-``{"source": "orders", "position": 1200, "rows": 1200, "at_us": ..., "rejects": dir}``:
+``{"source": "orders", "position": 1200, "rows": 1200, "at_us": ...}``:
 
 - ``position``: where the batch ends in the broker's order (a JetStream sequence number, a
   Redis entry ID, a column value, a journal index). Spark logs it before the batch runs, and
   a batch reads exactly the messages after the start position up to and including the end
   one, so a replay after a crash reads the same messages (exactly-once input).
-- ``rows``: messages admitted so far (for the backlog and the rejects' directory).
+- ``rows``: messages admitted so far (for the backlog).
 - ``at_us``: when the batch was planned; the ingest time of rows whose broker has no time of
   its own (it is logged, so a replay gets the same times).
-- ``rejects``: where the batch's unreadable messages are put (``connectors.rejects``).
 
 Admission works as for Sluice's other sources: the live limit is re-read from the admission
 file every time a batch is planned (``sources.admission.admission_cap``), and the backlog
 (messages at the broker not yet admitted) is reported to the backlog file and to Spark's
 progress (``reportLatestOffset``).
+
+A message that does not parse as the schema goes to the dead-letter channel of the batch
+reading it (the batch id is Spark's local property, as for the directory source), in one
+file per partition that a replay replaces; the driver forwards it to the dead-letter sink.
 
 A broker that is down does not fail the job at once: planning admits nothing while it is
 away (the backlog file says why) and reading retries; after ``spec.patience_s`` the job fails
@@ -37,7 +40,6 @@ from pyspark.sql.types import StructType
 from sluice.errors import SourceError
 from sluice.graph.sources import INGEST_TS, TIMESTAMP
 from sluice.runtime.connectors.payloads import Parsed
-from sluice.runtime.connectors.rejects import rejects_dir, write_rejects
 from sluice.runtime.sources.admission import admission_cap, default_read_limit
 from sluice.runtime.sources.control import BacklogReporter
 
@@ -56,9 +58,8 @@ def now_us() -> int:
 class Span(InputPartition):
     """Messages after ``start`` up to and including ``end`` (broker positions), picklable."""
 
-    def __init__(self, start: Any, end: Any, rows: int, at_us: int, rejects: str, part: int = 0):
-        self.start, self.end, self.rows, self.at_us = start, end, rows, at_us
-        self.rejects, self.part = rejects, part
+    def __init__(self, start: Any, end: Any, rows: int, at_us: int, part: int = 0):
+        self.start, self.end, self.rows, self.at_us, self.part = start, end, rows, at_us, part
 
     def __repr__(self) -> str:
         return f"Span({self.start!r}, {self.end!r}]"
@@ -76,6 +77,8 @@ class Plan:
 class ConnectorStreamReader(DataSourceStreamReader):
     """Subclasses say where reading starts and talk to their broker:
     ``first_position``, ``plan(start, cap)`` and ``fetch(span)``."""
+
+    dead_letters: str | None = None  # set by SluiceDataSource: the checkpoint that takes dead letters
 
     def __init__(self, spec, name: str, control_dir: str, schema: StructType, parallelism: int):
         self.spec = spec
@@ -133,8 +136,7 @@ class ConnectorStreamReader(DataSourceStreamReader):
             self._last = start
             return start
         rows = start["rows"] + plan.admitted
-        self._last = {"source": self.name, "position": plan.end, "rows": rows, "at_us": now_us(),
-                      "rejects": rejects_dir(self.control_dir, self.name, rows)}
+        self._last = {"source": self.name, "position": plan.end, "rows": rows, "at_us": now_us()}
         return self._last
 
     def reportLatestOffset(self) -> dict | None:
@@ -173,18 +175,35 @@ class ConnectorStreamReader(DataSourceStreamReader):
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         if end["rows"] == start["rows"]:  # e.g. the first batch, planned before any message
             return []
-        return [Span(start["position"], end["position"], end["rows"] - start["rows"],
-                     end.get("at_us", 0), end["rejects"])]
+        return [Span(start["position"], end["position"], end["rows"] - start["rows"], end.get("at_us", 0))]
 
     def read(self, span: Span) -> Iterator[pa.RecordBatch]:
         parsed, ingest_us, positions, payloads = self.with_patience(lambda: self.fetch(span))
-        write_rejects(span.rejects, span.part, [
-            {"operator": self.name, "location": f"{self.spec.broker}, message {positions[i]}",
-             "error": reason, "record": payloads[i].decode("utf-8", errors="replace")}
-            for i, reason in parsed.rejects
-        ])
+        if parsed.rejects:
+            self._dead_letter(span, [(f"{self.spec.broker}, message {positions[i]}", reason,
+                                      payloads[i].decode("utf-8", errors="replace"))
+                                     for i, reason in parsed.rejects])
         table = parsed.table.append_column(INGEST_FIELD, pa.array(ingest_us, type=TIMESTAMP))
         yield from table.cast(self.arrow_schema).to_batches()
+
+    def _dead_letter(self, span: Span, rejects: list[tuple[str, str, str]]) -> None:
+        """(location, reason, message) of each unreadable message to the dead letters of the
+        batch being read, one file per partition (a replay replaces it)."""
+        from pyspark import TaskContext
+
+        from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
+        from sluice.runtime.sources.directory import BATCH_ID_PROPERTY
+
+        context = TaskContext.get()
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if not self.dead_letters or batch_id is None:
+            location, reason, _ = rejects[0]
+            raise SourceError(f"source {self.name!r}: cannot read {location}: {reason} "
+                              "(and no dead-letter channel outside a Sluice job)")
+        writer = SideOutputWriter(self.dead_letters, DEAD_LETTER, int(batch_id), f"source-{self.name}", span.part)
+        for location, reason, message in rejects:
+            writer.dead(self.name, message, reason, location)
+        writer.flush()
 
     def with_patience(self, work: Callable[[], Any]) -> Any:
         """``work()``, retried while the broker is down, for at most ``spec.patience_s``."""
