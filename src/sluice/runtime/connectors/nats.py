@@ -124,8 +124,8 @@ class NatsStreamReader(ConnectorStreamReader):
 
         last = self._run(last_seq)
         end = last if cap is None else min(last, after + cap)
-        end = max(end, after)
-        return Plan(end, end - after, last - end)
+        end = max(end, after)  # a stream purged below ``after`` has nothing new
+        return Plan(end, end - after, max(last - end, 0))
 
     def fetch(self, span: Span):
         async def messages(js):
