@@ -144,7 +144,7 @@ def run(spark, system: str, total_rows: int, per_batch: int, table: np.ndarray, 
     p = pipeline(total_rows, per_batch, table, latest)
     controller = None
     if POLICIES[system] is not None:
-        policy = POLICIES[system](threshold=0.1, min_gain=0.2, window=2)
+        policy = POLICIES[system](threshold=0.1, min_gain=0.2, window=1)
         controller = Controller(p.graph, [policy], checkpoint=checkpoint, resources=Resources(cores=PARTITIONS))
     result = run_pipeline(p, checkpoint, spark=spark, controller=controller)
     batches = sorted((m.batch_id, m.started_at, m.duration_s, m.rows_in) for m in result.metrics if m.rows_in)
