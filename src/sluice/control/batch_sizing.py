@@ -297,10 +297,15 @@ class ModelBatchSizing(Policy):
         shrunk = self.last_shrink
         if shrunk is not None and latest.rows_in and latest.rows_in < shrunk[0]:
             self.last_shrink = None
-            if latest.duration_s > 0.9 * shrunk[1]:  # half the rows, (nearly) the same time
+            fewer_rows = 1 - latest.rows_in / shrunk[0]
+            less_time = 1 - latest.duration_s / shrunk[1]
+            # judged only on a shrink large enough to tell from noise: a batch with a quarter
+            # fewer rows or more whose time fell by less than a fifth of that share is its fixed cost
+            if fewer_rows >= 0.25 and less_time < 0.2 * fewer_rows:
                 self.futile_below = shrunk[0]
-                reason = (f"{name}: halving the batch ({shrunk[0]} -> {latest.rows_in} rows) left its time at "
-                          f"{latest.duration_s * 1000:.0f} ms: the fixed cost of a batch is over the bound")
+                reason = (f"{name}: shrinking the batch by {fewer_rows:.0%} ({shrunk[0]} -> {latest.rows_in} rows) "
+                          f"left its time at {latest.duration_s * 1000:.0f} ms: the fixed cost of a batch is over "
+                          f"the bound")
                 details = {"bottleneck": _bottleneck(view, name) if name else None, "max_rate": 0.0,
                            "offered_rate": view.offered_rate(), "fixed_cost_ms": round(latest.duration_s * 1000, 1)}
                 return [Action(ESCALATE, name, details, reason),
@@ -314,11 +319,13 @@ class ModelBatchSizing(Policy):
                                                 "fixed_cost_ms": round(latest.duration_s * 1000, 1)},
                                f"{name}: smaller batches do not shorten a batch; its fixed cost is over the bound")]
             excess_pct = 100 * (pressure - 1.0)
-            cap = max(MIN_ROWS, int(current * max(self.r ** excess_pct, 0.5)))
+            # at least the dead band: a shrink smaller than it would be dropped below, and the
+            # batch would sit at the bound with no second size for the model to fit
+            cap = max(MIN_ROWS, int(current * min(max(self.r ** excess_pct, 0.5), 1 - self.dead_band)))
             if cap < current:
                 self.last_shrink = (current, latest.duration_s)
             reason = f"Eq. 2: {name} at {pressure:.0%} of its bound, no model yet: shrink by r^excess"
-        elif pressure < 0.85 * self.safety and waiting:  # slack: grow, which also gives the fit a second size
+        elif pressure < self.safety * (1 - self.dead_band / 2) and waiting:  # slack: grow, which also gives the fit a second size
             cap = min(self.max_rows, int(current * self.s))
             reason = f"Eq. 3: latency at {pressure:.0%} of the bound and input waiting: grow by s={self.s}"
         else:
