@@ -5,6 +5,8 @@ put into the broker; Sluice reads them with a pipeline ``source -> callback sink
 Spark (rows/s over the batches after the first, so Spark's start-up is not counted), and
 the broker's Python client reads them alone (NATS: a pull consumer; Redis: XRANGE; PostgreSQL:
 psycopg ``COPY TO``; MQTT: a paho subscriber while a publisher sends them, as for Sluice).
+MQTT has no stored stream to read at leisure, so both sides are timed end to end there: from
+the publisher's start to the last record delivered (to the subscriber, or to Sluice's sink).
 
 Sinks (PostgreSQL, Redis, NATS): a generator source writes N rows through the sink; the
 rows/s is N over the time the executor spent in the sink's writes (``write_s`` of each
@@ -73,17 +75,26 @@ def sustained(checkpoint: str) -> float:
 
 
 def run_source(spark, spec, n: int, feed=None) -> float:
+    """Sluice's rows/s reading ``spec``: sustained over its batches, or, with a ``feed`` (the
+    input is produced while the pipeline runs), end to end: N rows over the time from the
+    feed's start (``feed`` returns when it starts producing, as ``marks["start"]``) to the
+    sink seeing the last row, the way the client alone is timed."""
     seen = [0]
+    marks: dict[str, float] = {}
 
     def count(batch_id, table):
         seen[0] += table.num_rows
+        if seen[0] >= n and "done" not in marks:
+            marks["done"] = time.perf_counter()
 
     p = sluice.Pipeline("bench_source")
     p.source(spec, name="src").sink(sinks.callback(count))
     checkpoint = tempfile.mkdtemp(prefix="bench-connectors-")
     if feed is not None:
-        threading.Thread(target=feed, args=(checkpoint,), daemon=True).start()
+        threading.Thread(target=feed, args=(checkpoint, marks), daemon=True).start()
     p.run(checkpoint, spark=spark, duration=600, stop_when=lambda _: seen[0] >= n)
+    if feed is not None:
+        return n / (marks["done"] - marks["start"]) if "done" in marks else float("nan")
     return sustained(checkpoint)
 
 
@@ -210,10 +221,11 @@ def mqtt_source(spark, n, per_batch):
     sub.loop_stop()
     sub.disconnect()
 
-    def feed(checkpoint):  # publish once the source's session is subscribed
+    def feed(checkpoint, marks):  # publish once the source's session is subscribed
         while not os.path.exists(os.path.join(checkpoint, "sources", "src.backlog.json")):
             time.sleep(0.1)
         time.sleep(1.0)
+        marks["start"] = time.perf_counter()
         _mqtt_publisher(topic, n)
 
     spec = sources.mqtt(topic, SCHEMA, client_id=f"bench_{uuid.uuid4().hex[:8]}", max_rows_per_batch=per_batch)
