@@ -129,6 +129,19 @@ def latency_targets(view: ControlView, pull: bool, last: int = 10) -> list[Targe
     return out
 
 
+def _pull_mode(view: ControlView, rate: float | None) -> bool:
+    """True when the input is all there rather than arriving: no backlog is reported, or one
+    is (a finite source without a rate) but nothing arrives (under 1 % of what is admitted).
+    Such rows are stamped when a batch admits them, so admitting all that waits would only
+    make the batch, and every row's latency, longer."""
+    if rate is None:
+        return True
+    batches = view.batches(4)
+    seconds = sum(m.duration_s for m in batches)
+    admitted = sum(m.rows_in for m in batches) / seconds if seconds > 0 else 0.0
+    return rate < 0.01 * admitted
+
+
 def _gap_s(view: ControlView, last: int = 10) -> float:
     """Spark's time between one batch's end and the next one's start (planning, offsets)."""
     batches = [m for m in view.history if not m.skipped][-(last + 1):]
@@ -216,12 +229,12 @@ class ModelBatchSizing(Policy):
         self._check_model(view.latest)
         self._refit(view.batches(self.fit_batches))
         rate = view.offered_rate()
-        pull = rate is None
+        pull = _pull_mode(view, rate)
         targets = latency_targets(view, pull)
         if not targets:
             return []
         if self.fit is None:
-            return self._fallback(view)
+            return self._fallback(view, pull)
         fit, gap = self.fit, _gap_s(view)
         # the tightest bound decides: the largest batch time every target allows
         tight = min(targets, key=lambda t: t.bound_ms * self.safety / t.k)
@@ -273,7 +286,7 @@ class ModelBatchSizing(Policy):
                       f"{details['bottleneck']}")
         return Action(ESCALATE, tight.constraint, details, reason)
 
-    def _fallback(self, view: ControlView) -> list[Action]:
+    def _fallback(self, view: ControlView, pull: bool) -> list[Action]:
         """Nephele's Eq. 2 / Eq. 3 until the model has a fit.
 
         Like Nephele, it shrinks only while shrinking helps: when halving the batch did not
@@ -285,7 +298,7 @@ class ModelBatchSizing(Policy):
         current = view.admission_total or latest.rows_in
         backlog = view.backlog()
         waiting = backlog is None or backlog > 0
-        if backlog is not None and backlog > max(latest.rows_in, MIN_ROWS):
+        if not pull and backlog is not None and backlog > max(latest.rows_in, MIN_ROWS):
             # more than a batch's worth of input waits and keeps arriving: a smaller batch
             # would only grow the backlog (and every record's wait); admit what waits
             cap = min(self.max_rows, max(int(current), latest.rows_in + backlog))
