@@ -9,8 +9,8 @@ operator, key and batch id, the key's state stays as documented, and the job goe
 - a window's UDAF: ``add`` on the records of one (key, pane) of a map task is the unit; they
   are all dead letters and count in no window.
 
-The kernels are checked on their own, then one pipeline on local Spark, stopped after two
-batches and restarted: output rows plus dead letters account for every input record, and no
+The kernels are checked on their own, then one pipeline on local Spark, stopped after its
+first batch or two and restarted: output rows plus dead letters account for every input record, and no
 dead letter is lost or repeated.
 """
 
@@ -200,8 +200,10 @@ def test_keyed_dead_letters_on_spark_across_a_restart(spark, tmp_path):
     path = str(tmp_path / "rows.parquet")
     pq.write_table(table, path)
     checkpoint = str(tmp_path / "checkpoint")
-    first = build(path).run(checkpoint, spark=spark, stop_when=lambda executor: executor.batches_done >= 2)
-    assert first.batches == 2
+    # stopped after its first batch (the one running then finishes: 1 or 2 of the 3 data
+    # batches), well before the source is exhausted, then restarted
+    first = build(path).run(checkpoint, spark=spark, stop_when=lambda executor: executor.batches_done >= 1)
+    assert first.batches in (1, 2)
     build(path).run(checkpoint, spark=spark)  # restarted from the checkpoint
     ref = reference(table.to_pylist())
 

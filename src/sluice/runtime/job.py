@@ -142,12 +142,14 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         while query.isActive:
             if query.exception() is not None or sigint.requested.is_set():
                 break
-            if finite and all(is_exhausted(controls, info.op.id) for info in infos):
-                query.processAllAvailable()
-                break
+            # the caller's limits first: once a finite source is exhausted, the drain below
+            # runs every remaining batch and nothing is checked until it ends
             if duration is not None and time.time() - started >= duration:
                 break
             if stop_when is not None and stop_when(executor):
+                break
+            if finite and all(is_exhausted(controls, info.op.id) for info in infos):
+                query.processAllAvailable()
                 break
             time.sleep(0.1)
     except KeyboardInterrupt:
