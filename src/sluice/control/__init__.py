@@ -6,7 +6,7 @@ Start with ``Controller`` (the loop), ``Policy`` (what to implement for a new po
 """
 
 from sluice.control.actions import Action
-from sluice.control.balancing import KeyGroupBalancing
+from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.chaining import DynamicChaining
 from sluice.control.scaling import OneStepScaling
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, LinearFit, ModelBatchSizing
@@ -18,5 +18,5 @@ from sluice.control.qos import ConstraintStatus, QoSManager, eq1_mean
 from sluice.control.view import ControlView, Resources
 
 __all__ = ["Action", "ConstraintStatus", "ControlView", "Controller", "DynamicChaining", "EscalationWarning", "FixedAdmission",
-           "FixedPointBatchSizing", "KeyGroupBalancing", "LinearFit", "ModelBatchSizing", "OneStepScaling", "Policy", "QoSManager", "Resources",
+           "FixedPointBatchSizing", "FluxBalancing", "KeyGroupBalancing", "LinearFit", "ModelBatchSizing", "OneStepScaling", "Policy", "QoSManager", "Resources", "RingBalancing",
            "build_policies", "default_policies", "eq1_mean", "load_policies", "read_decisions", "register"]

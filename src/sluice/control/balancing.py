@@ -27,6 +27,7 @@ from sluice.control.view import ControlView
 from sluice.plan.balancing import (BalancePlan, BalancingProblem, MigrationBudget, MilpSettings, load_distance,
                                    mean_load, solve_milp)
 from sluice.plan.balancing.baselines.flux import flux
+from sluice.plan.balancing.ring import ring_balance
 
 
 class KeyGroupBalancing(Policy):
@@ -110,6 +111,20 @@ class FluxBalancing(KeyGroupBalancing):
 
     def solve(self, problem: BalancingProblem, budget: MigrationBudget) -> BalancePlan:
         return flux(problem, budget)
+
+
+class RingBalancing(KeyGroupBalancing):
+    """The same policy on a consistent-hash ring: tokens move between ring neighbours
+    (``plan.balancing.ring``, the thesis's movable tokens), so every partition keeps one
+    contiguous arc of key groups and a move only ever hands key groups to a neighbour.
+    The routing in force must be a ring (range routing, the initial one, is); a table
+    another policy made free-form is left alone."""
+
+    name = "ring_balancing"
+    solver = "ring"
+
+    def solve(self, problem: BalancingProblem, budget: MigrationBudget) -> BalancePlan:
+        return ring_balance(problem, budget)
 
 
 def _loads(problem) -> list[float]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
-from sluice.control.balancing import FluxBalancing, KeyGroupBalancing
+from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.chaining import DynamicChaining
 from sluice.control.scaling import OneStepScaling
 from sluice.control.policy import Policy
@@ -29,6 +29,7 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     DynamicChaining.name: DynamicChaining,
     KeyGroupBalancing.name: KeyGroupBalancing,
     FluxBalancing.name: FluxBalancing,
+    RingBalancing.name: RingBalancing,
     OneStepScaling.name: OneStepScaling,
 }
 
