@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test bench clean java browser cluster cluster-down
+.PHONY: demo test lint bench clean java browser cluster cluster-down
 
 java:
 	@scripts/check_java.sh
@@ -29,6 +29,10 @@ demo: $(STAMP)
 
 test: $(STAMP) browser
 	$(PY) -m pytest $(ARGS)
+
+# ruff over src (config in pyproject.toml); mypy joins once src is clean under it
+lint: $(STAMP)
+	$(PY) -m ruff check src
 
 # a Spark standalone cluster on this machine (2 workers x 1 core): sluice run --master <its URL>
 cluster: $(STAMP)

@@ -160,7 +160,7 @@ class Stream:
         for other in others:
             if not isinstance(other, Stream) or other.pipeline is not self.pipeline:
                 raise PipelineError("union needs streams of the same pipeline", name or "union", user_location())
-        inputs = (self.op.id,) + tuple(o.op.id for o in others)
+        inputs = (self.op.id, *tuple(o.op.id for o in others))
         return Stream(self.pipeline, self._then("union", name, inputs=inputs))
 
     # ---- keyed -----------------------------------------------------------------------------

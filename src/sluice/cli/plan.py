@@ -127,7 +127,8 @@ def main(args) -> int:
 def render(report: dict) -> str:
     lines = [f"Plan for {report['dag']!r} at {report['rate']:g} tuples/s "
              f"({report['allocation']} allocation, {report['mapping']} mapping)", ""]
-    header = f"{'operator':<16}{'model':<18}{'rate':>9}{'threads':>9}{'partitions':>12}{'CPU %':>8}{'mem %':>8}  threads/partition"
+    header = (f"{'operator':<16}{'model':<18}{'rate':>9}{'threads':>9}{'partitions':>12}{'CPU %':>8}{'mem %':>8}"
+              "  threads/partition")
     lines += [header, "-" * len(header)]
     for o in report["operators"]:
         if o["kind"] == "native":

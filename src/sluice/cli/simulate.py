@@ -50,7 +50,9 @@ def format_table(rows: list[dict]) -> str:
         return f"{v:.4g}" if isinstance(v, float) else str(v)
     cells = [[fmt(r[c]) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    line = lambda vals: "| " + " | ".join(v.rjust(w) for v, w in zip(vals, widths)) + " |"
+    def line(vals: list[str]) -> str:
+        return "| " + " | ".join(v.rjust(w) for v, w in zip(vals, widths)) + " |"
+
     out = [line(cols), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(row) for row in cells]
     return "\n".join(out)

@@ -7,16 +7,19 @@ Start with ``Controller`` (the loop), ``Policy`` (what to implement for a new po
 
 from sluice.control.actions import Action
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
-from sluice.control.chaining import DynamicChaining
-from sluice.control.scaling import OneStepScaling
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, LinearFit, ModelBatchSizing
+from sluice.control.chaining import DynamicChaining
 from sluice.control.config import build_policies, default_policies, load_policies, register
 from sluice.control.controller import Controller, EscalationWarning
 from sluice.control.decisions import read_decisions
 from sluice.control.policy import Policy
 from sluice.control.qos import ConstraintStatus, QoSManager, eq1_mean
+from sluice.control.scaling import OneStepScaling
 from sluice.control.view import ControlView, Resources
 
-__all__ = ["Action", "ConstraintStatus", "ControlView", "Controller", "DynamicChaining", "EscalationWarning", "FixedAdmission",
-           "FixedPointBatchSizing", "FluxBalancing", "KeyGroupBalancing", "LinearFit", "ModelBatchSizing", "OneStepScaling", "Policy", "QoSManager", "Resources", "RingBalancing",
-           "build_policies", "default_policies", "eq1_mean", "load_policies", "read_decisions", "register"]
+__all__ = [
+    "Action", "ConstraintStatus", "ControlView", "Controller", "DynamicChaining", "EscalationWarning",
+    "FixedAdmission", "FixedPointBatchSizing", "FluxBalancing", "KeyGroupBalancing", "LinearFit",
+    "ModelBatchSizing", "OneStepScaling", "Policy", "QoSManager", "Resources", "RingBalancing",
+    "build_policies", "default_policies", "eq1_mean", "load_policies", "read_decisions", "register",
+]

@@ -29,7 +29,7 @@ class MemoryAdmission:
     """Admission limits held in memory: ``limits[source]`` rows per batch (None: no cap)."""
 
     def __init__(self, sources: list[str], limits: dict[str, int | None] | None = None):
-        self.limits: dict[str, int | None] = {s: None for s in sources}
+        self.limits: dict[str, int | None] = dict.fromkeys(sources)
         self.limits.update(limits or {})
 
     def current(self) -> dict[str, int | None]:

@@ -24,8 +24,15 @@ from sluice.control.actions import ROUTING, Action
 from sluice.control.keygroups import balancing_problem, key_group_stats, routing_of
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
-from sluice.plan.balancing import (BalancePlan, BalancingProblem, MigrationBudget, MilpSettings, load_distance,
-                                   mean_load, solve_milp)
+from sluice.plan.balancing import (
+    BalancePlan,
+    BalancingProblem,
+    MigrationBudget,
+    MilpSettings,
+    load_distance,
+    mean_load,
+    solve_milp,
+)
 from sluice.plan.balancing.baselines.flux import flux
 from sluice.plan.balancing.ring import ring_balance
 

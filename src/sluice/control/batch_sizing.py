@@ -24,7 +24,8 @@ operator, and the highest rate at which the bound can hold, R* = (1 - k*(a+g)/bo
 
 ``ModelBatchSizing`` fits a and b online (least squares over recent batches; the slope is
 kept once the sizes stop varying, and the fixed cost re-fitted; a batch far off the model,
-40 % by default, starts a new fit from there) and jumps to n_bound in one step. Until it has a fit it falls back to Nephele's rules: multiplicative shrink on violation
+40 % by default, starts a new fit from there) and jumps to n_bound in one step. Until it has a
+fit it falls back to Nephele's rules: multiplicative shrink on violation
 (Eq. 2, obs* = max(eps, obs * r^excess)) and growth by s = 1.1 when there is slack and input
 waits (Eq. 3). A dead band (10 %) keeps it from chasing noise.
 
@@ -35,6 +36,7 @@ through the offered rate. ``FixedAdmission`` is a constant cap. Pure: no Spark.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -145,7 +147,7 @@ def _pull_mode(view: ControlView, rate: float | None) -> bool:
 def _gap_s(view: ControlView, last: int = 10) -> float:
     """Spark's time between one batch's end and the next one's start (planning, offsets)."""
     batches = [m for m in view.history if not m.skipped][-(last + 1):]
-    gaps = [cur.started_at - (prev.started_at + prev.duration_s) for prev, cur in zip(batches, batches[1:])]
+    gaps = [cur.started_at - (prev.started_at + prev.duration_s) for prev, cur in itertools.pairwise(batches)]
     gaps = [g for g in gaps if g >= 0]
     return float(np.median(gaps)) if gaps else 0.0
 

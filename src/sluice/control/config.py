@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
+from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
-from sluice.control.scaling import OneStepScaling
 from sluice.control.policy import Policy
+from sluice.control.scaling import OneStepScaling
 from sluice.errors import ConfigError
 
 REGISTRY: dict[str, Callable[..., Policy]] = {

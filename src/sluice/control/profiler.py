@@ -34,15 +34,16 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import math
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class OperatorSpec:
     kwargs: tuple[tuple[str, object], ...] = ()
 
     @classmethod
-    def parse(cls, text: str, kwargs: dict | None = None) -> "OperatorSpec":
+    def parse(cls, text: str, kwargs: dict | None = None) -> OperatorSpec:
         path, sep, name = text.rpartition(":")
         if not sep or not path.endswith(".py") or not name:
             raise ConfigError(f"operator {text!r}: expected FILE.py:ClassName")
@@ -386,7 +387,7 @@ def keep_adding_threads(peaks: Sequence[float], window: int = 1, min_gain: float
     if len(peaks) < 2:
         return True
     recent = peaks[-(window + 1):]
-    gains = [(b - a) / a if a > 0 else math.inf for a, b in zip(recent, recent[1:])]
+    gains = [(b - a) / a if a > 0 else math.inf for a, b in itertools.pairwise(recent)]
     return max(gains) > min_gain
 
 

@@ -9,6 +9,7 @@ simulator can build views and drive the very same policies.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -66,7 +67,7 @@ class ControlView:
         if len(batches) < 2:
             return None
         arrived, seconds = 0, 0.0
-        for prev, cur in zip(batches, batches[1:]):
+        for prev, cur in itertools.pairwise(batches):
             if not cur.backlog or any(v is None for v in cur.backlog.values()) \
                     or not prev.backlog or any(v is None for v in prev.backlog.values()):
                 return None
@@ -96,7 +97,7 @@ class ControlView:
         """Each source's share of the input offered recently: rows admitted plus rows
         waiting now (so a source held back by a small cap still gets its share; equal
         shares before anything was measured)."""
-        totals: dict[str, float] = {s: 0.0 for s in self.admission}
+        totals: dict[str, float] = dict.fromkeys(self.admission, 0.0)
         for m in self.batches(last):
             for source, rows in m.rows_by_source.items():
                 totals[source] = totals.get(source, 0.0) + rows

@@ -10,8 +10,9 @@ store.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from sluice.errors import PipelineError
 
@@ -39,15 +40,15 @@ def count(column: str | None = None) -> Aggregate:
     return Aggregate("count", column)
 
 
-def sum(column: str) -> Aggregate:  # noqa: A001 - mirrors Spark's name
+def sum(column: str) -> Aggregate:
     return Aggregate("sum", column)
 
 
-def min(column: str) -> Aggregate:  # noqa: A001
+def min(column: str) -> Aggregate:
     return Aggregate("min", column)
 
 
-def max(column: str) -> Aggregate:  # noqa: A001
+def max(column: str) -> Aggregate:
     return Aggregate("max", column)
 
 

@@ -25,7 +25,7 @@ MIN_WINDOW_S = 1.0
 """A window shorter than this would hold no more than a batch or two: Eq. 1 would be noise."""
 
 
-def parse_duration(value: str | float | int, what: str = "duration") -> float:
+def parse_duration(value: str | float, what: str = "duration") -> float:
     """Seconds from ``"800ms"``, ``"1.5s"``, ``"30s"``, ``"2m"`` or a number of seconds."""
     if isinstance(value, bool):
         raise ConfigError(f"{what} must be a duration such as '800ms' or '30s', got {value!r}")

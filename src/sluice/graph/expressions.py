@@ -22,13 +22,17 @@ _TOKEN = re.compile(
 
 # words that are part of SQL's grammar or literals, never column names
 _KEYWORDS = frozenset(
-    """and or not in is null true false like rlike ilike between case when then else end as
-    cast try_cast interval distinct exists if asc desc nulls first last over partition by
-    order rows range unbounded preceding following current row date timestamp
-    timestamp_ntz timestamp_ltz string int integer bigint smallint tinyint double float
-    real boolean decimal binary long short byte varchar char day days hour hours minute
-    minutes second seconds millisecond milliseconds microsecond microseconds week weeks
-    month months year years array map struct""".split()
+    [
+        "and", "or", "not", "in", "is", "null", "true", "false", "like", "rlike", "ilike",
+        "between", "case", "when", "then", "else", "end", "as", "cast", "try_cast", "interval",
+        "distinct", "exists", "if", "asc", "desc", "nulls", "first", "last", "over", "partition",
+        "by", "order", "rows", "range", "unbounded", "preceding", "following", "current", "row",
+        "date", "timestamp", "timestamp_ntz", "timestamp_ltz", "string", "int", "integer", "bigint",
+        "smallint", "tinyint", "double", "float", "real", "boolean", "decimal", "binary", "long",
+        "short", "byte", "varchar", "char", "day", "days", "hour", "hours", "minute", "minutes",
+        "second", "seconds", "millisecond", "milliseconds", "microsecond", "microseconds", "week",
+        "weeks", "month", "months", "year", "years", "array", "map", "struct"
+    ]
 )
 
 

@@ -234,7 +234,7 @@ def _aggregate_schema(op: Operator, schema: pa.Schema | None) -> pa.Schema | Non
             col_type = schema.field(agg.column).type
         else:
             col_type = None
-        if agg.kind in NUMERIC_AGGREGATES + ("min", "max") and col_type is not None:
+        if agg.kind in (*NUMERIC_AGGREGATES, "min", "max") and col_type is not None:
             numeric = pa.types.is_integer(col_type) or pa.types.is_floating(col_type) or pa.types.is_decimal(col_type)
             orderable = numeric or pa.types.is_timestamp(col_type) or pa.types.is_string(col_type)
             if agg.kind in NUMERIC_AGGREGATES and not numeric:

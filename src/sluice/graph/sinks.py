@@ -66,7 +66,7 @@ class CallbackSink(SinkSpec):
             raise PipelineError(f"callback sink: format must be 'arrow' or 'pandas', not {self.format!r}")
 
 
-def files(path: str, format: str = "parquet") -> FileSink:  # noqa: A002
+def files(path: str, format: str = "parquet") -> FileSink:
     """Write each micro-batch's records to ``path/batch=<id>/`` as Parquet (default) or JSON
     lines (``format="json"``), through Spark's file commit protocol: a batch's directory is
     complete (it has ``_SUCCESS``) or absent, and a batch replayed after a crash replaces its
@@ -89,7 +89,7 @@ def memory(name: str) -> MemorySink:
     return MemorySink(name=name)
 
 
-def callback(fn: Callable, format: str = "arrow") -> CallbackSink:  # noqa: A002
+def callback(fn: Callable, format: str = "arrow") -> CallbackSink:
     """Call ``fn(batch_id, table)`` on the driver once per micro-batch with the batch's
     records: a ``pyarrow.Table`` (or a pandas DataFrame with ``format="pandas"``) without
     the runtime's hidden columns.

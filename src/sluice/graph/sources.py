@@ -23,8 +23,10 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable, Mapping
+from collections.abc import Sequence as SequenceOf
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence as SequenceOf
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -443,9 +445,11 @@ def rows_arrived(start_us: int, rate: float, now_us: int) -> int:
     """How many rows (0, 1, ..) of a ``rate`` rows/s source have arrived by ``now_us``."""
     if now_us < start_us:
         return 0
-    k = int(math.floor((now_us - start_us) * rate / 1e6)) + 1
+    k = math.floor((now_us - start_us) * rate / 1e6) + 1
     # Nudge by a row where float rounding disagrees with arrival_us, which is the truth.
-    due = lambda i: int(arrival_us(start_us, rate, np.array([i]))[0])  # noqa: E731
+    def due(i: int) -> int:
+        return int(arrival_us(start_us, rate, np.array([i]))[0])
+
     while due(k) <= now_us:
         k += 1
     while k > 0 and due(k - 1) > now_us:

@@ -37,7 +37,6 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Union
 
 import pyarrow as pa
 
@@ -78,7 +77,7 @@ _UNIT_MICROS = {
 }
 _DURATION_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zµ]+)\s*", re.IGNORECASE)
 
-Duration = Union[int, float, str, timedelta]
+Duration = int | float | str | timedelta
 
 
 def parse_duration(value: Duration, what: str = "duration", allow_zero: bool = False) -> int:
@@ -131,7 +130,7 @@ def _parse_duration_string(text: str, what: str) -> int:
         raise PipelineError(f"{what}: cannot read duration {text!r}; use e.g. '15m', '90s', '1h30m' or seconds")
     if abs(total - round(total)) > 1e-6:
         raise PipelineError(f"{what}: {text!r} is not a whole number of microseconds")
-    return int(round(total))
+    return round(total)
 
 
 def format_duration(micros: int) -> str:
@@ -207,7 +206,7 @@ class Session:
         return f"session({format_duration(self.gap)})"
 
 
-WindowShape = Union[Sliding, Session]  # Tumbling is a Sliding
+WindowShape = Sliding | Session  # Tumbling is a Sliding
 
 
 def tumbling(size: Duration) -> Tumbling:
@@ -248,7 +247,7 @@ class ProcessingTime:
     """Time at which the batch is processed (C-MR's system time)."""
 
 
-TimeDomain = Union[EventTime, ProcessingTime]
+TimeDomain = EventTime | ProcessingTime
 
 OUTPUT_MODES = ("append", "update")
 WINDOW_START = "window_start"
@@ -273,7 +272,8 @@ class WindowQuery:
         if not isinstance(self.time, (EventTime, ProcessingTime)):
             raise PipelineError(f"window query: time must be EventTime(column) or ProcessingTime(), got {self.time!r}")
         if self.mode not in OUTPUT_MODES:
-            raise PipelineError(f"window query {self.display_name!r}: output mode must be one of {OUTPUT_MODES}, got {self.mode!r}")
+            raise PipelineError(
+                f"window query {self.display_name!r}: output mode must be one of {OUTPUT_MODES}, got {self.mode!r}")
         if not isinstance(self.allowed_lateness, int) or self.allowed_lateness < 0:
             raise PipelineError(
                 f"window query {self.display_name!r}: allowed_lateness must be >= 0 microseconds, got {self.allowed_lateness!r}"

@@ -75,7 +75,7 @@ class DynamicDataflow:
         for a, b in self.edges:
             if not (0 <= a < n and 0 <= b < n) or a == b:
                 raise ModelError(f"dataflow {self.name!r}: bad edge ({a}, {b}) for {n} operators")
-        self.topological_order  # raises on a cycle
+        _ = self.topological_order  # raises on a cycle
 
     # -- structure ------------------------------------------------------------------
     @property
@@ -177,7 +177,7 @@ class DynamicDataflow:
     def worst_alternates(self) -> np.ndarray:
         return np.nanargmin(self.value_table, axis=1)
 
-    def single_implementation(self) -> "DynamicDataflow":
+    def single_implementation(self) -> DynamicDataflow:
         """The same dataflow keeping only each operator's highest-value alternate (the
         'no alternates' baseline of section 4.9.2, 4)."""
         best = self.best_alternates()
@@ -314,17 +314,17 @@ def throughput(
     ext = np.asarray(external_rate, dtype=float)
     batch = np.broadcast_shapes(active.shape[:-1], cap.shape[:-1], ext.shape[:-1],
                                 () if queue is None else np.shape(queue)[:-1])
-    shape = batch + (n,)
+    shape = (*batch, n)
     cost = np.broadcast_to(dataflow.pick(dataflow.cost_table, active), shape)
     sel = np.broadcast_to(dataflow.pick(dataflow.selectivity_table, active), shape)
     cap = np.broadcast_to(cap, shape)
     ext = np.broadcast_to(ext, shape)
     q = np.zeros(shape) if queue is None else np.broadcast_to(np.asarray(queue, dtype=float), shape)
     n_edges = len(dataflow.edges)
-    local = (np.ones(batch + (n_edges,)) if edge_local_fraction is None
-             else np.broadcast_to(np.asarray(edge_local_fraction, dtype=float), batch + (n_edges,)))
-    remote = (np.full(batch + (n_edges,), np.inf) if edge_remote_bandwidth is None
-              else np.broadcast_to(np.asarray(edge_remote_bandwidth, dtype=float), batch + (n_edges,)))
+    local = (np.ones((*batch, n_edges)) if edge_local_fraction is None
+             else np.broadcast_to(np.asarray(edge_local_fraction, dtype=float), (*batch, n_edges)))
+    remote = (np.full((*batch, n_edges), np.inf) if edge_remote_bandwidth is None
+              else np.broadcast_to(np.asarray(edge_remote_bandwidth, dtype=float), (*batch, n_edges)))
     remote_msgs = remote / dataflow.message_bytes  # the unit fix of Eq. 4.5: a rate
 
     in_rate = np.array(ext, dtype=float)
@@ -415,12 +415,12 @@ class ProfitModel:
 
     @classmethod
     def for_dataflow(cls, dataflow: DynamicDataflow, cost_at_gamma_min: float, cost_at_gamma_max: float,
-                     offset: float | None = None) -> "ProfitModel":
+                     offset: float | None = None) -> ProfitModel:
         lo, hi = value_bounds(dataflow)
         return cls(lo, hi, cost_at_gamma_min, cost_at_gamma_max, offset)
 
     @classmethod
-    def thesis_lrb(cls, dataflow: DynamicDataflow, hours: float, mean_rate: float) -> "ProfitModel":
+    def thesis_lrb(cls, dataflow: DynamicDataflow, hours: float, mean_rate: float) -> ProfitModel:
         """Section 4.9.2: C_max^Gamma_min = 0.5 T rate / 10 and C_max^Gamma_max = 1.0 T rate / 10."""
         return cls.for_dataflow(dataflow, 0.5 * hours * mean_rate / 10.0, 1.0 * hours * mean_rate / 10.0)
 
@@ -470,7 +470,7 @@ def edge_network(dataflow: DynamicDataflow, counts, vm_core_speed, vm_bandwidth)
     speed = np.asarray(vm_core_speed, dtype=float)
     bw = np.asarray(vm_bandwidth, dtype=float)
     if not dataflow.edges:
-        empty = np.zeros(counts.shape[:-2] + (0,))
+        empty = np.zeros((*counts.shape[:-2], 0))
         return empty, empty
     src = np.array([a for a, _ in dataflow.edges])
     dst = np.array([b for _, b in dataflow.edges])

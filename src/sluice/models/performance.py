@@ -24,6 +24,7 @@ Models are plain JSON (see ``to_dict``); the library of paper-like models lives 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ class PerformanceModel:
         threads = [p.threads for p in self.points]
         if any(int(t) != t or t < 1 for t in threads):
             raise ModelError(f"{where}: thread counts must be positive integers, got {threads}")
-        if any(b <= a for a, b in zip(threads, threads[1:])):
+        if any(b <= a for a, b in itertools.pairwise(threads)):
             raise ModelError(
                 f"{where}: thread counts must be strictly increasing (non-monotone or duplicated), "
                 f"got {threads}"
@@ -196,7 +197,7 @@ class PerformanceModel:
         }
 
     @classmethod
-    def from_dict(cls, data: dict, origin: str = "<dict>") -> "PerformanceModel":
+    def from_dict(cls, data: dict, origin: str = "<dict>") -> PerformanceModel:
         try:
             points = tuple(
                 ModelPoint(
@@ -246,7 +247,7 @@ def library_names() -> list[str]:
     return sorted(p.stem for p in LIBRARY_DIR.glob("*.json"))
 
 
-def load_model(ref: "str | Path | PerformanceModel") -> PerformanceModel:
+def load_model(ref: str | Path | PerformanceModel) -> PerformanceModel:
     """Resolve a model reference: a model, a library name (``"blob"``), or a path to a JSON file."""
     if isinstance(ref, PerformanceModel):
         return ref

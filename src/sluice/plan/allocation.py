@@ -22,12 +22,12 @@ follow Algorithm 2 exactly; ``tests/test_plan_allocation.py`` pins this choice.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+import itertools
 import math
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 from sluice.errors import PlanError
 from sluice.models.performance import PerformanceModel, load_model
@@ -282,7 +282,7 @@ def paper_micro_dag(shape: str) -> Dag:
     tasks += [Task("K", kind="sink")]
     if shape == "linear":  # S -> X -> P -> T -> B -> F -> K
         chain = ["S", "X", "P", "T", "B", "F", "K"]
-        edges = list(zip(chain, chain[1:]))
+        edges = list(itertools.pairwise(chain))
     elif shape == "diamond":  # S -> X, fan-out to P, T, B, F, fan-in at the sink
         edges = [("S", "X")] + [("X", t) for t in "PTBF"] + [(t, "K") for t in "PTBF"]
     elif shape == "star":  # S -> {B, T} -> hub X -> {P, F} -> K

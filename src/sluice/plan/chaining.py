@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from sluice.graph import JobGraph
 
+
 def chainable_runs(graph: JobGraph) -> list[tuple[str, ...]]:
     """Maximal runs of consecutive Python operators that may share one pass.
 

@@ -17,8 +17,8 @@ paper's s_j^l. A thread is (task id, k) with k = 1..tau_i, the paper's r_i^k.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 from sluice.errors import PlanError
 from sluice.models.performance import PerformanceModel
@@ -55,7 +55,7 @@ class Cluster:
     @property
     def slots(self) -> list[SlotId]:
         """All slots, VM by VM: the list order DSM and SAM walk."""
-        return [(j, l) for j, p in enumerate(self.vm_slots) for l in range(p)]
+        return [(j, slot) for j, p in enumerate(self.vm_slots) for slot in range(p)]
 
     @property
     def total_slots(self) -> int:
@@ -173,9 +173,9 @@ def map_rsm(
 
     vm_cpu = [float(p) for p in cluster.vm_slots]  # C_j
     vm_mem = [float(p) for p in cluster.vm_slots]  # M_j
-    slot_mem = {s: 1.0 for s in cluster.slots}  # M_j^l
+    slot_mem = dict.fromkeys(cluster.slots, 1.0)  # M_j^l
     pending = {tid: allocation.tasks[tid].threads for tid in order}
-    next_k = {tid: 1 for tid in order}
+    next_k = dict.fromkeys(order, 1)
     mapping = SlotMapping("RSM", cluster)
     ref = 0  # v_hat <- v_1
 
@@ -201,9 +201,9 @@ def map_rsm(
             for j in sorted(range(len(distance)), key=lambda j: (distance[j], j)):
                 if vm_cpu[j] + _EPS < c_bar:
                     continue
-                for l in range(cluster.vm_slots[j]):
-                    if slot_mem[(j, l)] + _EPS >= m_bar:
-                        chosen = (j, l)
+                for slot in range(cluster.vm_slots[j]):
+                    if slot_mem[(j, slot)] + _EPS >= m_bar:
+                        chosen = (j, slot)
                         break
                 if chosen:
                     break
@@ -247,8 +247,8 @@ def map_sam(
     """
     order = [t for t in dag.topological_order() if t in allocation.tasks]
     slots = cluster.slots
-    cpu = {s: 1.0 for s in slots}  # C_j^l
-    mem = {s: 1.0 for s in slots}  # M_j^l
+    cpu = dict.fromkeys(slots, 1.0)  # C_j^l
+    mem = dict.fromkeys(slots, 1.0)  # M_j^l
     pending = {t: allocation.tasks[t].threads for t in order}
     c_left = {t: allocation.tasks[t].cpu for t in order}
     m_left = {t: allocation.tasks[t].memory for t in order}
@@ -257,7 +257,7 @@ def map_sam(
         t: (a.full_bundles if allocation.method == "MBA" else a.threads // a.bundle) if a.bundle else 0
         for t, a in ((t, allocation.tasks[t]) for t in order)
     }
-    next_k = {t: 1 for t in order}
+    next_k = dict.fromkeys(order, 1)
     mapping = SlotMapping("SAM", cluster)
     current_vm = 0
 
@@ -271,9 +271,9 @@ def map_sam(
         n_vms = len(cluster.vm_slots)
         for step in range(n_vms):
             j = (current_vm + step) % n_vms
-            for l in range(cluster.vm_slots[j]):
-                if cpu[(j, l)] >= 1.0 - _EPS and mem[(j, l)] >= 1.0 - _EPS:
-                    return (j, l)
+            for slot in range(cluster.vm_slots[j]):
+                if cpu[(j, slot)] >= 1.0 - _EPS and mem[(j, slot)] >= 1.0 - _EPS:
+                    return (j, slot)
         return None
 
     while sum(pending.values()) > 0:

@@ -28,8 +28,9 @@ How slots share time is the *execution*:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal
 
 from sluice.errors import PlanError
 from sluice.models.performance import PerformanceModel
@@ -128,7 +129,7 @@ def predict(
     for tid, per_slot in groups.items():
         kind = dag.by_id[tid].kind
         if tid not in models:
-            threads, cpu, mem = FIXED_ALLOCATION.get(kind, (1, 0.0, 0.0))
+            _threads, cpu, mem = FIXED_ALLOCATION.get(kind, (1, 0.0, 0.0))
             total = sum(per_slot.values())
             for s, k in per_slot.items():
                 fixed[s][0] += cpu * k / total

@@ -28,7 +28,7 @@ def latest_per_key(changelog: pa.Table, keys: list[str]) -> pa.Table:
     return changelog.take(pc.take(last, pc.sort_indices(last)))
 
 
-def read_latest(path: str, keys: list[str] | str, format: str = "parquet") -> pa.Table | None:  # noqa: A002
+def read_latest(path: str, keys: list[str] | str, format: str = "parquet") -> pa.Table | None:
     """The latest row per key that a file sink at ``path`` wrote (None if it wrote nothing).
 
         sluice.sinks.read_latest("out/per_meter", keys="meter").to_pandas()

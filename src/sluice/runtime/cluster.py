@@ -15,6 +15,7 @@ shipped files (``runtime.shipping``), as on a real cluster.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
+from typing import Self
 
 from sluice.errors import EnvironmentProblem
 
@@ -108,7 +110,7 @@ class LocalCluster:
         if self._own_root:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> LocalCluster:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -128,8 +130,7 @@ class LocalCluster:
         env = dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP=HOST,
                    PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
         env.pop("PYTHONPATH", None)  # executors get the pipeline's code as shipped files only
-        log = open(os.path.join(self.root, "logs", f"{name}.log"), "ab")
-        with log:
+        with open(os.path.join(self.root, "logs", f"{name}.log"), "ab") as log:
             self.processes.append(subprocess.Popen(
                 [os.path.join(spark_home(), "bin", "spark-class"), main_class, *args],
                 env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -179,10 +180,8 @@ def _stop_process(proc: subprocess.Popen, patience_s: float = 15.0) -> None:
 
 
 def _signal_group(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _alive(pid: int) -> bool:

@@ -20,24 +20,24 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.graph import JobGraph
-from sluice.graph.operators import Operator
 from sluice.graph.constraints import measuring_sinks, path_operators
+from sluice.graph.operators import Operator
 from sluice.graph.sinks import SinkSpec
 from sluice.models.latency import split_path_latency
 from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.kernels.keyed import BatchContext
-from sluice.runtime.kernels.panes import END_OF_TIME
-from sluice.runtime.executors import executor_infos
-from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.combine import exchange
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
+from sluice.runtime.executors import executor_infos
+from sluice.runtime.kernels.keyed import BatchContext
+from sluice.runtime.kernels.panes import END_OF_TIME
+from sluice.runtime.kernels.windows import LATE
+from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.native_combine import SourceStats, prepare_hash_exchange
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
-from sluice.runtime.kernels.windows import LATE
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
 from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, quote
 from sluice.runtime.task_metrics import MetricKey, MetricsParam, split_metrics
@@ -74,7 +74,7 @@ class BatchExecutor:
         self.late_data_sink = late_data_sink
         self.controller = controller
         self.on_batch = on_batch
-        self.backlog = backlog or (lambda: {})
+        self.backlog = backlog or (dict)
         self.order = graph.topological_order()
         self.accumulator = spark.sparkContext.accumulator({}, MetricsParam())
         self.stores = {op.id: self._store(op) for op in graph.operators if op.is_keyed}
@@ -181,7 +181,7 @@ class BatchExecutor:
         self._forward_late_records(batch_id, replay)
         check_budget(self.graph, batch_id, dead, split_metrics(self.accumulator.value), self.dead_letter_budget,
                      self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"))
-        for op_id, store in self.stores.items():
+        for store in self.stores.values():
             store.commit(batch_id, store.committed_files(batch_id))
 
         per_op = split_metrics(self.accumulator.value)
@@ -381,7 +381,7 @@ class BatchExecutor:
             sizes = store.key_group_sizes(store.index(before_batch=batch_id + 1))
             key_groups[op_id] = {
                 str(kg): {"rows": int(rows.get(str(kg), 0)), "state_bytes": int(sizes.get(kg, 0))}
-                for kg in sorted(set(int(k) for k in rows) | set(sizes))
+                for kg in sorted({int(k) for k in rows} | set(sizes))
             }
         rows_by_source = {op_id: int(stats.get("rows") or 0) for op_id, stats in observed.items()}
         paths = {}

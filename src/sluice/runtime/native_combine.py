@@ -31,8 +31,8 @@ slower on every batch.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -222,8 +222,9 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
         for q in kernel.queries
     )
     # built only when some record was late, in the same batch (the view is the batch's until the next)
-    late = lambda: spark.sql(  # noqa: E731
-        f"SELECT {', '.join(fields)} FROM (SELECT *, {pane} FROM {view}) WHERE NOT ({on_time})")
+    def late() -> object:  # a pyspark DataFrame
+        return spark.sql(f"SELECT {', '.join(fields)} FROM (SELECT *, {pane} FROM {view}) WHERE NOT ({on_time})")
+
     schema = kernel.combined_schema(in_schema).append(pa.field(RECORDS, pa.int64()))
     return NativeCombine(frame, schema, late, kernel, record_schema)
 

@@ -17,8 +17,8 @@ first run.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from collections.abc import Iterable
+from dataclasses import replace
 
 from sluice.errors import PipelineChangedError
 from sluice.graph import JobGraph
@@ -47,7 +47,7 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
         recorded = record["operators"]
         max_parallelism = record["max_parallelism"]
     elif latest is not None:  # written before pipeline records: the state is under the old ids
-        recorded = {op_id: None for op_id in latest.keyed}
+        recorded = dict.fromkeys(latest.keyed)
         max_parallelism = latest.max_parallelism
     else:  # a new checkpoint
         recorded, max_parallelism = {}, graph.max_parallelism

@@ -21,11 +21,11 @@ def java_major_version() -> int:
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     if not java or not os.path.exists(java):
         raise EnvironmentProblem("Spark needs Java 17+ but no 'java' was found. " + _INSTALL_JAVA)
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
     try:
         version = out.split('"')[1]
     except IndexError:
-        raise EnvironmentProblem(f"cannot read the Java version from {out!r}. " + _INSTALL_JAVA)
+        raise EnvironmentProblem(f"cannot read the Java version from {out!r}. " + _INSTALL_JAVA) from None
     parts = version.split(".")
     return int(parts[1]) if parts[0] == "1" else int(parts[0])
 

@@ -63,7 +63,8 @@ def write_table(spec: SinkSpec, table: pa.Table, batch_id: int, spark=None, chec
     elif isinstance(spec, CallbackSink):
         spec.fn(batch_id, table.to_pandas() if spec.format == "pandas" else table)
     elif spark is not None:
-        write(spec, spark.createDataFrame(table.to_pandas()) if table.num_rows else spark.createDataFrame([], "record string"), batch_id)
+        frame = spark.createDataFrame(table.to_pandas()) if table.num_rows else spark.createDataFrame([], "record string")
+        write(spec, frame, batch_id)
     else:
         raise SinkError(f"cannot write a driver-side table to {spec!r}")
 
@@ -91,7 +92,7 @@ def clear_memory(name: str | None = None) -> None:
             _MEMORY.pop(name, None)
 
 
-def read_files(path: str, format: str = "parquet") -> pa.Table | None:  # noqa: A002
+def read_files(path: str, format: str = "parquet") -> pa.Table | None:
     """All complete batches a file sink wrote (directories with Spark's _SUCCESS marker), from
     a local path or any ``pyarrow.fs`` URI."""
     import pyarrow.dataset as ds

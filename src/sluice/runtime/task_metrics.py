@@ -28,7 +28,7 @@ class MetricsParam(AccumulatorParam):
     def zero(self, value):
         return {}
 
-    def addInPlace(self, a, b):  # noqa: N802 - Spark's name
+    def addInPlace(self, a, b):
         for key, value in b.items():
             if key.is_max:
                 a[key] = max(a.get(key, value), value)

@@ -21,8 +21,6 @@ from concurrent.futures import Future
 
 def _import_runtime(batches):
     # the modules a batch's tasks import: the keyed and chained stages, the sources' readers
-    import sluice.runtime.sources.datasource  # noqa: F401
-    import sluice.runtime.stages  # noqa: F401
 
     yield from batches
 
@@ -34,7 +32,7 @@ def in_background(work, name: str = "sluice-background") -> Future:
     def run() -> None:
         try:
             future.set_result(work())
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the result
+        except BaseException as exc:
             future.set_exception(exc)
 
     threading.Thread(target=run, name=name, daemon=True).start()

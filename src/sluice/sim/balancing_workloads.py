@@ -46,7 +46,7 @@ def perturb_nodes(
     set of key groups on a node"), in proportion to their load.
     """
     load = load.copy()
-    picked = rng.choice(nodes, size=int(round(fraction * len(nodes))), replace=False)
+    picked = rng.choice(nodes, size=round(fraction * len(nodes)), replace=False)
     for i, node in enumerate(picked):
         sign = -1.0 if i % 2 == 0 else 1.0
         on_node = np.flatnonzero(assignment == node)
@@ -112,7 +112,7 @@ class CollocationWorkload:
         """Statistics of the next period: 20 % of the nodes see their key groups' load change."""
         nodes = self.problem.nodes
         factor = np.ones(len(self.base_load))
-        for node in rng.choice(nodes, size=max(1, int(round(fraction * len(nodes)))), replace=False):
+        for node in rng.choice(nodes, size=max(1, round(fraction * len(nodes))), replace=False):
             factor[assignment == node] = 1.0 + rng.uniform(-ROUND_PERTURBATION, ROUND_PERTURBATION)
         p = self.problem
         return BalancingProblem(

@@ -47,7 +47,7 @@ def linear_road(single_implementation: bool = False) -> DynamicDataflow:
 def lrb_input_rates(position_rate) -> np.ndarray:
     """External rates per operator (msg/s) for a position-report rate (scalar or series)."""
     r = np.asarray(position_rate, dtype=float)
-    out = np.zeros(r.shape + (len(LRB_NAMES),))
+    out = np.zeros((*r.shape, len(LRB_NAMES)))
     out[..., 1] = r
     out[..., 0] = LRB_WEATHER_SHARE * r
     return out

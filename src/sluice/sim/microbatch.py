@@ -81,7 +81,7 @@ class MicroBatchEngine:
             arrivals = np.full(n, start)
             backlog = None
         else:
-            waiting = int(math.floor(self.trace.arrived(start))) - self.admitted
+            waiting = math.floor(self.trace.arrived(start)) - self.admitted
             n = waiting if cap is None else min(waiting, cap)
             arrivals = self.trace.arrival_time(np.arange(self.admitted, self.admitted + n, dtype=float))
             backlog = waiting - n

@@ -18,9 +18,9 @@ are deterministic by ``seed``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -68,10 +68,10 @@ class Scenario:
 
     @property
     def n_steps(self) -> int:
-        return int(round(self.hours * 3600.0 / self.step_s))
+        return round(self.hours * 3600.0 / self.step_s)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Scenario":
+    def from_dict(cls, data: dict) -> Scenario:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
@@ -84,7 +84,7 @@ class Scenario:
         return sc
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "Scenario":
+    def from_yaml(cls, path: str | Path) -> Scenario:
         import yaml
 
         try:
@@ -113,7 +113,7 @@ def build_rates(sc: Scenario, df: DynamicDataflow) -> np.ndarray:
     r = dict(sc.rate)
     kind = r.pop("kind", "constant")
     n = sc.n_steps
-    inputs = [i for i in df.inputs]
+    inputs = list(df.inputs)
     if sc.dataflow == "linear-road":
         streams = 1
     else:

@@ -77,7 +77,7 @@ def _handler(server: DashboardServer):
     static = resources.files("sluice.ui") / "static"
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
+        def do_GET(self):
             url = urlparse(self.path)
             if url.path == "/api/state":
                 since = parse_qs(url.query).get("since", ["-1"])[0]
@@ -103,7 +103,7 @@ def _handler(server: DashboardServer):
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format, *args):  # noqa: A002 - quiet: the page polls every second
+        def log_message(self, format, *args):
             pass
 
     return Handler

@@ -163,7 +163,7 @@ class Units:
     pins: dict[int, int] = field(default_factory=dict)  # unit -> node id
 
     @staticmethod
-    def from_partitions(num_key_groups: int, partitions: list[np.ndarray]) -> "Units":
+    def from_partitions(num_key_groups: int, partitions: list[np.ndarray]) -> Units:
         unit_of = np.full(num_key_groups, -1, dtype=np.int64)
         members: list[np.ndarray] = []
         in_set: list[bool] = []

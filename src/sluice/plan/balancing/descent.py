@@ -72,10 +72,10 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
         if len(u_idx) == 0:
             break
         s_idx = place[u_idx]
-        l = um.unit_load[u_idx]
+        moved = um.unit_load[u_idx]
         util = load / w - mean
-        new_s = (load[s_idx] - l) / w[s_idx] - mean
-        new_n = (load[n_idx] + l) / w[n_idx] - mean
+        new_s = (load[s_idx] - moved) / w[s_idx] - mean
+        new_n = (load[n_idx] + moved) / w[n_idx] - mean
         upper = np.maximum(_best_excluding(util, s_idx, n_idx), np.maximum(new_s, new_n))
         low_vals = np.where(staying, -util, -np.inf)
         lower = np.maximum(

@@ -56,8 +56,8 @@ single key groups, and with *pins* (a unit forced onto a node).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import highspy
 import numpy as np

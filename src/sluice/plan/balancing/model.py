@@ -31,11 +31,11 @@ class Traffic:
     rate: np.ndarray
 
     @staticmethod
-    def empty() -> "Traffic":
+    def empty() -> Traffic:
         return Traffic(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0))
 
     @staticmethod
-    def from_pairs(pairs: dict[tuple[int, int], float] | list[tuple[int, int, float]]) -> "Traffic":
+    def from_pairs(pairs: dict[tuple[int, int], float] | list[tuple[int, int, float]]) -> Traffic:
         items = list(pairs.items()) if isinstance(pairs, dict) else [((a, b), r) for a, b, r in pairs]
         if not items:
             return Traffic.empty()
@@ -75,7 +75,9 @@ class BalancingProblem:
     cost_per_byte: float = 1.0
 
     def __post_init__(self) -> None:
-        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 (frozen)
+        def set_(name: str, value: object) -> None:  # the dataclass is frozen
+            object.__setattr__(self, name, value)
+
         load = np.asarray(self.load, dtype=float)
         k = load.shape[0]
         set_("load", load)
@@ -151,7 +153,7 @@ class BalancingProblem:
         """Node position (0..N-1) of each key group's current node."""
         return self.node_index(self.assignment)
 
-    def with_assignment(self, assignment: np.ndarray) -> "BalancingProblem":
+    def with_assignment(self, assignment: np.ndarray) -> BalancingProblem:
         return replace(self, assignment=np.asarray(assignment, dtype=np.int64))
 
 

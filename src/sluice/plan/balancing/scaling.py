@@ -16,8 +16,9 @@ threshold rule, and ``MarkForRemoval`` / ``NoScaling`` serve experiments.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -141,8 +142,9 @@ def apply_decision(problem: BalancingProblem, decision: ScalingDecision) -> Bala
     )
 
 
-def adapt(problem: BalancingProblem, balancer: Balancer, policy: ScalingPolicy = NoScaling()) -> AdaptationResult:
-    """One period of Algorithm 1; returns the final plan and the cluster it is for."""
+def adapt(problem: BalancingProblem, balancer: Balancer, policy: ScalingPolicy | None = None) -> AdaptationResult:
+    """One period of Algorithm 1; returns the final plan and the cluster it is for (no scaling by default)."""
+    policy = policy or NoScaling()
     problem, released = release_drained_nodes(problem)
     potential = balancer(problem)
     decision = policy.decide(problem, potential)

@@ -8,8 +8,8 @@ tiny tie-break cost of milp.py (moves out of N_s cost, moves out of N_r earn).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 import scipy.sparse as sp

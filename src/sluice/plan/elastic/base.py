@@ -137,7 +137,7 @@ class Placement:
 
     # -- building ---------------------------------------------------------------------
     @classmethod
-    def from_input(cls, inp: SchedulerInput, active=None) -> "Placement":
+    def from_input(cls, inp: SchedulerInput, active=None) -> Placement:
         df = inp.dataflow
         p = cls(df, inp.active if active is None else active)
         for vm in inp.vms:
@@ -172,7 +172,7 @@ class Placement:
         self.price = np.append(self.price, vm_class.price_per_hour)
         return len(self.classes) - 1
 
-    def copy(self) -> "Placement":
+    def copy(self) -> Placement:
         p = Placement(self.dataflow, self.active)
         p.counts = self.counts.copy()
         p.classes = list(self.classes)
@@ -279,10 +279,11 @@ class Placement:
                 vid = f"new-{new}"
                 new += 1
                 start[vid] = self.classes[v]
-            elif not any(row):
-                if stop_empty == "all" or hour_ends_within(inp.now_s - self.started_s[v], inp.step_s):
-                    stop.append(vid)
-                    continue
+            elif not any(row) and (
+                stop_empty == "all" or hour_ends_within(inp.now_s - self.started_s[v], inp.step_s)
+            ):
+                stop.append(vid)
+                continue
             mapping[vid] = row
             kept_ids.add(vid)
         for vm in inp.vms:  # VMs the placement dropped entirely

@@ -39,7 +39,7 @@ class BruteForceScheduler:
         speeds = sorted({c.core_speed for c in inp.vm_classes})
         unit = speeds[0]
         fast = speeds[-1]
-        ratio = int(round(fast / unit))
+        ratio = round(fast / unit)
         by_speed = {s: [c for c in inp.vm_classes if c.core_speed == s] for s in speeds}
         rate = np.asarray(inp.external_rate, dtype=float)
         hours = np.ceil(inp.period_s / 3600.0)
@@ -50,8 +50,8 @@ class BruteForceScheduler:
         best = (-np.inf, None, None)
         leaves = 0
         combos = itertools.product(*[range(int(k)) for k in df.n_alternates])
-        for active in combos:
-            active = np.array(active)
+        for combo in combos:
+            active = np.array(combo)
             ideal = throughput(df, active, np.full(df.n_ops, np.inf), rate, inp.step_s)
             need = ideal.input_rate * df.pick(df.cost_table, active) / unit   # in slow-core units
             hi = np.ceil(need - 1e-9).astype(int)

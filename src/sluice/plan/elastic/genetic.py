@@ -20,7 +20,8 @@ one PE instance on a VM.
 
 Seeding (our choice; the thesis starts from a random population): one chromosome is the CE
 deployment (at run time: the running deployment, plus CE's reactive decision as a second), a
-third of the population are mutants of the first, the rest random. This keeps the GA from wasting generations on hopeless random fleets.
+third of the population are mutants of the first, the rest random. This keeps the GA from wasting
+generations on hopeless random fleets.
 The whole population is evaluated in one vectorised call of Eq. 4.4 to 4.7.
 """
 
@@ -130,7 +131,7 @@ class GeneticScheduler:
                 penalty = penalty + self.alpha_changes * changes * it
             return theta - penalty, omega, theta
 
-        n_elite = max(1, int(round(self.elite_share * P)))
+        n_elite = max(1, round(self.elite_share * P))
         for it in range(1, self.generations + 1):
             fit, _, _ = fitness(alts, counts, it)
             order = np.argsort(-fit)
@@ -149,8 +150,8 @@ class GeneticScheduler:
             for k in range(n_child):
                 child_alts[k], child_counts[k] = self._mutate(child_alts[k], child_counts[k], rng, cores, n_alt,
                                                               rate=self.mutation)
-            alts = np.concatenate(new_alts + [child_alts])
-            counts = np.concatenate(new_counts + [child_counts])
+            alts = np.concatenate([*new_alts, child_alts])
+            counts = np.concatenate([*new_counts, child_counts])
 
         fit, omega, theta = fitness(alts, counts, self.generations)
         # the fittest deployment meeting Omega-hat; failing that, within the tolerance

@@ -42,8 +42,8 @@ last observed rates and VM speeds, the classic reactive scheduler), WAAF, WPA, W
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -136,7 +136,7 @@ class PlasticcScheduler:
         lo, hi = inp.omega_target - inp.epsilon, inp.omega_target + inp.epsilon
         h = plan.h
         big = largest_class(inp.vm_classes)
-        lead = int(math.ceil(big.startup_s / inp.step_s))
+        lead = math.ceil(big.startup_s / inp.step_s)
         start = 0
         for _ in range(self.max_actions):
             thr, cap, need = plan.evaluate()
@@ -222,7 +222,7 @@ class PlasticcScheduler:
             if better:
                 alt = min(better, key=lambda a: df.value_table[ope, a])
                 options.append((self._delta_value(plan, int(ope), alt, ot), "switch", alt))
-            for gain, kind, arg in sorted(options, key=lambda o: -o[0]):
+            for _gain, kind, arg in sorted(options, key=lambda o: -o[0]):
                 if kind == "remove":
                     plan.counts[arg, ot:, ope] -= 1
                 else:

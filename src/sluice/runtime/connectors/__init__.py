@@ -17,6 +17,7 @@ import time
 
 import pyarrow as pa
 
+from sluice.errors import SinkError
 from sluice.graph.connectors import (
     CONNECTOR_SINKS,
     MqttSource,
@@ -27,7 +28,6 @@ from sluice.graph.connectors import (
     RedisSink,
     RedisStreamSource,
 )
-from sluice.errors import SinkError
 from sluice.graph.sinks import SinkSpec
 from sluice.runtime.checkpoint import SPARK, Checkpoint
 

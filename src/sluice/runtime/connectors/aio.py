@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 
 class Loop:
@@ -31,7 +32,7 @@ _LOCK = threading.Lock()
 
 def shared_loop() -> Loop:
     """The process's one background loop (made on first use)."""
-    global _LOOP
+    global _LOOP  # noqa: PLW0603 - one loop per process, made on first use
     with _LOCK:
         if _LOOP is None or not _LOOP.thread.is_alive():
             _LOOP = Loop()

@@ -25,6 +25,7 @@ must be on a shared file system on a cluster, as for state).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -91,7 +92,7 @@ class Journal:
     def forget_before(self, index: int) -> None:
         """Delete the segments whose messages all lie before ``index``."""
         found = self.segments()
-        for (first, path), (following, _) in zip(found, found[1:]):
+        for (_, path), (following, _) in itertools.pairwise(found):
             if following <= index:
                 self.fs.delete_file(path)
 

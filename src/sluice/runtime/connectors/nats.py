@@ -12,6 +12,7 @@ the message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +44,7 @@ async def connect(url: str):
         return await asyncio.wait_for(
             nats.connect(url, connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False,
                          max_reconnect_attempts=0, error_cb=quiet), 2 * CONNECT_TIMEOUT_S)
-    except Exception as e:  # noqa: BLE001 - nats-py raises many kinds; all mean "not reachable"
+    except Exception as e:
         raise BrokerDown(f"cannot connect to {url}: {type(e).__name__}: {e}") from None
 
 
@@ -64,10 +65,8 @@ class Connection:
     async def jetstream(self):
         if self.nc is None or self.nc.is_closed or not self.nc.is_connected:
             if self.nc is not None:
-                try:
+                with contextlib.suppress(Exception):
                     await self.nc.close()
-                except Exception:  # noqa: BLE001 - it is gone already
-                    pass
             self.nc = await connect(self.url)
         return self.nc.jetstream()
 
@@ -81,19 +80,16 @@ class Connection:
             return await work(js)
         except nats.js.errors.NotFoundError:
             raise
-        except (nats.errors.ConnectionClosedError, nats.errors.NoRespondersError,
-                nats.errors.TimeoutError, nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError,
-                ConnectionError, OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, nats.errors.ConnectionClosedError, nats.errors.NoRespondersError, nats.errors.TimeoutError,
+                nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError, ConnectionError, OSError) as e:
             await self._drop()
             raise BrokerDown(f"{self.url}: {type(e).__name__}: {e}") from None
 
     async def _drop(self):
         nc, self.nc = self.nc, None
         if nc is not None:
-            try:
+            with contextlib.suppress(Exception):
                 await nc.close()
-            except Exception:  # noqa: BLE001
-                pass
 
 
 class NatsStreamReader(ConnectorStreamReader):
@@ -144,10 +140,8 @@ class NatsStreamReader(ConnectorStreamReader):
                     if batch and batch[-1].metadata.num_pending == 0:
                         break  # messages up to the end were deleted: nothing more will come
             finally:
-                try:
+                with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-                except Exception:  # noqa: BLE001 - the consumer expires by itself
-                    pass
             return got
 
         got = self._run(messages) if span.end > span.start else []

@@ -28,7 +28,8 @@ with a ``SourceError`` naming the broker and its address.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

@@ -7,6 +7,7 @@ key's new values as one array), never once per record.
 from __future__ import annotations
 
 import pickle
+from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
@@ -56,12 +57,9 @@ class AggregateKernel(KeyedKernel):
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         from sluice.graph.jobgraph import _aggregate_schema  # one rule for output types
 
-        class _Op:  # minimal stand-in carrying what the rule reads
-            params = {"keys": self.key_columns, "aggregates": self.aggregates}
-            name = "aggregate"
-            location = None
-
-        return _aggregate_schema(_Op, input_schema)  # type: ignore[arg-type]
+        # a minimal stand-in for the operator, carrying what the rule reads
+        op = SimpleNamespace(params={"keys": self.key_columns, "aggregates": self.aggregates}, name="aggregate", location=None)
+        return _aggregate_schema(op, input_schema)  # type: ignore[arg-type]
 
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         input_schema = rows.schema
@@ -69,7 +67,7 @@ class AggregateKernel(KeyedKernel):
         state_schema = self.state_schema(input_schema)
         if rows.num_rows == 0:
             return KeyedResult(out_schema.empty_table(), state_schema.append(pa.field(KEY_GROUP, pa.int32())).empty_table())
-        keys = self.key_columns + [KEY_GROUP]
+        keys = [*self.key_columns, KEY_GROUP]
         # the keys of the state and of the rows in one numbering (nulls one key, as in SQL):
         # state row i has id i, so a key's committed state is found by its id, not by a join
         # on the key columns (a join never matches a null key)

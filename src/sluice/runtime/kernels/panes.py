@@ -16,8 +16,9 @@ aggregates are numpy reductions; a user-defined aggregate's ``add`` is called on
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -131,7 +132,7 @@ class PartialLayout:
         col = pc.cast(col, pa.int64() if dtype is np.int64 else pa.float64())
         if col.null_count:
             col = pc.fill_null(col, self.identity(f))
-        return np.asarray(col.to_numpy() if isinstance(col, pa.Array) else col.to_numpy(), dtype=dtype)
+        return np.asarray(col.to_numpy(), dtype=dtype)
 
 
 @dataclass
@@ -152,7 +153,7 @@ class PaneTable:
     def __len__(self) -> int:
         return len(self.key)
 
-    def take(self, index: np.ndarray) -> "PaneTable":
+    def take(self, index: np.ndarray) -> PaneTable:
         """The rows ``index`` (distinct), with their live accumulators."""
         live = {}
         if self.live:

@@ -33,9 +33,9 @@ from sluice.runtime.kernels.windows import (
     PARTIAL_PREFIX,
     WATERMARK_STATE,
     _concat_column,
-    key_columns_of,
     batch_watermark,
     distinct_aggregates,
+    key_columns_of,
     key_ids,
     late_schema,
     late_table,
@@ -227,7 +227,8 @@ class SessionWindowKernel(KeyedKernel):
         if emit.any():
             sel = np.flatnonzero(emit)
             parts = {name: values[sel] for name, values in g_parts.items()}
-            accs = self._accumulators(layout, parts, {n: {i: c[g] for i, g in enumerate(sel) if g in c} for n, c in udaf_accs.items()})
+            selected_accs = {n: {i: c[g] for i, g in enumerate(sel) if g in c} for n, c in udaf_accs.items()}
+            accs = self._accumulators(layout, parts, selected_accs)
             outputs.append(self._emit(layout, g_key[sel], g_start[sel], g_end[sel], parts, accs, all_keys, first, out_schema))
             changed[g_key[sel]] = True
 

@@ -89,7 +89,7 @@ class MapBatchesKernel(Kernel):
             if out.num_rows == batch.num_rows:
                 return out, ingest
             return out, _repeat_min(ingest, out.num_rows)
-        except Exception:  # noqa: BLE001 - isolate the bad records, below
+        except Exception:
             good, good_ingest = [], []
             self._bisect(batch, ingest, ctx, good, good_ingest)
             out = _concat(good, self.out_schema)
@@ -101,7 +101,7 @@ class MapBatchesKernel(Kernel):
     def _bisect(self, batch, ingest, ctx, good, good_ingest) -> None:
         try:
             out = self._call(batch)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if batch.num_rows == 1:
                 ctx.dead.dead(self.op.name, batch.to_pylist()[0], exc, self.op.location)
                 return
@@ -159,12 +159,12 @@ class RecordKernel(Kernel):
             takes.extend([i] * len(result))
         try:
             out = pa.RecordBatch.from_pylist(rows, schema=self.out_schema)
-        except Exception:  # noqa: BLE001 - find which records don't fit the schema
+        except Exception:
             keep_rows, keep_takes = [], []
             for row, i in zip(rows, takes):
                 try:
                     pa.RecordBatch.from_pylist([row], schema=self.out_schema)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     ctx.dead.dead(self.op.name, records[i], f"output {row!r} does not fit schema: {exc}", self.op.location)
                     continue
                 keep_rows.append(row)
@@ -176,7 +176,7 @@ class RecordKernel(Kernel):
     def _safe(self, record: dict):
         try:
             return self._one(record)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return exc
 
 
@@ -216,7 +216,8 @@ def run_chain(kernels: list[Kernel], batches: Iterator[pa.RecordBatch], ctx: Ker
             if data.num_rows == 0:
                 break
         if data.num_rows:
-            yield pa.RecordBatch.from_arrays(list(data.columns) + [ingest], schema=data.schema.append(pa.field(INGEST, ingest.type)))
+            schema = data.schema.append(pa.field(INGEST, ingest.type))
+            yield pa.RecordBatch.from_arrays([*data.columns, ingest], schema=schema)
 
 
 def _drop(batch: pa.RecordBatch, name: str) -> pa.RecordBatch:

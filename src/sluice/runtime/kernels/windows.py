@@ -67,12 +67,12 @@ from sluice.runtime.kernels.panes import (
     NO_WATERMARK,
     PaneTable,
     PartialLayout,
+    add_udafs,
     combine_ranges,
     empty_pane_table,
+    finalize,
     group_starts,
     merge_tables,
-    add_udafs,
-    finalize,
     pair_searchsorted,
     partials_from_rows,
     sliding_udaf,
@@ -140,7 +140,7 @@ def late_table(rows: pa.Table, mask: np.ndarray, query_name: str, watermark: int
 
 def late_schema(input_schema: pa.Schema) -> pa.Schema:
     fields = [f for f in input_schema if f.name != KEY_GROUP]
-    return pa.schema(fields + [pa.field(LATE_FOR, pa.string()), pa.field(LATE_WATERMARK, pa.int64())])
+    return pa.schema([*fields, pa.field(LATE_FOR, pa.string()), pa.field(LATE_WATERMARK, pa.int64())])
 
 
 def distinct_aggregates(queries: list[WindowQuery]) -> list[Aggregate]:
@@ -657,7 +657,7 @@ def combined_partials(layout: PartialLayout, rows: pa.Table, row_key: np.ndarray
     for f in layout.fields:
         column = rows[PARTIAL_PREFIX + f.name].combine_chunks()
         if f.kind == "udaf":
-            cells = np.array(column.to_pylist() + [None], dtype=object)[:-1][order]
+            cells = np.array([*column.to_pylist(), None], dtype=object)[:-1][order]
             ends = np.append(starts[1:], len(order))
             merged = np.empty(len(starts), dtype=object)
             for g, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):

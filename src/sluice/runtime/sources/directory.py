@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -136,7 +136,7 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         for batch in table.to_batches(FILE_CHUNK_ROWS):
             ingest = pa.array(np.full(batch.num_rows, partition.found_us, dtype=np.int64),
                               type=TIMESTAMP)
-            yield pa.RecordBatch.from_arrays(list(batch.columns) + [ingest],
+            yield pa.RecordBatch.from_arrays([*list(batch.columns), ingest],
                                              schema=self.arrow_schema)
 
     def _dead_letter(self, partition: FileSlice, rejects: list[Reject]) -> None:

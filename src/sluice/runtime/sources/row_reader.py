@@ -22,8 +22,9 @@ pickles it to executors to call ``read``, which therefore uses only the partitio
 
 from __future__ import annotations
 
+import itertools
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -82,7 +83,7 @@ def split_rows(first: int, stop: int, parts: int, align: int) -> list[tuple[int,
         if first < cut < stop:
             cuts.add(cut)
     edges = sorted(cuts)
-    return list(zip(edges[:-1], edges[1:]))
+    return list(itertools.pairwise(edges))
 
 
 class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -118,7 +119,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Cached: Spark may ask more than once before the first batch is logged.
         if self._initial is None:
             fixed = self.spec.start_time
-            start_us = int(round(fixed * 1e6)) if fixed is not None else now_us()
+            start_us = round(fixed * 1e6) if fixed is not None else now_us()
             self._initial = {"source": self.name, "rows": 0, "start_us": start_us,
                              "at_us": start_us}
         return self._initial
@@ -212,6 +213,6 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ingest = np.full(batch.num_rows, partition.at_us, dtype=np.int64)
             else:
                 ingest = arrival_us(partition.start_us, self.rate, rows)
-            columns = list(batch.columns) + [pa.array(ingest, type=TIMESTAMP)]
+            columns = [*list(batch.columns), pa.array(ingest, type=TIMESTAMP)]
             yield pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
 

@@ -88,7 +88,7 @@ def build_state_table(
 
 def row_ranges(sorted_kg: pa.ChunkedArray | pa.Array) -> dict[int, tuple[int, int]]:
     """kg -> (start, stop) for a column sorted by key group."""
-    kg = np.asarray(sorted_kg.to_numpy() if isinstance(sorted_kg, pa.Array) else sorted_kg.to_numpy())
+    kg = np.asarray(sorted_kg.to_numpy())
     if kg.size == 0:
         return {}
     starts = np.flatnonzero(np.r_[True, kg[1:] != kg[:-1]])

@@ -5,4 +5,4 @@ from sluice.plan.balancing.baselines.flux import flux
 from sluice.plan.balancing.baselines.non_integrated import non_integrated_scale_in
 from sluice.plan.balancing.baselines.potc import PotcResult, hash_choices, potc
 
-__all__ = ["cola", "flux", "hash_choices", "lpt_pack", "non_integrated_scale_in", "potc", "PotcResult"]
+__all__ = ["PotcResult", "cola", "flux", "hash_choices", "lpt_pack", "non_integrated_scale_in", "potc"]

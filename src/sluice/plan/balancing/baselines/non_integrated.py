@@ -15,8 +15,9 @@ from sluice.plan.balancing.model import BalancePlan, BalancingProblem, Migration
 
 
 def non_integrated_scale_in(
-    problem: BalancingProblem, budget: MigrationBudget, settings: MilpSettings = MilpSettings()
+    problem: BalancingProblem, budget: MigrationBudget, settings: MilpSettings | None = None
 ) -> BalancePlan:
+    settings = settings or MilpSettings()
     on_removing = np.flatnonzero(problem.removing[problem.assignment_index])
     if len(on_removing) == 0:
         return solve_milp(problem, budget, settings)
