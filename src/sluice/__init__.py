@@ -12,7 +12,8 @@
 from sluice import agg, sinks, sources, windows
 from sluice.api import KeyedStream, Pipeline, Stream
 from sluice.errors import SluiceError
+from sluice.graph.alternates import Alt
 
 __version__ = "0.1.0"
 
-__all__ = ["KeyedStream", "Pipeline", "SluiceError", "Stream", "__version__", "agg", "sinks", "sources", "windows"]
+__all__ = ["Alt", "KeyedStream", "Pipeline", "SluiceError", "Stream", "__version__", "agg", "sinks", "sources", "windows"]

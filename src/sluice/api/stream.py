@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sluice.errors import PipelineError
 from sluice.graph import aggregates as agg_mod
+from sluice.graph.alternates import Alt, check_alternates
 from sluice.graph.identity import NAMED, auto_identity
 from sluice.graph.operators import KEYED_KINDS, Operator
 from sluice.graph.schemas import as_schema
@@ -39,6 +40,15 @@ def user_location() -> str | None:
 def _require_callable(fn: Any, what: str, name: str | None) -> None:
     if not callable(fn):
         raise PipelineError(f"{what} needs a function, got {fn!r}", name or what, user_location())
+
+
+def _function_params(fn: Callable | None, alternates: dict[str, Alt | Callable] | None, active: str | None,
+                     what: str, name: str | None) -> dict[str, Any]:
+    """The params of an operator's function: ``{"fn": fn}``, or with ``alternates=`` (see
+    :mod:`sluice.graph.alternates`) the default alternate's function, the alternates and
+    which one runs first."""
+    fn, alts, default = check_alternates(fn, alternates, active, what, name, user_location())
+    return {"fn": fn, "alternates": alts, "active": default} if alts else {"fn": fn}
 
 
 class Stream:
@@ -75,8 +85,9 @@ class Stream:
         return graph.add(op)
 
     # ---- stateless, Python ---------------------------------------------------------------
-    def map_batches(self, fn: Callable, schema=None, *, format: str = "arrow", name: str | None = None,
-                    threads: int = 1, perf_model: str | None = None, chain: bool = True) -> Stream:
+    def map_batches(self, fn: Callable | None = None, schema=None, *, format: str = "arrow", name: str | None = None,
+                    threads: int = 1, perf_model: str | None = None, chain: bool = True,
+                    alternates: dict[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
         """Apply ``fn`` to whole batches: a ``pyarrow.RecordBatch`` (or a pandas DataFrame
         with ``format="pandas"``) in, the same kind out. The fast path for Python logic.
 
@@ -89,16 +100,24 @@ class Stream:
         renames or retypes a column.
 
         ``chain=False`` keeps the operator in a Python pass of its own: neither the initial
-        plan nor the chaining policy fuses it with its neighbours."""
-        _require_callable(fn, "map_batches", name)
+        plan nor the chaining policy fuses it with its neighbours.
+
+        ``alternates``: instead of ``fn``, several implementations, of which the controller
+        runs one at a time and may switch between batches:
+        ``alternates={"arima": Alt(arima, value=0.95, cost=2e-4), "mean": Alt(mean, value=0.7)}``
+        (``value``: quality relative to the best, in (0, 1]; ``cost``: CPU seconds per record,
+        measured when not given). Every alternate returns this operator's ``schema``.
+        ``active``: the one to start with (default: the highest value). See docs/dynamic.md."""
         if format not in ("arrow", "pandas"):
             raise PipelineError(f"format must be 'arrow' or 'pandas', not {format!r}", name or "map_batches", user_location())
-        op = self._then("map_batches", name, params={"fn": fn, "format": format}, schema=as_schema(schema),
+        function = _function_params(fn, alternates, active, "map_batches", name)
+        op = self._then("map_batches", name, params={**function, "format": format}, schema=as_schema(schema),
                         threads=threads, perf_model=perf_model, chain=chain)
         return Stream(self.pipeline, op)
 
-    def map(self, fn: Callable[[dict], dict], schema=None, *, name: str | None = None, threads: int = 1,
-            perf_model: str | None = None, chain: bool = True) -> Stream:
+    def map(self, fn: Callable[[dict], dict] | None = None, schema=None, *, name: str | None = None, threads: int = 1,
+            perf_model: str | None = None, chain: bool = True, alternates: dict[str, Alt | Callable] | None = None,
+            active: str | None = None) -> Stream:
         """Apply ``fn`` to each record (a dict); it returns the new record (a dict).
 
         ``schema``: the output's columns, as for :meth:`map_batches` (a dict such as
@@ -107,14 +126,16 @@ class Stream:
         fit the schema, goes to the dead-letter sink with the reason.
 
         ``chain=False`` keeps the operator in a Python pass of its own: neither the initial
-        plan nor the chaining policy fuses it with its neighbours."""
-        _require_callable(fn, "map", name)
-        op = self._then("map", name, params={"fn": fn}, schema=as_schema(schema), threads=threads, perf_model=perf_model,
+        plan nor the chaining policy fuses it with its neighbours. ``alternates``, ``active``:
+        several implementations instead of ``fn``, as for :meth:`map_batches`."""
+        function = _function_params(fn, alternates, active, "map", name)
+        op = self._then("map", name, params=function, schema=as_schema(schema), threads=threads, perf_model=perf_model,
                         chain=chain)
         return Stream(self.pipeline, op)
 
-    def flat_map(self, fn: Callable[[dict], Any], schema=None, *, name: str | None = None,
-                 perf_model: str | None = None, chain: bool = True) -> Stream:
+    def flat_map(self, fn: Callable[[dict], Any] | None = None, schema=None, *, name: str | None = None,
+                 perf_model: str | None = None, chain: bool = True, alternates: dict[str, Alt | Callable] | None = None,
+                 active: str | None = None) -> Stream:
         """Apply ``fn`` to each record; it returns an iterable of records (zero or more).
 
         ``schema``: the output's columns, as for :meth:`map_batches` (a dict of column name to
@@ -125,9 +146,10 @@ class Stream:
         this flat_map's schema is probably missing.
 
         ``chain=False`` keeps the operator in a Python pass of its own: neither the initial
-        plan nor the chaining policy fuses it with its neighbours."""
-        _require_callable(fn, "flat_map", name)
-        op = self._then("flat_map", name, params={"fn": fn}, schema=as_schema(schema), perf_model=perf_model,
+        plan nor the chaining policy fuses it with its neighbours. ``alternates``, ``active``:
+        several implementations instead of ``fn``, as for :meth:`map_batches`."""
+        function = _function_params(fn, alternates, active, "flat_map", name)
+        op = self._then("flat_map", name, params=function, schema=as_schema(schema), perf_model=perf_model,
                         chain=chain)
         return Stream(self.pipeline, op)
 
@@ -213,13 +235,17 @@ class KeyedStream:
         parsed = {out: agg_mod.parse(spec, out) for out, spec in aggregates.items()}
         return self._then("aggregate", name, params={"keys": self.keys, "aggregates": parsed})
 
-    def reduce(self, fn: Callable[[dict, dict], dict], *, name: str | None = None) -> Stream:
+    def reduce(self, fn: Callable[[dict, dict], dict] | None = None, *, name: str | None = None,
+               alternates: dict[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
         """Fold records of a key pairwise, ``fn(accumulated, record) -> accumulated``; emits
-        the accumulated record of every key a batch touched."""
-        _require_callable(fn, "reduce", name)
-        return self._then("reduce", name, params={"keys": self.keys, "fn": fn})
+        the accumulated record of every key a batch touched. ``alternates``, ``active``:
+        several implementations instead of ``fn`` (:meth:`process` says what happens to the
+        state on a switch)."""
+        function = _function_params(fn, alternates, active, "reduce", name)
+        return self._then("reduce", name, params={"keys": self.keys, **function})
 
-    def process(self, fn: Callable, schema=None, *, name: str | None = None) -> Stream:
+    def process(self, fn: Callable | None = None, schema=None, *, name: str | None = None,
+                alternates: dict[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
         """Run ``fn(key, rows, state)`` once per key and batch, with per-key state.
 
         ``key`` is a tuple of key values, ``rows`` a ``pyarrow.Table`` of the key's records in
@@ -231,9 +257,15 @@ class KeyedStream:
         name (``{"meter": "string", "alerts": "int", "ts": "timestamp"}``) or a
         ``pyarrow.Schema`` (see :meth:`Stream.map_batches` for the type names). Without it the
         output is assumed to have the input's columns.
+
+        ``alternates``, ``active``: several implementations instead of ``fn``, as for
+        :meth:`Stream.map_batches`. Alternates of a keyed operator **share its state**: a
+        key's ``state`` is the one value whichever alternate runs, so a switch between
+        batches carries it over (the alternate switched to reads what the other wrote, so
+        they must agree on what the state holds), and a switch never loses or resets state.
         """
-        _require_callable(fn, "process", name)
-        return self._then("process", name, params={"keys": self.keys, "fn": fn}, schema=as_schema(schema))
+        function = _function_params(fn, alternates, active, "process", name)
+        return self._then("process", name, params={"keys": self.keys, **function}, schema=as_schema(schema))
 
     def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append"):
         """Windows per key: ``.window(sluice.windows.sliding("15m", "1m")).aggregate(avg=agg.mean("kwh"))``.

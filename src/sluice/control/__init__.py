@@ -12,6 +12,7 @@ from sluice.control.chaining import DynamicChaining
 from sluice.control.config import build_policies, default_policies, load_policies, register
 from sluice.control.controller import Controller, EscalationWarning
 from sluice.control.decisions import read_decisions
+from sluice.control.guards import Guards
 from sluice.control.policy import Policy
 from sluice.control.qos import ConstraintStatus, QoSManager, eq1_mean
 from sluice.control.scaling import OneStepScaling
@@ -19,7 +20,7 @@ from sluice.control.view import ControlView, Resources
 
 __all__ = [
     "Action", "ConstraintStatus", "ControlView", "Controller", "DynamicChaining", "EscalationWarning",
-    "FixedAdmission", "FixedPointBatchSizing", "FluxBalancing", "KeyGroupBalancing", "LinearFit",
+    "FixedAdmission", "FixedPointBatchSizing", "FluxBalancing", "Guards", "KeyGroupBalancing", "LinearFit",
     "ModelBatchSizing", "OneStepScaling", "Policy", "QoSManager", "Resources", "RingBalancing",
     "build_policies", "default_policies", "eq1_mean", "load_policies", "read_decisions", "register",
 ]

@@ -13,12 +13,20 @@ Kinds and their actuators (``sluice.control.actuators``):
   contiguous ranges; state follows its key groups through the store).
 - ``routing``: the routing table of a keyed stage (``target``: its id; ``value``: the
   partition of each key group); moved key groups' state is read by their new partition.
+- ``alternate``: which alternate of an operator with alternates runs (``target``: its id;
+  ``value``: the alternate's name; ``sluice.graph.alternates``). The next Plan says so: the
+  switch happens at the batch boundary, and a replayed batch runs the alternate it ran with.
+- ``executors``: how many executors the job holds (``target`` ``"*"``; ``value``: a count).
+  The next Plan says so, and the job's cost is billed for them (``models.economics``); on a
+  cluster an actuator asks Spark for them.
 - ``escalate``: no countermeasure can meet a constraint (``target``: its name; ``value``:
   ``{"bottleneck": op id, "max_rate": rows/s at which the bound can hold, ...}``). Nothing is
   actuated; it is logged, warned about and shown.
 
 Structural kinds change the Plan and go through the arbiter's one-at-a-time flush rule;
-``admission`` may change every batch.
+``admission`` may change every batch, and so may ``alternate`` (a selection among
+implementations the graph already has, several operators at once: the thesis switches the
+alternates of a whole dataflow at the start of an interval).
 """
 
 from __future__ import annotations
@@ -31,10 +39,14 @@ CHAINS = "chains"
 THREADS = "threads"
 PARTITIONS = "partitions"
 ROUTING = "routing"
+ALTERNATE = "alternate"
+EXECUTORS = "executors"
 ESCALATE = "escalate"
 
-STRUCTURAL = frozenset({CHAINS, THREADS, PARTITIONS, ROUTING})
-KINDS = frozenset({ADMISSION, ESCALATE}) | STRUCTURAL
+STRUCTURAL = frozenset({CHAINS, THREADS, PARTITIONS, ROUTING, EXECUTORS})
+# plan changes that select rather than restructure: any number a batch, one per target
+SWITCHES = frozenset({ALTERNATE})
+KINDS = frozenset({ADMISSION, ESCALATE}) | STRUCTURAL | SWITCHES
 
 ALL_SOURCES = "*"
 

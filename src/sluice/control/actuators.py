@@ -4,7 +4,8 @@
   (``runtime.sources.control.set_max_rows``); the reader re-reads its file each time it plans
   a batch, and Spark logs the planned offsets, so a replayed batch admits exactly what it
   did before, whatever the file says now.
-- Chains, threads and partitions make the next Plan (``plan_change``), which the executor
+- Chains, threads, partitions, routing, the active alternate of an operator and the
+  executors held make the next Plan (``plan_change``), which the executor
   writes to the plan log for ``batch_id + 1``; a replayed batch uses the plan it ran with.
 - The trigger interval of a running query cannot change: Spark fixes a query's trigger when
   it starts. A constrained job runs with trigger 0 (the next batch starts as soon as the
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from sluice.control.actions import ALL_SOURCES, CHAINS, PARTITIONS, ROUTING, THREADS, Action
+from sluice.control.actions import ALL_SOURCES, ALTERNATE, CHAINS, EXECUTORS, PARTITIONS, ROUTING, THREADS, Action
 from sluice.errors import PlanError
 from sluice.plan.physical import Plan, range_routing
 
@@ -92,4 +93,11 @@ def plan_change(plan: Plan, action: Action, version: int) -> Plan:
     if action.kind == PARTITIONS:
         n = int(action.value)
         return plan.with_routing(version, action.target, range_routing(plan.max_parallelism, n), n)
+    if action.kind == ALTERNATE:
+        if action.target not in plan.alternates:
+            raise PlanError(f"{action.target!r} has no alternates in this plan; operators with alternates: "
+                            f"{sorted(plan.alternates)}")
+        return replace(plan, version=version, alternates={**plan.alternates, action.target: str(action.value)})
+    if action.kind == EXECUTORS:
+        return replace(plan, version=version, executors=int(action.value))
     raise PlanError(f"{action.kind!r} is not a change of the plan")

@@ -5,7 +5,8 @@
   no measurement of batch b or earlier (Nephele's flush rule): the controller never reacts
   to the transient of its own change.
 - Batch sizing (``admission``) may act every batch; if several policies size the same
-  target, the first policy in the configured order wins.
+  target, the first policy in the configured order wins. Alternate switches likewise: any
+  number of operators a batch, the first policy wins an operator.
 - Escalations always pass: they change nothing, they report.
 - A proposal equal to what is in force is dropped (no churn in the log).
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.control.actions import ADMISSION, ESCALATE, Action
+from sluice.control.actions import ADMISSION, ESCALATE, SWITCHES, Action
 from sluice.control.qos import QoSManager
 
 
@@ -46,6 +47,7 @@ class Arbiter:
         accepted: list[Action] = []
         deferred: list[tuple[Action, str]] = []
         sized: set[str] = set()
+        switched: set[tuple[str, str]] = set()
         structural_taken = False
         waiting = self.waiting(qos)
         for action in proposals:
@@ -59,6 +61,12 @@ class Arbiter:
                 else:
                     sized.add(action.target)
                     accepted.append(action)
+            elif action.kind in SWITCHES:  # one per target a batch, the first policy's
+                if (action.kind, action.target) in switched:
+                    deferred.append((action, "another policy switched this target first"))
+                elif in_force.get((action.kind, action.target)) != action.value:
+                    accepted.append(action)
+                switched.add((action.kind, action.target))
             elif in_force.get((action.kind, action.target)) == action.value:
                 continue
             elif waiting:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
+from sluice.control.guards import Guards
 from sluice.control.policy import Policy
 from sluice.control.scaling import OneStepScaling
 from sluice.errors import ConfigError
@@ -31,6 +32,7 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     FluxBalancing.name: FluxBalancing,
     RingBalancing.name: RingBalancing,
     OneStepScaling.name: OneStepScaling,
+    Guards.name: Guards,
 }
 
 

@@ -89,6 +89,10 @@ class Controller:
                 apply_admission(self.admission, action, view.source_shares())
                 self._decided(metrics.batch_id, action, view)
             else:
+                problem = self._invalid(action)
+                if problem is not None:
+                    self._reject(metrics.batch_id, action, problem)
+                    continue
                 new_plan = plan_change(new_plan or plan, action, metrics.batch_id + 1)
                 self._decided(metrics.batch_id, action, view)
         for name in list(self.escalated):
@@ -113,6 +117,10 @@ class Controller:
         for op, stage in plan.keyed.items():
             out[("partitions", op)] = stage.partitions
             out[("routing", op)] = list(stage.routing)
+        for op, alternate in plan.alternates.items():
+            out[("alternate", op)] = alternate
+        if plan.executors is not None:
+            out[("executors", ALL_SOURCES)] = plan.executors
         return out
 
     def _decided(self, batch_id: int, action: Action, view: ControlView) -> None:
@@ -126,6 +134,24 @@ class Controller:
         self.last_decision = record
         self.decisions += 1
         log.info("batch %d: %s %s -> %s (%s)", batch_id, action.kind, action.target, action.value, action.reason)
+
+    def _invalid(self, action: Action) -> str | None:
+        """Why an accepted action cannot be applied to this job, checked before the next Plan
+        is logged (a logged plan that cannot run would fail every replay of its batch)."""
+        if action.kind == "alternate":
+            from sluice.graph.alternates import alternates_of
+
+            if action.target not in self.graph or not alternates_of(self.graph[action.target]):
+                return f"{action.target!r} is no operator with alternates"
+            if action.value not in alternates_of(self.graph[action.target]):
+                return (f"{action.target!r} has no alternate {action.value!r}; its alternates: "
+                        f"{sorted(alternates_of(self.graph[action.target]))}")
+        return None
+
+    def _reject(self, batch_id: int, action: Action, problem: str) -> None:
+        self.log.append({"type": "rejected", "batch_id": batch_id, "time": round(time.time(), 3),
+                         "policy": action.policy, "action": action.to_dict(), "reason": problem})
+        log.warning("batch %d: %s's %s action rejected: %s", batch_id, action.policy, action.kind, problem)
 
     def _measure(self, metrics) -> None:
         """The measured effect of decisions made before this batch, on its first batch with rows."""

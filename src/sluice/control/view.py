@@ -58,6 +58,16 @@ class ControlView:
     def chains(self) -> tuple[tuple[str, ...], ...]:
         return self.plan.chains
 
+    def alternates(self, op_id: str) -> dict:
+        """The alternates of an operator (name -> ``sluice.Alt``); empty when it has none."""
+        from sluice.graph.alternates import alternates_of
+
+        return alternates_of(self.graph[op_id]) if op_id in self.graph else {}
+
+    def active_alternate(self, op_id: str) -> str | None:
+        """The alternate of ``op_id`` the Plan in force runs."""
+        return self.plan.alternates.get(op_id)
+
     def offered_rate(self, last: int = 4) -> float | None:
         """Rows per second arriving at the sources over the last batches, or None when a
         source reports no backlog (it could produce any number of rows at once: pull mode).

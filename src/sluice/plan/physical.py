@@ -1,8 +1,9 @@
 """The physical Plan: how a job graph runs for a range of micro-batches.
 
 A Plan is immutable and versioned by the first batch id it applies to. It says which Python
-operators are fused into one pass (chaining) and, for every keyed operator, how many
-partitions its stage has and which partition owns each key group (the routing table). The
+operators are fused into one pass (chaining), for every keyed operator how many
+partitions its stage has and which partition owns each key group (the routing table), which
+alternate of each operator with alternates runs, and how many executors the job holds. The
 controller changes the plan only between batches; a replayed batch uses the plan it ran
 with before, which is why plans are logged.
 """
@@ -44,8 +45,14 @@ class Plan:
     # a rebalance exchange before a chain: its head's input is spread round-robin over this
     # many partitions (a costly chain whose input has fewer partitions than cores gets them all)
     rebalance: dict[str, int] = field(default_factory=dict)
+    # the active alternate of each operator with alternates (sluice.graph.alternates)
+    alternates: dict[str, str] = field(default_factory=dict)
+    # executors the job holds (what its cost is billed for); None: whatever Spark gives it
+    executors: int | None = None
 
     def __post_init__(self) -> None:
+        if self.executors is not None and int(self.executors) < 1:
+            raise PlanError(f"a plan holds at least one executor, got {self.executors}")
         bad = {k: v for k, v in self.threads.items() if int(v) < 1}
         if bad:
             raise PlanError(f"threads per task must be >= 1, got {bad}")
@@ -76,6 +83,8 @@ class Plan:
             "chains": [list(c) for c in self.chains],
             "threads": dict(self.threads),
             "rebalance": dict(self.rebalance),
+            "alternates": dict(self.alternates),
+            "executors": self.executors,
         })
 
     @staticmethod
@@ -88,6 +97,8 @@ class Plan:
             chains=tuple(tuple(c) for c in d["chains"]),
             threads={k: int(v) for k, v in d.get("threads", {}).items()},
             rebalance={k: int(v) for k, v in d.get("rebalance", {}).items()},
+            alternates={k: str(v) for k, v in d.get("alternates", {}).items()},
+            executors=None if d.get("executors") is None else int(d["executors"]),
         )
 
 
@@ -105,17 +116,23 @@ def fused_chains(graph: JobGraph) -> list[tuple[str, ...]]:
 
 
 def initial_plan(graph: JobGraph, partitions: int, fuse: bool = True) -> Plan:
+    from sluice.graph.alternates import initial_alternates
+
     routing = tuple(range_routing(graph.max_parallelism, partitions))
     keyed = {op.id: KeyedStagePlan(partitions, routing) for op in graph.operators if op.is_keyed}
     chains = fused_chains(graph) if fuse else [(op.id,) for op in graph.topological_order() if op.is_python]
-    return Plan(version=0, max_parallelism=graph.max_parallelism, keyed=keyed, chains=tuple(chains))
+    return Plan(version=0, max_parallelism=graph.max_parallelism, keyed=keyed, chains=tuple(chains),
+                alternates=initial_alternates(graph))
 
 
 def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> Plan:
     """``plan`` made to fit a changed ``graph``, as of batch ``version``: keyed operators it
     routes keep their partitions and routing, new ones get the initial ones; its chains (and
     rebalances) are kept while they still chain the graph's Python operators, else chaining
-    starts afresh; worker threads of operators that are gone are dropped."""
+    starts afresh; worker threads of operators that are gone are dropped; an operator's
+    active alternate is kept while the operator still has it, else it runs its default."""
+    from sluice.graph.alternates import alternates_of, initial_alternates
+
     routing = tuple(range_routing(graph.max_parallelism, partitions))
     keyed = {op.id: plan.keyed.get(op.id) or KeyedStagePlan(partitions, routing)
              for op in graph.operators if op.is_keyed}
@@ -124,7 +141,10 @@ def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> 
     heads = {chain[0] for chain in chains}
     rebalance = {k: v for k, v in plan.rebalance.items() if k in heads}
     threads = {k: v for k, v in plan.threads.items() if k in graph and graph[k].is_python}
-    return replace(plan, version=version, keyed=keyed, chains=chains, threads=threads, rebalance=rebalance)
+    alternates = {op_id: plan.alternates[op_id] if plan.alternates.get(op_id) in alternates_of(graph[op_id]) else default
+                  for op_id, default in initial_alternates(graph).items()}
+    return replace(plan, version=version, keyed=keyed, chains=chains, threads=threads, rebalance=rebalance,
+                   alternates=alternates)
 
 
 def _chains_fit(chains: tuple[tuple[str, ...], ...], runs: list[tuple[str, ...]]) -> bool:

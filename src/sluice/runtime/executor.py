@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.graph import JobGraph
+from sluice.graph.alternates import with_alternate
 from sluice.graph.constraints import measuring_sinks, path_operators
 from sluice.graph.operators import Operator
 from sluice.graph.sinks import SinkSpec
@@ -282,13 +283,14 @@ class BatchExecutor:
             elif op.is_python:
                 if op.id not in chain_of:
                     continue  # inside a fused chain: runs in its tail's pass
-                chain = [_with_threads(self.graph[i], plan) for i in chain_of[op.id]]
+                chain = [_as_planned(self.graph[i], plan) for i in chain_of[op.id]]
                 upstream = self.graph[chain[0].inputs[0]]
                 frame = frames[upstream.id]
                 if chain[0].id in plan.rebalance:  # a costly chain gets more tasks than its input has
                     frame = frame.repartition(plan.rebalance[chain[0].id])
                 frame = python_chain(frame, chain, upstream.schema, batch_id, self.checkpoint, self.accumulator)
             else:  # keyed
+                op = _as_planned(op, plan)
                 key_by = self.graph[op.inputs[0]]
                 stage = plan.keyed[op.id]
                 store = self.stores[op.id]
@@ -406,6 +408,7 @@ class BatchExecutor:
             watermark=context.watermark,
             paths=paths,
             executors=executor_infos(self.spark),
+            alternates=dict(plan.alternates),
         )
 
 
@@ -466,10 +469,12 @@ def _ingest_mean(hidden: pa.Table) -> float | None:
     return None if mean is None else float(mean)
 
 
-def _with_threads(op: Operator, plan: Plan) -> Operator:
-    """The operator as the plan runs it (the plan may give it more worker threads)."""
+def _as_planned(op: Operator, plan: Plan) -> Operator:
+    """The operator as the plan runs it: its active alternate (``graph.alternates``), and
+    the worker threads the plan may give it."""
     from dataclasses import replace
 
+    op = with_alternate(op, plan.alternates.get(op.id))
     threads = plan.threads.get(op.id)
     return op if threads is None or threads == op.threads else replace(op, threads=threads)
 

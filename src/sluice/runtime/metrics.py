@@ -34,6 +34,8 @@ class BatchMetrics:
     # the session's executors after the batch: host and storage memory used (the driver too)
     executors: list[dict] = field(default_factory=list)
     skipped: bool = False  # a replay of a batch that had already committed
+    # the active alternate of each operator with alternates, as the batch ran (its Plan)
+    alternates: dict[str, str] = field(default_factory=dict)
 
     @property
     def latency_ms(self) -> dict[str, float]:

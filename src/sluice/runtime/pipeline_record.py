@@ -9,6 +9,11 @@ aggregates, window, a stateful operator gone or moved behind another) stops the 
 :class:`PipelineChangedError` naming each operator, what changed and the way out: drop that
 operator's state (``reset_state=[...]``, ``sluice run --reset-state``) or a new checkpoint.
 
+Alternates (``graph.alternates``) are not part of the record: which one runs is in the plan
+log, a keyed operator's alternates share its state, and adding or removing an alternate is a
+change of functions, which the record never holds; an alternate in force that is gone is
+replaced by the operator's default from the next batch on, with a warning.
+
 A checkpoint written before the record existed is read as written by this pipeline under
 the ids Sluice gave then (``graph.identity.legacy_ids``); the record is written on its
 first run.
@@ -17,6 +22,7 @@ first run.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -148,5 +154,10 @@ def fit_plan_log(plan_log: PlanLog, graph: JobGraph, partitions: int, first: int
     later = [plan_log.read(v) for v in plan_log.versions() if v > first]
     for plan in [current, *later]:
         fitted = adapted_plan(plan, graph, partitions, max(plan.version, first))
+        for op_id, alternate in plan.alternates.items():
+            if op_id in fitted.alternates and fitted.alternates[op_id] != alternate:
+                warnings.warn(f"operator {op_id!r} no longer has the alternate {alternate!r} the checkpoint's plan "
+                              f"runs from batch {fitted.version}: it runs its default {fitted.alternates[op_id]!r}",
+                              stacklevel=3)
         if fitted != replace(plan, version=fitted.version):
             plan_log.write(fitted)
