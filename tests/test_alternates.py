@@ -55,11 +55,11 @@ def test_with_alternate_swaps_only_the_function():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(fn=fast, alternates={"a": Alt(fast)}), "not both"),
-    (dict(alternates={}), "non-empty dict"),
-    (dict(alternates={"a": 3}), "must be Alt"),
-    (dict(alternates={"a": Alt(fast)}, active="b"), "not one of its alternates"),
-    (dict(fn=fast, active="a"), "no alternates= were given"),
+    ({"fn": fast, "alternates": {"a": Alt(fast)}}, "not both"),
+    ({"alternates": {}}, "non-empty dict"),
+    ({"alternates": {"a": 3}}, "must be Alt"),
+    ({"alternates": {"a": Alt(fast)}, "active": "b"}, "not one of its alternates"),
+    ({"fn": fast, "active": "a"}, "no alternates= were given"),
 ])
 def test_bad_alternates_name_the_problem(kwargs, message):
     p = sluice.Pipeline("bad")

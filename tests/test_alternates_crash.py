@@ -12,12 +12,12 @@ import json
 import os
 
 import pytest
-
-from sluice.runtime import metrics as metrics_log
-from sluice.runtime.planlog import PlanLog
 from tests import crash_harness as harness
 from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches
 from tests.pipelines import alternates_crash
+
+from sluice.runtime import metrics as metrics_log
+from sluice.runtime.planlog import PlanLog
 
 pytestmark = pytest.mark.spark
 
@@ -30,7 +30,8 @@ def switch_decisions(checkpoint: str) -> list[dict]:
     path = os.path.join(checkpoint, "decisions.jsonl")
     if not os.path.exists(path):
         return []
-    records = [json.loads(line) for line in open(path) if line.strip()]
+    with open(path) as f:
+        records = [json.loads(line) for line in f if line.strip()]
     return [r for r in records if r.get("type") == "decision" and r["action"]["kind"] == "alternate"]
 
 
@@ -39,7 +40,7 @@ def test_crash_after_an_alternate_switch_replays_with_the_alternate_it_ran_with(
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
     policies = tmp_path / "policies.yaml"
     policies.write_text(POLICIES)
-    env = dict(SLUICE_TEST_OUT=out, SLUICE_TEST_ROWS=str(ROWS), SLUICE_TEST_PER_BATCH=str(PER_BATCH))
+    env = {"SLUICE_TEST_OUT": out, "SLUICE_TEST_ROWS": str(ROWS), "SLUICE_TEST_PER_BATCH": str(PER_BATCH)}
 
     def first_batch_after_the_switch_runs() -> bool:
         started, done = started_batches(checkpoint), done_batches(checkpoint)

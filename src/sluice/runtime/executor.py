@@ -290,18 +290,18 @@ class BatchExecutor:
                     frame = frame.repartition(plan.rebalance[chain[0].id])
                 frame = python_chain(frame, chain, upstream.schema, batch_id, self.checkpoint, self.accumulator)
             else:  # keyed
-                op = _as_planned(op, plan)
+                planned = _as_planned(op, plan)  # the active alternate's function
                 key_by = self.graph[op.inputs[0]]
                 stage = plan.keyed[op.id]
                 store = self.stores[op.id]
                 index = store.index(before_batch=batch_id)
-                kernel = keyed_kernel(op)
-                routed, in_schema, finish = exchange(frames[key_by.id], op, kernel, key_by.schema, stage, context,
+                kernel = keyed_kernel(planned)
+                routed, in_schema, finish = exchange(frames[key_by.id], planned, kernel, key_by.schema, stage, context,
                                                      plan.max_parallelism, self.checkpoint, self.accumulator,
                                                      source_stats.get(op.id))
                 if finish is not None:
                     finishers[op.id] = finish
-                frame = keyed_stage(routed, op, in_schema, stage, (self.checkpoint.uri, op.id, kernel.key_columns),
+                frame = keyed_stage(routed, planned, in_schema, stage, (self.checkpoint.uri, op.id, kernel.key_columns),
                                     index, context, self.checkpoint, self.accumulator, source_stats.get(op.id))
             if len(self.graph.consumers(op.id)) > 1:
                 frame = frame.persist()  # fan-out: no branch recomputes the shared upstream
