@@ -286,3 +286,38 @@ class KeyedStream:
         from sluice.api.windows import add_window_operator
 
         return add_window_operator(self, list(queries), time, name)
+
+    # ---- joins (see sluice.api.joins) -----------------------------------------------------
+    def join(self, other: KeyedStream, *, window=None, between=None, how: str = "inner", time: str | None = None,
+             right_time: str | None = None, allowed_lateness=0, suffixes: tuple[str, str] = ("_left", "_right"),
+             name: str | None = None) -> Stream:
+        """Join with another keyed stream on event time, key by key (NULL keys never match).
+
+        ``window``: ``tumbling(size)`` or ``sliding(size, slide)`` from :mod:`sluice.windows`:
+        records of the same key in the same window pair up (once per window they share), and
+        rows carry ``window_start``/``window_end``; or ``between=(lower, upper)``, e.g.
+        ``("-5m", "+1m")``: ``other.t - self.t`` within the bounds (an interval join).
+        ``how``: ``"inner"``, ``"left"``, ``"right"`` or ``"outer"``; unmatched records are
+        emitted, padded with nulls, when their window (interval) closes. Matches are emitted
+        as soon as both records have arrived. ``time``/``right_time``: the sides' event-time
+        columns (default: the sources' declared ones). Records later than the watermark (plus
+        ``allowed_lateness``) go to the operator's ``late`` side output. Output columns: the
+        keys (this side's names), the window columns, this side's other columns, then the
+        other side's; a name both sides have gets ``suffixes``. See docs/joins.md."""
+        from sluice.api.joins import add_join
+
+        return add_join(self, other, window=window, between=between, how=how, time=time, right_time=right_time,
+                        allowed_lateness=allowed_lateness, suffixes=suffixes, name=name)
+
+    def lookup(self, table: KeyedStream, *, version: str, how: str = "left", deleted: str | None = None,
+               suffixes: tuple[str, str] = ("_left", "_right"), name: str | None = None) -> Stream:
+        """Enrich each record with the row of its key in a table that changes, given as a
+        changelog stream (``table``: e.g. a PostgreSQL table read by a ``version`` column
+        that every insert and update raises). The latest row per key (by ``version``) is
+        kept in the key-group store, so it moves with the stream's key groups. A record sees
+        the table as of its batch (the batch's changes first). ``how``: ``"left"`` (records
+        without a row get nulls) or ``"inner"``; ``deleted``: a boolean column of the table
+        marking a deletion. See docs/joins.md."""
+        from sluice.api.joins import add_lookup
+
+        return add_lookup(self, table, version=version, how=how, deleted=deleted, suffixes=suffixes, name=name)

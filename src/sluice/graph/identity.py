@@ -120,6 +120,11 @@ def state_record(graph, op: Operator) -> dict[str, Any]:
         record["record"] = [_typed(upstream, f.name) for f in upstream] if upstream is not None else None
     elif op.kind == "window":
         record["windows"] = [describe_query(q, upstream) for q in op.params["queries"]]
+    elif op.kind == "join":  # both sides' buffered records are the state: their columns count
+        spec = op.params["spec"]
+        sides = [graph[i].schema for i in op.inputs]
+        columns = ["; ".join(f"{f.name} {f.type}" for f in s) if s is not None else "?" for s in sides]
+        record["join"] = f"{spec.describe()}; left ({columns[0]}); right ({columns[1]})"
     return record
 
 
@@ -157,6 +162,8 @@ def describe(record: dict[str, Any]) -> str:
         detail = " (" + ", ".join(f"{k}={v}" for k, v in record["aggregates"].items()) + ")"
     elif record.get("windows"):
         detail = " (" + "; ".join(record["windows"]) + ")"
+    elif record.get("join"):
+        detail = f" ({record['join']})"
     where = f", defined at {record['location']}" if record.get("location") else ""
     return f"{record['kind']} {record['name']!r} by {keys or '-'}{detail}{where}"
 
@@ -173,6 +180,8 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         out += _aggregate_differences(old.get("aggregates") or {}, new.get("aggregates") or {})
     if old.get("record") != new.get("record"):
         out.append(f"its record changed from {old.get('record')} to {new.get('record')}")
+    if old.get("join") != new.get("join"):
+        out.append(f"join changed from [{old.get('join')}] to [{new.get('join')}]")
     if old.get("windows") != new.get("windows"):
         was, now = old.get("windows") or [], new.get("windows") or []
         out.append(f"window changed from [{'; '.join(was)}] to [{'; '.join(now)}]")

@@ -207,6 +207,11 @@ def _check(op: Operator, inputs: list[pa.Schema | None], typer: ExpressionTyper 
         return _aggregate_schema(op, schema)
     if kind in ("reduce",):
         return schema
+    if kind == "join":  # both sides' schemas: the binder checks them and makes the kernel
+        try:
+            return op.params["check"](*inputs)
+        except PipelineError as exc:
+            raise _fail(op, str(exc), type(exc)) from None
     if kind in ("process", "window"):
         check = op.params.get("check")
         if check is not None and schema is not None:

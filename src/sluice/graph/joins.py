@@ -102,6 +102,11 @@ def check_keys(sides: JoinSides, left: pa.Schema, right: pa.Schema) -> None:
                               f"cast one side so that both have the same type")
 
 
+def signed(micros: int) -> str:
+    """A signed duration in words: ``-5m``, ``+1m``, ``+0s``."""
+    return ("-" if micros < 0 else "+") + (format_duration(abs(micros)) if micros else "0s")
+
+
 def time_type(schema: pa.Schema, column: str, what: str) -> pa.DataType:
     if column not in schema.names:
         raise SchemaError(f"join: {what} event-time column {column!r} is not among {schema.names}")
@@ -135,7 +140,7 @@ class StreamJoin:
         if self.window is not None and not isinstance(self.window, Sliding):
             raise SchemaError(f"join: window must be tumbling or sliding, not {self.window!r}")
         if self.between is not None and self.between[0] > self.between[1]:
-            raise SchemaError(f"join: between=({format_duration(self.between[0])}, {format_duration(self.between[1])}) "
+            raise SchemaError(f"join: between=({signed(self.between[0])}, {signed(self.between[1])}) "
                               f"has its lower bound above its upper bound")
         if self.allowed_lateness < 0:
             raise SchemaError("join: allowed_lateness must be >= 0")
@@ -156,7 +161,7 @@ class StreamJoin:
         lout, rout = self.sides.output_names(left, right, self.window_columns())
         fields = [left.field(k) for k in self.sides.left_keys]
         if self.window is not None:
-            wtype = time_type(left, self.sides.left_time, "left")
+            wtype = time_type(left, str(self.sides.left_time), "left")
             fields += [pa.field(WINDOW_START, wtype), pa.field(WINDOW_END, wtype)]
         fields += [pa.field(n, f.type) for n, f in zip(lout, self.sides.payload(LEFT, left))]
         fields += [pa.field(n, f.type) for n, f in zip(rout, self.sides.payload(RIGHT, right))]
@@ -167,7 +172,8 @@ class StreamJoin:
         if self.window is not None:
             cond = f"window {self.window.label}"
         else:
-            cond = f"between({format_duration(self.between[0])},{format_duration(self.between[1])})"
+            lower, upper = self.between or (0, 0)
+            cond = f"between({signed(lower)},{signed(upper)})"
         late = f", allowed lateness {self.allowed_lateness}us" if self.allowed_lateness else ""
         return (f"{self.how} join on {cond}, event time {self.sides.left_time}/{self.sides.right_time}{late}")
 
@@ -179,7 +185,9 @@ class TableLookup:
     ``version``: a right-side column that orders a key's rows (a sequence or an update
     time): the row with the highest version is the table's; an older one that arrives later
     changes nothing (so a replayed or reordered changelog gives the same table). ``deleted``:
-    an optional boolean right-side column; a row with it true removes the key from the table."""
+    an optional boolean right-side column; a row with it true removes the key from the table
+    (its row stays in the state as a tombstone, so that an older version arriving later
+    cannot bring the key back)."""
 
     sides: JoinSides
     version: str
@@ -196,9 +204,9 @@ class TableLookup:
         vtype = right.field(self.version).type
         if not (pa.types.is_integer(vtype) or pa.types.is_timestamp(vtype)):
             raise SchemaError(f"lookup: version column {self.version!r} must be an integer or a timestamp, it is {vtype}")
-        if self.deleted is not None:
-            if self.deleted not in right.names or not pa.types.is_boolean(right.field(self.deleted).type):
-                raise SchemaError(f"lookup: deleted= must name a boolean column of the table, got {self.deleted!r}")
+        if self.deleted is not None and (self.deleted not in right.names
+                                         or not pa.types.is_boolean(right.field(self.deleted).type)):
+            raise SchemaError(f"lookup: deleted= must name a boolean column of the table, got {self.deleted!r}")
         lout, rout = self.sides.output_names(left, right)
         fields = [left.field(k) for k in self.sides.left_keys]
         fields += [pa.field(n, f.type) for n, f in zip(lout, self.sides.payload(LEFT, left))]

@@ -12,7 +12,8 @@ NATIVE_KINDS = frozenset({"filter_expr", "select", "with_columns", "key_by", "un
 # Stateless Python operators: consecutive ones are fused into one mapInArrow pass.
 PYTHON_KINDS = frozenset({"map_batches", "map", "flat_map", "filter_fn"})
 # Stateful keyed operators: run after an exchange by key group, with state in the store.
-KEYED_KINDS = frozenset({"aggregate", "reduce", "process", "window"})
+# A "join" has two inputs, the keyed streams of its two sides (sluice.graph.joins).
+KEYED_KINDS = frozenset({"aggregate", "reduce", "process", "window", "join"})
 ALL_KINDS = NATIVE_KINDS | PYTHON_KINDS | KEYED_KINDS | {"source", "sink"}
 
 

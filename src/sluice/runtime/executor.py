@@ -32,6 +32,7 @@ from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.combine import exchange
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
 from sluice.runtime.executors import executor_infos
+from sluice.runtime.joins import tagged_union
 from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.kernels.windows import LATE
@@ -296,7 +297,11 @@ class BatchExecutor:
                 store = self.stores[op.id]
                 index = store.index(before_batch=batch_id)
                 kernel = keyed_kernel(planned)
-                routed, in_schema, finish = exchange(frames[key_by.id], planned, kernel, key_by.schema, stage, context,
+                keyed_input, keyed_schema = frames[key_by.id], key_by.schema
+                if op.kind == "join":  # both sides, as one tagged union (sluice.runtime.joins)
+                    keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], kernel)
+                    keyed_schema = kernel.union
+                routed, in_schema, finish = exchange(keyed_input, planned, kernel, keyed_schema, stage, context,
                                                      plan.max_parallelism, self.checkpoint, self.accumulator,
                                                      source_stats.get(op.id))
                 if finish is not None:

@@ -179,7 +179,7 @@ class StreamJoinKernel(JoinKernelBase):
     def __init__(self, spec: StreamJoin, left: pa.Schema, right: pa.Schema):
         super().__init__(spec, left, right)
         self.join = spec
-        self.times = (side_column(LEFT, spec.sides.left_time), side_column(RIGHT, spec.sides.right_time))
+        self.times = (side_column(LEFT, str(spec.sides.left_time)), side_column(RIGHT, str(spec.sides.right_time)))
         self.wtype = self.out_schema.field(WINDOW_START).type if spec.window is not None else None
 
     # -- schemas ----------------------------------------------------------------------
@@ -198,7 +198,7 @@ class StreamJoinKernel(JoinKernelBase):
         late = self.join.allowed_lateness
         if self.join.window is not None:
             return coord * self.join.window.slide + self.join.window.size + late
-        lower, upper = self.join.between
+        lower, upper = self.join.between or (0, 0)
         return time + (upper if side == LEFT else -lower) + late + 1
 
     def _entries_of(self, times: np.ndarray, ok: np.ndarray, wm: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -266,7 +266,7 @@ class StreamJoinKernel(JoinKernelBase):
             new_lives.append(self._horizon(side, new.coord, new.time) > wm)
         # (B) new pairs: new left against all right, old left against new right
         left, right = live
-        lower, upper = (0, 0) if self.join.window is not None else self.join.between
+        lower, upper = self.join.between or (0, 0)  # a window join matches on equal windows
         li1, ri1 = matching_pairs(news[LEFT].key, news[LEFT].coord, right.key, right.coord, lower, upper)
         old_left = left.take(np.arange(n_old[LEFT]))
         new_right = news[RIGHT]
@@ -335,8 +335,8 @@ class StreamJoinKernel(JoinKernelBase):
         if len(entries) == 0 or not self.join.keeps_unmatched(side):
             return
         keys = all_keys.take(pa.array(first[entries.key]))
-        tables = (entries.payload, None) if side == LEFT else (None, entries.payload)
-        outputs.append(self._emit(keys, self._window_columns(entries.coord), *tables, len(entries)))
+        left, right = (entries.payload, None) if side == LEFT else (None, entries.payload)
+        outputs.append(self._emit(keys, self._window_columns(entries.coord), left, right, len(entries)))
 
     def _state_changes(self, buffered: list[Entries], changed: np.ndarray, n_state: int, all_keys: pa.Table,
                        first: np.ndarray, state: pa.Table, rows: pa.Table) -> tuple[pa.Table, pa.Table | None]:
@@ -363,17 +363,13 @@ class StreamJoinKernel(JoinKernelBase):
                 order = pick[np.argsort(entries.key[pick], kind="stable")]
                 offsets = np.zeros(len(upsert_ids) + 1, np.int32)
                 np.cumsum(counts[side][upsert_ids], out=offsets[1:])
-                offsets_arr = pa.array(offsets, pa.int32())
-
-                def lists(values: pa.Array) -> pa.Array:
-                    return pa.ListArray.from_arrays(offsets_arr, values)
-
-                columns[prefix + TIME] = lists(pa.array(entries.time[order], pa.int64()))
-                columns[prefix + COORD] = lists(pa.array(entries.coord[order], pa.int64()))
-                columns[prefix + MATCHED] = lists(pa.array(entries.matched[order], pa.bool_()))
+                bounds = pa.array(offsets, pa.int32())
+                columns[prefix + TIME] = pa.ListArray.from_arrays(bounds, pa.array(entries.time[order], pa.int64()))
+                columns[prefix + COORD] = pa.ListArray.from_arrays(bounds, pa.array(entries.coord[order], pa.int64()))
+                columns[prefix + MATCHED] = pa.ListArray.from_arrays(bounds, pa.array(entries.matched[order], pa.bool_()))
                 taken = entries.payload.take(pa.array(order))
                 for name in self.payload[side]:
-                    columns[name] = lists(taken[name].combine_chunks())
+                    columns[name] = pa.ListArray.from_arrays(bounds, taken[name].combine_chunks())
             columns[KEY_GROUP] = kg.take(at)
             upserts = pa.table(columns).cast(state_schema)
         deletes = None

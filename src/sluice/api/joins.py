@@ -1,0 +1,129 @@
+"""Joins in the fluent API: ``KeyedStream.join`` (two streams, on event time) and
+``KeyedStream.lookup`` (a stream enriched from a table given as a changelog).
+
+    from sluice import windows as W
+
+    clicks = pipeline.source(...).key_by("user")
+    views = pipeline.source(...).key_by("user")
+    clicks.join(views, window=W.tumbling("1m"), how="left")      # the same minute
+    clicks.join(views, between=("-5m", "+1m"))                  # view.t - click.t in [-5m, +1m]
+
+    orders.key_by("customer").lookup(customers.key_by("id"), version="seq")
+
+Both add one keyed ``join`` operator with two inputs. Its kernel needs both sides' schemas,
+so it is made when the job graph is validated (:class:`JoinBinder`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sluice.errors import PipelineError
+from sluice.graph.joins import JoinSides, StreamJoin, TableLookup
+from sluice.graph.windows import Duration, EventTime, Sliding, parse_duration
+
+if TYPE_CHECKING:
+    from sluice.api.stream import KeyedStream, Stream
+
+
+def signed_duration(value: Duration, what: str) -> int:
+    """A duration that may be negative: ``"-5m"``, ``"+1m"``, ``-300`` (seconds), in microseconds."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text[:1] in "+-" and text:
+            micros = parse_duration(text[1:], what, allow_zero=True)
+            return -micros if text[0] == "-" else micros
+        return parse_duration(text, what, allow_zero=True)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+        return -parse_duration(-value, what, allow_zero=True)
+    return parse_duration(value, what, allow_zero=True)
+
+
+class JoinBinder:
+    """Validation's hook for a join: given both sides' schemas, checks them, makes the
+    kernel (kept in the operator's params) and returns the output schema."""
+
+    def __init__(self, spec: StreamJoin | TableLookup, params: dict[str, Any]):
+        self.spec = spec
+        self.params = params
+
+    def __call__(self, left: pa.Schema | None, right: pa.Schema | None) -> pa.Schema:
+        from sluice.runtime.kernels.joins import join_kernel  # pure Arrow/numpy, no Spark
+
+        if left is None or right is None:
+            raise PipelineError("join: the schemas of both sides must be known; give schema= to the Python "
+                                "operators before it (a select's types come from Spark's analyzer)")
+        kernel = join_kernel(self.spec, left, right)
+        self.params["kernel"] = kernel
+        return kernel.out_schema
+
+
+def _event_time(keyed: KeyedStream, time: str | None, side: str) -> str:
+    from sluice.api.windows import resolve_time
+
+    domain = resolve_time(keyed, time)
+    if not isinstance(domain, EventTime):
+        raise PipelineError(f"join: the {side} side has no event time; declare event_time= on its sources "
+                            f"(a stream-stream join runs on event time, with the sources' watermark)")
+    return domain.column
+
+
+def _check_other(other: Any, what: str) -> None:
+    from sluice.api.stream import KeyedStream
+
+    if not isinstance(other, KeyedStream):
+        raise PipelineError(f"{what} needs a keyed stream (other.key_by(...)), got {other!r}")
+
+
+def add_join(left: KeyedStream, right: KeyedStream, *, window: Sliding | None, between: tuple | None, how: str,
+             time: str | None, right_time: str | None, allowed_lateness: Duration, suffixes: tuple[str, str],
+             name: str | None) -> Stream:
+    """Add a windowed or interval stream-stream join (``KeyedStream.join``)."""
+    from sluice.api.stream import user_location
+
+    location = user_location()
+    try:
+        _check_other(right, "join")
+        if right.pipeline is not left.pipeline:
+            raise PipelineError("join needs two streams of the same pipeline")
+        bounds = None
+        if between is not None:
+            if not isinstance(between, (tuple, list)) or len(between) != 2:
+                raise PipelineError(f"join: between must be (lower, upper), e.g. ('-5m', '+1m'); got {between!r}")
+            bounds = (signed_duration(between[0], "between lower bound"),
+                      signed_duration(between[1], "between upper bound"))
+        sides = JoinSides(tuple(left.keys), tuple(right.keys), _event_time(left, time, "left"),
+                          _event_time(right, right_time or time, "right"), (suffixes[0], suffixes[1]))
+        spec = StreamJoin(sides, how, window, bounds,
+                          parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True))
+    except PipelineError as exc:
+        raise PipelineError(str(exc), name or "join", location) from None
+    return _add(left, right, spec, name)
+
+
+def add_lookup(stream: KeyedStream, table: KeyedStream, *, version: str, how: str, deleted: str | None,
+               suffixes: tuple[str, str], name: str | None) -> Stream:
+    """Add a table lookup (``KeyedStream.lookup``)."""
+    from sluice.api.stream import user_location
+
+    location = user_location()
+    try:
+        _check_other(table, "lookup")
+        if table.pipeline is not stream.pipeline:
+            raise PipelineError("lookup needs two streams of the same pipeline")
+        spec = TableLookup(JoinSides(tuple(stream.keys), tuple(table.keys), suffixes=(suffixes[0], suffixes[1])), version, how,
+                           deleted)
+    except PipelineError as exc:
+        raise PipelineError(str(exc), name or "lookup", location) from None
+    return _add(stream, table, spec, name)
+
+
+def _add(left: KeyedStream, right: KeyedStream, spec: StreamJoin | TableLookup, name: str | None) -> Stream:
+    from sluice.api.stream import Stream
+
+    params: dict[str, Any] = {"keys": list(left.keys), "spec": spec}
+    params["check"] = JoinBinder(spec, params)
+    op = Stream(left.pipeline, left.op)._then("join", name, inputs=(left.op.id, right.op.id), params=params)
+    return Stream(left.pipeline, op)
