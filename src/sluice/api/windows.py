@@ -94,6 +94,7 @@ def add_window_operator(keyed: KeyedStream, queries: list[WindowQuery], time: st
                         name: str | None, emit_keys: bool = True) -> Stream:
     """Add one ``window`` operator computing ``queries`` (sharing panes) after ``keyed``."""
     from sluice.api.stream import user_location
+    from sluice.runtime.kernels.keyed import CombiningKernel
     from sluice.runtime.kernels.windows import window_kernel  # pure Arrow/numpy, no Spark
 
     location = user_location()
@@ -109,7 +110,7 @@ def add_window_operator(keyed: KeyedStream, queries: list[WindowQuery], time: st
         name,
         # validation binds the kernel to its input schema (its combined rows do not carry it)
         params={"keys": keyed.keys, "queries": queries, "kernel": kernel,
-                "check": getattr(kernel, "bind", kernel.output_schema)},
+                "check": kernel.bind if isinstance(kernel, CombiningKernel) else kernel.output_schema},
     )
 
 

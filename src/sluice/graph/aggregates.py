@@ -21,13 +21,10 @@ BUILTIN = ("count", "sum", "min", "max", "mean")
 
 @dataclass(frozen=True)
 class Aggregate:
+    """One aggregate function over a column: a built-in or a user-defined one (subclasses)."""
+
     kind: str  # one of BUILTIN or "udaf"
     column: str | None = None  # None only for count(*)
-    create: Callable[[], Any] | None = None
-    add: Callable[[Any, Any], Any] | None = None
-    merge: Callable[[Any, Any], Any] | None = None
-    result: Callable[[Any], Any] | None = None
-    result_type: Any = None  # pyarrow DataType of a UDAF's result (default float64)
 
     @property
     def invertible(self) -> bool:
@@ -35,25 +32,43 @@ class Aggregate:
         return self.kind in ("count", "sum", "mean")
 
 
+@dataclass(frozen=True)
+class BuiltinAggregate(Aggregate):
+    """count, sum, min, max or mean: vectorized by the runtime over Arrow."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserAggregate(Aggregate):
+    """A user-defined aggregate: four functions over picklable accumulators."""
+
+    kind: str = "udaf"
+    column: str
+    create: Callable[[], Any]
+    add: Callable[[Any, Any], Any]
+    merge: Callable[[Any, Any], Any]
+    result: Callable[[Any], Any]
+    result_type: Any = None  # pyarrow DataType of the result (default float64)
+
+
 def count(column: str | None = None) -> Aggregate:
     """Number of rows (or of non-null values of ``column``)."""
-    return Aggregate("count", column)
+    return BuiltinAggregate("count", column)
 
 
 def sum(column: str) -> Aggregate:
-    return Aggregate("sum", column)
+    return BuiltinAggregate("sum", column)
 
 
 def min(column: str) -> Aggregate:
-    return Aggregate("min", column)
+    return BuiltinAggregate("min", column)
 
 
 def max(column: str) -> Aggregate:
-    return Aggregate("max", column)
+    return BuiltinAggregate("max", column)
 
 
 def mean(column: str) -> Aggregate:
-    return Aggregate("mean", column)
+    return BuiltinAggregate("mean", column)
 
 
 def udaf(
@@ -68,7 +83,7 @@ def udaf(
     for name, fn in (("create", create), ("add", add), ("merge", merge), ("result", result)):
         if not callable(fn):
             raise PipelineError(f"udaf over {column!r}: {name} must be callable, got {fn!r}")
-    return Aggregate("udaf", column, create, add, merge, result, result_type)
+    return UserAggregate(column=column, create=create, add=add, merge=merge, result=result, result_type=result_type)
 
 
 def parse(spec: Aggregate | tuple | str, output_name: str) -> Aggregate:
@@ -76,12 +91,12 @@ def parse(spec: Aggregate | tuple | str, output_name: str) -> Aggregate:
     if isinstance(spec, Aggregate):
         agg = spec
     elif isinstance(spec, str):
-        agg = Aggregate(spec)
+        agg = BuiltinAggregate(spec)
     elif isinstance(spec, tuple) and len(spec) == 2:
-        agg = Aggregate(spec[0], spec[1])
+        agg = BuiltinAggregate(spec[0], spec[1])
     else:
         raise PipelineError(f"aggregate {output_name!r}: cannot read {spec!r}; use e.g. sluice.agg.sum('col')")
-    if agg.kind not in BUILTIN and agg.kind != "udaf":
+    if not isinstance(agg, UserAggregate) and agg.kind not in BUILTIN:
         raise PipelineError(
             f"aggregate {output_name!r}: unknown function {agg.kind!r}; built-ins are {', '.join(BUILTIN)}"
         )

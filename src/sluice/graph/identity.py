@@ -30,6 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.graph.aggregates import UserAggregate
 from sluice.graph.operators import Operator
 
 NAMED = "name:"  # identity of an operator the user named
@@ -131,7 +132,7 @@ def state_record(graph, op: Operator) -> dict[str, Any]:
 def describe_aggregate(agg, schema: pa.Schema | None) -> str:
     """``sum(kwh double)``, ``count(*)``, ``udaf(kwh double, create=f)``."""
     column = "*" if agg.column is None else _typed(schema, agg.column)
-    if agg.kind == "udaf":
+    if isinstance(agg, UserAggregate):
         return f"udaf({column}, create={_qualname(agg.create)}, result={agg.result_type or 'double'})"
     return f"{agg.kind}({column})"
 

@@ -1,7 +1,7 @@
 """The exchange in front of a keyed stage, and the map-side combine before it (C-MR's
 sub-window Combine).
 
-A keyed kernel that sets ``combines_before_exchange`` (the window kernel) pre-aggregates each
+A ``CombiningKernel`` (the window kernel) pre-aggregates each
 map task's records with ``kernel.combine(rows, ctx)`` before the exchange by key group: one
 row per (key, pane) crosses the exchange instead of every record, and the keyed stage merges
 those partials into the key-group store. Records too late for every window are sorted out
@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
-from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
+from sluice.runtime.kernels.keyed import BatchContext, CombiningKernel, KeyedKernel
 from sluice.runtime.schemas import INGEST, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.task_metrics import MetricKey, TaskMetrics
@@ -59,12 +59,12 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
         return combined.frame, combined.schema, fetch_late
     if source_stats is not None:
         raise ValueError(f"operator {op.name!r}: source statistics can only be observed on Spark's combine")
-    if getattr(kernel, "combines_before_exchange", False):
+    if isinstance(kernel, CombiningKernel):
         df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
     return route(df, kernel.key_columns, stage, max_parallelism), in_schema, None
 
 
-def combine_stage(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, context: BatchContext, root: str,
+def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str,
                   accumulator):
     """A mapInArrow pass combining each task's records; returns (frame, schema of its rows)."""
     kernel.bind(in_schema)

@@ -71,7 +71,7 @@ def supports_native_combine(kernel, in_schema: pa.Schema) -> bool:
     time = kernel.queries[0].time
     if isinstance(time, EventTime) and not _native_time(in_schema.field(time.column).type):
         return False
-    for f in kernel.layout(kernel._record_schema(in_schema)).fields:
+    for f in kernel.layout(kernel.record_schema(in_schema)).fields:
         if f.kind == "udaf":
             return False
         if f.kind in ("min", "max"):
@@ -174,7 +174,7 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     trips, every batch; one statement is analyzed once.
     """
     kernel.bind(in_schema)
-    record_schema = kernel._record_schema(in_schema)
+    record_schema = kernel.record_schema(in_schema)
     layout = kernel.layout(record_schema)
     wm = batch_watermark(kernel.queries[0], context)
     spark = df.sparkSession

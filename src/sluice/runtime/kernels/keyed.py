@@ -88,3 +88,31 @@ class KeyedKernel(ABC):
         empty for new keys). Must be deterministic: a replayed batch must give the same
         result.
         """
+
+
+class CombiningKernel(KeyedKernel):
+    """A keyed kernel whose records can be pre-aggregated on each map task before the
+    exchange by key (C-MR's Combine, MapReduce's combiner): ``process`` then takes the rows
+    :meth:`combine` made (in :meth:`combined_schema`) as well as records.
+
+    The runtime sees a combining kernel by its class, never by probing attributes: it calls
+    :meth:`bind` once with the records' schema, runs :meth:`combine` in every map task and
+    ships the combined rows to the keyed stage.
+    """
+
+    @abstractmethod
+    def bind(self, input_schema: pa.Schema) -> pa.Schema:
+        """Remember the records' schema (combined rows do not carry their types); returns the
+        output schema."""
+
+    @abstractmethod
+    def record_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The records' schema, also when ``schema`` is that of combined rows."""
+
+    @abstractmethod
+    def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """Schema of the rows :meth:`combine` makes of records of ``input_schema``."""
+
+    @abstractmethod
+    def combine(self, rows: pa.Table, ctx: BatchContext) -> tuple[pa.Table, pa.Table, list[DeadRecord]]:
+        """One map task's records pre-aggregated: (combined rows, late records, dead letters)."""

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.errors import SchemaError
-from sluice.graph.aggregates import Aggregate
+from sluice.graph.aggregates import Aggregate, UserAggregate
 from sluice.graph.windows import value_kind
 
 # Watermarks are clamped into [NO_WATERMARK, END_OF_TIME] so that time arithmetic on int64
@@ -43,7 +43,7 @@ class PartialField:
     name: str  # column name in the state table and key in PaneTable.parts
     kind: str  # rows | n | sum | min | max | udaf
     column: str | None = None  # input column (None for rows)
-    udaf: Aggregate | None = None
+    udaf: UserAggregate | None = None
 
     @property
     def combine(self) -> np.ufunc | None:
@@ -72,7 +72,7 @@ class PartialLayout:
                 raise SchemaError(
                     f"window aggregate {agg.kind}({agg.column!r}): no such column; input has {input_schema.names}"
                 )
-            if agg.kind == "udaf":
+            if isinstance(agg, UserAggregate):
                 key = id(agg)
                 if key not in self.udaf_field:
                     name = f"udaf:{len(self.udaf_field)}:{agg.column}"

@@ -48,20 +48,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.errors import PipelineError
-from sluice.graph.aggregates import Aggregate
 from sluice.graph.windows import (
     QUERY_COLUMN,
     WINDOW_END,
     WINDOW_START,
-    EventTime,
     WindowQuery,
     check_shared,
     pane_length,
     window_output_schema,
 )
-from sluice.runtime.kernels.grouping import concat_column as _concat_column
 from sluice.runtime.kernels.grouping import state_and_row_ids as key_ids  # the one key encoding
-from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, CombiningKernel, DeadRecord, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.panes import (
     END_OF_TIME,
     NO_WATERMARK,
@@ -79,100 +76,34 @@ from sluice.runtime.kernels.panes import (
     sort_codes,
     sort_pairs,
 )
+from sluice.runtime.kernels.sessions import SessionWindowKernel
+from sluice.runtime.kernels.window_state import (
+    COMBINE_TASK,
+    INGEST,
+    LATE,
+    PANE_STATE,
+    PARTIAL_PREFIX,
+    RECORDS,
+    WATERMARK_STATE,
+    StoredIntervals,
+    batch_watermark,
+    distinct_aggregates,
+    late_schema,
+    late_table,
+    read_window_state,
+    record_times,
+    to_time_array,
+    window_state_changes,
+    window_state_schema,
+)
 
-LATE = "late"  # name of the side output of late records
-LATE_FOR = "late_for"  # side-output column: the query the record was late for
-LATE_WATERMARK = "watermark"  # side-output column: the watermark it was judged against
-WATERMARK_STATE = "__wm"
-PANE_STATE = "__pane"  # in state: list of live panes; in combined rows: the row's pane
-PARTIAL_PREFIX = "__p:"
-COMBINE_TASK = "__combine_task"  # combined rows: the map task that combined them (a stable order)
-RECORDS = "__records"  # rows of Spark's combine: how many records the row combines
-INGEST = "__ingest_ts"  # the runtime's hidden ingest-time column (kept as the oldest per pane)
-
-
-# ---------------------------------------------------------------------------------------
-# Helpers shared by the fixed-window and the session kernel
-
-
-def record_times(query: WindowQuery, rows: pa.Table, ctx: BatchContext) -> tuple[np.ndarray, np.ndarray]:
-    """(time in microseconds, has-time mask) per record, in the query's time domain."""
-    if not isinstance(query.time, EventTime):
-        return np.full(rows.num_rows, ctx.processing_time, dtype=np.int64), np.ones(rows.num_rows, dtype=bool)
-    column = rows[query.time.column]
-    if pa.types.is_timestamp(column.type):
-        column = pc.cast(pc.cast(column, pa.timestamp("us", tz=column.type.tz)), pa.int64())
-    elif column.type != pa.int64():
-        column = pc.cast(column, pa.int64())
-    valid = np.asarray(pc.is_valid(column), dtype=bool) if column.null_count else np.ones(rows.num_rows, dtype=bool)
-    if column.null_count:
-        column = pc.fill_null(column, 0)
-    return np.asarray(column.to_numpy(), dtype=np.int64), valid
-
-
-def batch_watermark(query: WindowQuery, ctx: BatchContext) -> int:
-    """The watermark the batch is judged against, clamped to a safe int64 range.
-
-    A batch watermark at END_OF_TIME is the runtime's end of input (every source has ended,
-    ``BatchExecutor._watermark``): it closes processing-time windows too, which would
-    otherwise wait for a later batch that never comes."""
-    if isinstance(query.time, EventTime):
-        wm = NO_WATERMARK if ctx.watermark is None else int(ctx.watermark)
-    elif ctx.watermark is not None and ctx.watermark >= END_OF_TIME:
-        wm = END_OF_TIME
-    else:
-        wm = int(ctx.processing_time)
-    return min(max(wm, NO_WATERMARK), END_OF_TIME)
-
-
-def to_time_array(micros: np.ndarray, dtype: pa.DataType) -> pa.Array:
-    array = pa.array(micros, pa.int64())
-    return array if dtype == pa.int64() else array.cast(dtype)
-
-
-def late_table(rows: pa.Table, mask: np.ndarray, query_name: str, watermark: int) -> pa.Table:
-    late = rows.filter(pa.array(mask))
-    if KEY_GROUP in late.column_names:
-        late = late.drop_columns([KEY_GROUP])
-    late = late.append_column(LATE_FOR, pa.array([query_name] * late.num_rows, pa.string()))
-    return late.append_column(LATE_WATERMARK, pa.array(np.full(late.num_rows, watermark, np.int64), pa.int64()))
-
-
-def late_schema(input_schema: pa.Schema) -> pa.Schema:
-    fields = [f for f in input_schema if f.name != KEY_GROUP]
-    return pa.schema([*fields, pa.field(LATE_FOR, pa.string()), pa.field(LATE_WATERMARK, pa.int64())])
-
-
-def distinct_aggregates(queries: list[WindowQuery]) -> list[Aggregate]:
-    seen: dict[int, Aggregate] = {}
-    for q in queries:
-        for _, agg in q.aggregates:
-            seen.setdefault(id(agg), agg)
-    return list(seen.values())
-
-
-def key_columns_of(all_keys: pa.Table, first: np.ndarray, ids: np.ndarray, key_columns: list[str],
-                   kg: pa.Array) -> tuple[dict[str, pa.Array], pa.Array]:
-    """Key columns and key groups of the keys ``ids`` (each read at its first row): the start
-    of a state row or a delete row. The key group goes last in a state row, so it is apart."""
-    taken = pa.array(first[ids])
-    keys = all_keys.take(taken)
-    return {c: keys[c] for c in key_columns}, kg.take(taken).cast(pa.int32())
-
-
-def list_column(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType) -> pa.Array:
-    if value_type == pa.binary():
-        flat = pa.array(list(values), pa.binary())
-    else:
-        flat = pa.array(values, value_type)
-    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), flat)
-
+__all__ = ["LATE", "SessionWindowKernel", "WindowAggregateKernel", "window_kernel"]
 
 # ---------------------------------------------------------------------------------------
 # Fixed-size windows on shared panes
 
 
-class WindowAggregateKernel(KeyedKernel):
+class WindowAggregateKernel(CombiningKernel):
     """Tumbling and sliding window queries over one keyed stream, sharing one set of panes."""
 
     wants_timers = True  # windows fire on the watermark, also for keys without new rows
@@ -190,9 +121,6 @@ class WindowAggregateKernel(KeyedKernel):
 
     # -- schemas ----------------------------------------------------------------------
 
-    #: the runtime may run :meth:`combine` on each map task before the exchange by key
-    combines_before_exchange = True
-
     def layout(self, input_schema: pa.Schema) -> PartialLayout:
         layout = self._layouts.get(input_schema)
         if layout is None:
@@ -205,7 +133,7 @@ class WindowAggregateKernel(KeyedKernel):
         self.input_schema = pa.schema([f for f in input_schema if f.name not in (KEY_GROUP, INGEST)])
         return self.output_schema(input_schema)
 
-    def _record_schema(self, schema: pa.Schema) -> pa.Schema:
+    def record_schema(self, schema: pa.Schema) -> pa.Schema:
         """The records' schema, also when ``schema`` is that of combined rows."""
         if PANE_STATE not in schema.names:
             return schema
@@ -214,19 +142,15 @@ class WindowAggregateKernel(KeyedKernel):
         return self.input_schema
 
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        input_schema = self._record_schema(input_schema)
-        layout = self.layout(input_schema)
-        fields = [input_schema.field(c) for c in self.key_columns]
-        fields += [pa.field(WATERMARK_STATE, pa.int64()), pa.field(PANE_STATE, pa.list_(pa.int64()))]
-        fields += [pa.field(PARTIAL_PREFIX + f.name, pa.list_(layout.arrow_type(f))) for f in layout.fields]
-        return pa.schema(fields)
+        input_schema = self.record_schema(input_schema)
+        return window_state_schema(self.key_columns, input_schema, self.layout(input_schema), [PANE_STATE])
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        return window_output_schema(self.key_columns, self.queries, self._record_schema(input_schema), self.emit_keys)
+        return window_output_schema(self.key_columns, self.queries, self.record_schema(input_schema), self.emit_keys)
 
     def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
         """Schema of :meth:`combine`'s rows: keys, pane, one column per partial aggregate."""
-        input_schema = self._record_schema(input_schema)
+        input_schema = self.record_schema(input_schema)
         layout = self.layout(input_schema)
         fields = [input_schema.field(c) for c in self.key_columns]
         fields += [pa.field(PANE_STATE, pa.int64()), pa.field(COMBINE_TASK, pa.int32())]
@@ -249,7 +173,7 @@ class WindowAggregateKernel(KeyedKernel):
         together, those of one (key, pane) in this map task: they are all dead letters with
         the error and add nothing to any window; the key's other panes go on.
         """
-        schema = self._record_schema(rows.schema)
+        schema = self.record_schema(rows.schema)
         layout = self.layout(schema)
         wm = batch_watermark(self.queries[0], ctx)
         records = rows.drop_columns([c for c in rows.column_names if c in (KEY_GROUP, INGEST)])
@@ -294,7 +218,7 @@ class WindowAggregateKernel(KeyedKernel):
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         """One batch of records, or of rows :meth:`combine` made of them (``__pane`` column)."""
         combined = PANE_STATE in rows.column_names
-        schema = self._record_schema(rows.schema)
+        schema = self.record_schema(rows.schema)
         layout = self.layout(schema)
         out_schema = self.output_schema(schema)
         wm = batch_watermark(self.queries[0], ctx)
@@ -549,63 +473,20 @@ class WindowAggregateKernel(KeyedKernel):
         return pa.table(columns).cast(out_schema)
 
     def _panes_from_state(self, layout: PartialLayout, state: pa.Table) -> PaneTable:
-        """Flatten the state's pane lists into a PaneTable (state row i has key id i)."""
+        """The state's panes as a PaneTable (state row i has key id i)."""
         if state.num_rows == 0:
             return empty_pane_table(layout)
-        pane_lists = state[PANE_STATE].combine_chunks()
-        parents = np.asarray(pc.list_parent_indices(pane_lists).to_numpy(), np.int64)
-        panes = np.asarray(pc.list_flatten(pane_lists).to_numpy(), np.int64)
-        parts = {}
-        for f in layout.fields:
-            flat = pc.list_flatten(state[PARTIAL_PREFIX + f.name].combine_chunks())
-            if f.kind == "udaf":
-                parts[f.name] = np.array(flat.to_pylist(), dtype=object).reshape(-1)
-            else:
-                parts[f.name] = np.asarray(flat.to_numpy(zero_copy_only=False), layout.numpy_dtype(f))
-        return PaneTable(parents, panes, parts)
+        stored = read_window_state(state, layout, [PANE_STATE])
+        return PaneTable(stored.key, stored.bounds[PANE_STATE], stored.parts)
 
-    def _state_changes(
-        self,
-        layout: PartialLayout,
-        schema: pa.Schema,
-        final: PaneTable,
-        changed: np.ndarray,
-        n_state: int,
-        all_keys: pa.Table,
-        first: np.ndarray,
-        state: pa.Table,
-        rows: pa.Table,
-        wm: int,
-    ) -> tuple[pa.Table, pa.Table | None]:
+    def _state_changes(self, layout: PartialLayout, schema: pa.Schema, final: PaneTable, changed: np.ndarray,
+                       n_state: int, all_keys: pa.Table, first: np.ndarray, state: pa.Table, rows: pa.Table,
+                       wm: int) -> tuple[pa.Table, pa.Table | None]:
         """New state rows of changed keys that still have panes; deletes for the others."""
-        n_keys = len(changed)
-        remaining = np.bincount(final.key, minlength=n_keys) if len(final) else np.zeros(n_keys, np.int64)
-        upsert_ids = np.flatnonzero(changed & (remaining > 0))
-        in_state = np.arange(n_keys) < n_state
-        delete_ids = np.flatnonzero(changed & (remaining == 0) & in_state)
-        kg = _concat_column(state, rows, KEY_GROUP).combine_chunks() if (state.num_rows + rows.num_rows) else None
-
         state_schema = self.state_schema(schema).append(pa.field(KEY_GROUP, pa.int32()))
-        if len(upsert_ids):
-            rewritten = changed[final.key]
-            selected = final if rewritten.all() else final.take(np.flatnonzero(rewritten))
-            offsets = np.zeros(len(upsert_ids) + 1, dtype=np.int64)
-            np.cumsum(remaining[upsert_ids], out=offsets[1:])
-            columns, key_groups = key_columns_of(all_keys, first, upsert_ids, self.key_columns, kg)
-            columns[WATERMARK_STATE] = pa.array(np.full(len(upsert_ids), wm, np.int64))
-            columns[PANE_STATE] = list_column(selected.pane, offsets, pa.int64())
-            for f in layout.fields:
-                columns[PARTIAL_PREFIX + f.name] = list_column(selected.parts[f.name], offsets, layout.arrow_type(f))
-            columns[KEY_GROUP] = key_groups
-            upserts = pa.table(columns).cast(state_schema)
-        else:
-            upserts = state_schema.empty_table()
-        deletes = None
-        if len(delete_ids):
-            columns, key_groups = key_columns_of(all_keys, first, delete_ids, self.key_columns, kg)
-            columns[KEY_GROUP] = key_groups
-            deletes = pa.table(columns)
-        return upserts, deletes
+        panes = StoredIntervals(final.key, {PANE_STATE: final.pane}, final.parts)
+        return window_state_changes(layout, self.key_columns, state_schema, panes, changed, n_state, all_keys,
+                                    first, state, rows, wm)
 
 
 def _udaf_adds(layout: PartialLayout, rows: pa.Table, order: np.ndarray, starts: np.ndarray
@@ -706,7 +587,5 @@ def window_kernel(key_columns: list[str], queries: list[WindowQuery], emit_keys:
     queries = list(queries)
     check_shared(queries)
     if queries[0].is_session:
-        from sluice.runtime.kernels.sessions import SessionWindowKernel
-
         return SessionWindowKernel(key_columns, queries[0], emit_keys)
     return WindowAggregateKernel(key_columns, queries, emit_keys)
