@@ -103,7 +103,9 @@ class Pipeline:
         YAML file; default: adaptive batch sizing when the pipeline has a constraint),
         ``on_control`` (callback with the controller's state after each batch),
         ``reset_state`` (ids of stateful operators whose state in the checkpoint to drop, when
-        a changed pipeline no longer fits it: see docs/operations.md).
+        a changed pipeline no longer fits it: see docs/operations.md),
+        ``executors`` / ``max_executors`` (on a standalone cluster: hold that many executors
+        from the first batch / let the controller hold at most that many; docs/elastic.md).
         """
         from sluice.runtime.job import run_pipeline
 

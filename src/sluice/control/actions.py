@@ -17,8 +17,11 @@ Kinds and their actuators (``sluice.control.actuators``):
   ``value``: the alternate's name; ``sluice.graph.alternates``). The next Plan says so: the
   switch happens at the batch boundary, and a replayed batch runs the alternate it ran with.
 - ``executors``: how many executors the job holds (``target`` ``"*"``; ``value``: a count).
-  The next Plan says so, and the job's cost is billed for them (``models.economics``); on a
-  cluster an actuator asks Spark for them.
+  The next Plan says so, and the job's cost is billed for them; on a standalone cluster the
+  controller's executor actuator asks Spark for them (``runtime.executors.ExecutorPool``);
+  on local Spark the action is rejected (its task slots are fixed). An ``executors`` action
+  may go with one other structural action of the same policy in the same batch: the
+  resources and the parallelism that uses them change in one step (DS2).
 - ``escalate``: no countermeasure can meet a constraint (``target``: its name; ``value``:
   ``{"bottleneck": op id, "max_rate": rows/s at which the bound can hold, ...}``). Nothing is
   actuated; it is logged, warned about and shown.

@@ -4,6 +4,8 @@
   applied at batch b, further structural proposals wait until the QoS manager's windows hold
   no measurement of batch b or earlier (Nephele's flush rule): the controller never reacts
   to the transient of its own change.
+- An ``executors`` change may go with one other structural change of the same policy in the
+  same batch: the resources and the parallelism that uses them move in one step (DS2).
 - Batch sizing (``admission``) may act every batch; if several policies size the same
   target, the first policy in the configured order wins. Alternate switches likewise: any
   number of operators a batch, the first policy wins an operator.
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.control.actions import ADMISSION, ESCALATE, SWITCHES, Action
+from sluice.control.actions import ADMISSION, ESCALATE, EXECUTORS, SWITCHES, Action
 from sluice.control.qos import QoSManager
 
 
@@ -48,7 +50,8 @@ class Arbiter:
         deferred: list[tuple[Action, str]] = []
         sized: set[str] = set()
         switched: set[tuple[str, str]] = set()
-        structural_taken = False
+        structural_taken: Action | None = None
+        paired = False  # an executors change went with the structural change taken
         waiting = self.waiting(qos)
         for action in proposals:
             if action.kind == ESCALATE:
@@ -72,11 +75,21 @@ class Arbiter:
             elif waiting:
                 deferred.append((action, f"waiting for the windows to flush measurements taken before "
                                          f"the change after batch {self.structural_at}"))
-            elif structural_taken:
-                deferred.append((action, "one structural change at a time"))
+            elif structural_taken is not None:
+                if not paired and _one_step(structural_taken, action):
+                    paired = True
+                    accepted.append(action)
+                else:
+                    deferred.append((action, "one structural change at a time"))
             else:
-                structural_taken = True
+                structural_taken = action
                 accepted.append(action)
                 self.structural_at = batch_id
                 self.structural_action = action
         return Verdict(accepted, deferred)
+
+
+def _one_step(taken: Action, action: Action) -> bool:
+    """Whether ``action`` goes with the structural change ``taken``: one of them is an
+    ``executors`` change, the other is not, and the same policy proposed both."""
+    return action.policy == taken.policy and (action.kind == EXECUTORS) != (taken.kind == EXECUTORS)

@@ -7,8 +7,9 @@ After each batch the executor calls ``controller(metrics, plan)``. The controlle
 2. builds a read-only ``ControlView`` and asks every policy, in the configured order, for
    proposals;
 3. lets the arbiter pick what to apply (one structural change at a time, flush rule);
-4. applies it: admission limits now (the next batch Spark plans reads them), structural
-   changes as the Plan it returns for ``batch_id + 1``;
+4. applies it: admission limits now (the next batch Spark plans reads them), executors
+   through its executor actuator (``control.executors``: released now, added ones join when
+   they register), structural changes as the Plan it returns for ``batch_id + 1``;
 5. logs every decision and escalation to ``<checkpoint>/decisions.jsonl`` and keeps the
    state for the progress line and the dashboard (``state()``).
 
@@ -23,13 +24,15 @@ import time
 import warnings
 from collections import deque
 
-from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, Action
+from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, EXECUTORS, Action
 from sluice.control.actuators import MemoryAdmission, apply_admission, plan_change
 from sluice.control.arbiter import Arbiter
 from sluice.control.decisions import DecisionLog
+from sluice.control.executors import ExecutorActuator, FixedExecutors
 from sluice.control.policy import Policy
 from sluice.control.qos import MET, UNKNOWN, VIOLATED, QoSManager
 from sluice.control.view import ControlView, Resources
+from sluice.errors import ConfigError
 
 log = logging.getLogger("sluice.control")
 
@@ -47,14 +50,16 @@ class EscalationWarning(UserWarning):
 class Controller:
     def __init__(self, graph, policies: list[Policy], *, checkpoint: str | None = None,
                  admission: MemoryAdmission | None = None, resources: Resources | None = None,
-                 history: list | None = None):
+                 history: list | None = None, executors: ExecutorActuator | None = None):
+        """``resources``: fixed resources (``executors`` actions are rejected); ``executors``:
+        an actuator that reports them after every batch and holds what the policies ask for."""
         self.graph = graph
         self.constraints = tuple(graph.constraints)
         self.policies = list(policies)
         self.qos = QoSManager(list(self.constraints))
         self.arbiter = Arbiter()
         self.admission = admission or MemoryAdmission([op.id for op in graph.sources()])
-        self.resources = resources or Resources()
+        self.executors: ExecutorActuator = executors or FixedExecutors(resources or Resources())
         self.log = DecisionLog(checkpoint)
         self.history: deque = deque(history or [], maxlen=HISTORY_BATCHES)
         for policy in self.policies:
@@ -88,6 +93,14 @@ class Controller:
             elif action.kind == ADMISSION:
                 apply_admission(self.admission, action, view.source_shares())
                 self._decided(metrics.batch_id, action, view)
+            elif action.kind == EXECUTORS:
+                try:
+                    self.executors.set_total(int(action.value))
+                except ConfigError as exc:
+                    self._reject(metrics.batch_id, action, str(exc))
+                    continue
+                new_plan = plan_change(new_plan or plan, action, metrics.batch_id + 1)
+                self._decided(metrics.batch_id, action, view)
             else:
                 problem = self._invalid(action)
                 if problem is not None:
@@ -105,6 +118,11 @@ class Controller:
                            status=self.qos.statuses(), history=tuple(self.history),
                            admission=self.admission.current(), resources=self.resources)
 
+    @property
+    def resources(self) -> Resources:
+        """The job's resources now, as the executor actuator reports them."""
+        return self.executors.resources()
+
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _in_force(self, plan) -> dict:
         current = self.admission.current()
@@ -119,8 +137,7 @@ class Controller:
             out[("routing", op)] = list(stage.routing)
         for op, alternate in plan.alternates.items():
             out[("alternate", op)] = alternate
-        if plan.executors is not None:
-            out[("executors", ALL_SOURCES)] = plan.executors
+        out[(EXECUTORS, ALL_SOURCES)] = self.resources.target
         return out
 
     def _decided(self, batch_id: int, action: Action, view: ControlView) -> None:
@@ -149,6 +166,7 @@ class Controller:
         return None
 
     def _reject(self, batch_id: int, action: Action, problem: str) -> None:
+        """An accepted action that cannot be applied to this job: logged, warned about, not applied."""
         self.log.append({"type": "rejected", "batch_id": batch_id, "time": round(time.time(), 3),
                          "policy": action.policy, "action": action.to_dict(), "reason": problem})
         log.warning("batch %d: %s's %s action rejected: %s", batch_id, action.policy, action.kind, problem)

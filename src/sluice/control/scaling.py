@@ -59,7 +59,7 @@ class OneStepScaling(Policy):
         if seconds <= 0 or admitted <= 0:
             return []
         offered = view.offered_rate(self.window) or admitted / seconds
-        ceiling = max(1, view.resources.cores * max(view.resources.executors, 1))
+        ceiling = view.resources.max_cores
         for op_id, stage in sorted(plan.keyed.items()):
             rows = sum(float((m.operators.get(op_id) or {}).get("rows_in", 0.0)) for m in batches)
             useful = sum(max(float((m.operators.get(op_id) or {}).get("time_s", 0.0))

@@ -1,13 +1,202 @@
-"""The executors a running SparkSession has, as the dashboard shows them."""
+"""The executors a running SparkSession has, and how many it holds on a standalone cluster.
+
+``executor_infos`` describes them for every batch's metrics (id, cores, since when, host,
+storage memory); ``ExecutorPool`` adds and releases them between batches through the JVM
+SparkContext, the actuator of the control loop's ``executors`` action.
+
+What Spark 4.3 allows, checked on a standalone master started from the wheel
+(``runtime.cluster.LocalCluster``):
+
+- Without dynamic allocation a standalone application takes an executor on every worker with
+  free cores when it starts (its executor limit is unbounded).
+- ``SparkContext.killExecutors(ids)`` releases executors (force: they are killed even when
+  busy; Sluice calls it between batches) and lowers the application's target by one each.
+  But the scheduler backend counts that target from its own requests: killing an executor
+  the application got at start, before any request, sets the target to 0, and a later
+  ``requestExecutors(1)`` then asks for 1 *in total*, which the executors left already
+  satisfy: nothing is added. ``requestTotalExecutors(n, 0, {})`` sets the target absolutely,
+  so the pool sets it to what it holds when it attaches, and uses it for every change.
+- ``killExecutors`` is refused while dynamic allocation is on (Spark's own allocation
+  manager owns the executors then), so the pool needs ``spark.dynamicAllocation.enabled``
+  false, Spark's default.
+- A requested executor joins when its JVM has started and registered (seconds; 10-20 s on a
+  loaded 2-core machine); the pool does not block the next batch for it unless asked to:
+  Spark spreads tasks onto it from the batch after it registers.
+- Local Spark (``local[n]``) has a fixed set of task slots in the driver: nothing to add or
+  release, and the pool refuses with a clear error.
+"""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
+from sluice.control.view import Resources
+from sluice.errors import ConfigError
+
+DRIVER = "driver"
+
 
 def executor_infos(spark) -> list[dict]:
-    """One dict per executor of the session (the driver among them): its host and the storage
-    memory it uses, from the JVM's status tracker (a few Py4J calls, under 1 ms on local Spark;
-    no Spark job). Recorded in every batch's metrics."""
-    infos = spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()
-    return [{"host": f"{e.host()}:{e.port()}",
-             "storage_mb": round((e.usedOnHeapStorageMemory() + e.usedOffHeapStorageMemory()) / 2**20, 1)}
-            for e in infos]
+    """One dict per executor of the session (the driver among them, id ``driver``): its id,
+    cores, when it was added (epoch s, ``since``), the tasks it has run so far, its host and
+    the storage memory it uses, from
+    the JVM's application status store (a few Py4J calls; no Spark job). Recorded in every
+    batch's metrics: the executors held, which the cost model bills."""
+    jsc = spark.sparkContext._jsc.sc()
+    try:
+        summaries = _as_list(spark, jsc.statusStore().executorList(True))
+    except Exception:  # an older Spark without the store API: hosts only
+        summaries = None
+    if summaries is None:
+        return [{"host": f"{e.host()}:{e.port()}",
+                 "storage_mb": round((e.usedOnHeapStorageMemory() + e.usedOffHeapStorageMemory()) / 2**20, 1)}
+                for e in jsc.statusTracker().getExecutorInfos()]
+    out = []
+    for s in summaries:
+        out.append({"id": str(s.id()), "host": str(s.hostPort()), "cores": int(s.totalCores()),
+                    "since": round(s.addTime().getTime() / 1000.0, 3), "tasks": int(s.totalTasks()),
+                    "storage_mb": round(s.memoryUsed() / 2**20, 1)})
+    return out
+
+
+def held_executors(infos: list[dict]) -> list[dict]:
+    """The executors proper (not the driver) among ``executor_infos``."""
+    return [e for e in infos if e.get("id") not in (None, DRIVER)]
+
+
+def is_standalone(master: str) -> bool:
+    return master.startswith("spark://")
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a pool holds: the executors registered now, and the count asked for (None: none
+    asked yet, Spark's own allocation holds)."""
+
+    executors: tuple[dict, ...]
+    target: int | None
+
+    @property
+    def count(self) -> int:
+        return len(self.executors)
+
+    @property
+    def cores(self) -> int:
+        return sum(int(e.get("cores", 0)) for e in self.executors)
+
+
+class ExecutorPool:
+    """Adds and releases a standalone application's executors between batches.
+
+    ``set_total(n)`` makes the application hold ``n`` executors: more are requested from the
+    master (they join when they register), surplus ones are killed, the newest first (state
+    lives in the checkpoint, not in an executor, so any may go). ``max_executors``: what the
+    cluster can grant (its workers' cores over the cores of one executor); requests beyond it
+    are capped, not left pending. Unknown (None), it is the number of executors the
+    application got when it started, once that number has settled: without dynamic
+    allocation a standalone application starts with an executor on every worker it can use.
+    """
+
+    def __init__(self, spark, max_executors: int | None = None):
+        self.spark = spark
+        self.master = spark.sparkContext.master
+        if not is_standalone(self.master):
+            raise ConfigError(
+                f"executors: the session runs on {self.master!r}, whose task slots are fixed when it "
+                f"starts; adding or releasing executors needs a Spark standalone cluster "
+                f"(master spark://host:port, e.g. `sluice cluster up`)")
+        conf = spark.sparkContext.getConf()
+        if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
+            raise ConfigError("executors: spark.dynamicAllocation.enabled is on, so Spark's allocation manager owns "
+                              "the executors (killExecutors is refused); turn it off to let Sluice's controller "
+                              "hold them")
+        self._max = max_executors
+        self.target: int | None = None
+
+    # ---- reading ---------------------------------------------------------------------------
+    def held(self) -> Held:
+        return Held(tuple(held_executors(executor_infos(self.spark))), self.target)
+
+    @property
+    def max_executors(self) -> int:
+        if self._max is None:
+            self._max = max(self.settle().count, 1)
+        return self._max
+
+    def settle(self, stable_s: float = 5.0, timeout_s: float = 120.0) -> Held:
+        """Wait until at least one executor is registered and the count has not changed for
+        ``stable_s`` (executors of a starting application register one by one)."""
+        deadline = time.time() + timeout_s
+        held = self.held()
+        since = time.time()
+        while time.time() < deadline:
+            time.sleep(0.25)
+            now = self.held()
+            if now.count != held.count:
+                held, since = now, time.time()
+            elif held.count >= 1 and time.time() - since >= stable_s:
+                break
+        return held
+
+    # ---- changing --------------------------------------------------------------------------
+    def set_total(self, n: int, wait_s: float = 0.0) -> Held:
+        """Hold ``n`` executors (at least 1, at most ``max_executors``). Releases happen now;
+        additions are requested now and join when they register: ``wait_s`` > 0 waits up to
+        that long until exactly ``n`` are registered."""
+        if n < 1:
+            raise ConfigError(f"executors: a job holds at least one executor, asked for {n}")
+        n = min(n, self.max_executors)
+        held = self.held()
+        surplus = held.count - n
+        if surplus > 0:
+            newest = sorted(held.executors, key=lambda e: (e.get("since", 0.0), _numeric(e["id"])))[-surplus:]
+            sc = self.spark.sparkContext
+            sc._jsc.sc().killExecutors(sc._jvm.PythonUtils.toSeq([e["id"] for e in newest]))
+        # the target set absolutely, after the kills lowered Spark's own count of it
+        self.target = n
+        self._request_total(n)
+        if wait_s > 0:
+            self.wait_for(n, wait_s)
+        return self.held()
+
+    def wait_for(self, n: int, timeout_s: float) -> bool:
+        """Wait until exactly ``n`` executors are registered; False on timeout."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.held().count == n:
+                return True
+            time.sleep(0.25)
+        return self.held().count == n
+
+    def _request_total(self, n: int) -> None:
+        sc = self.spark.sparkContext
+        empty = sc._jvm.PythonUtils.toScalaMap({})
+        sc._jsc.sc().requestTotalExecutors(int(n), 0, empty)
+
+
+class SparkExecutors:
+    """The control loop's executor actuator on a standalone cluster (``control.executors``)."""
+
+    def __init__(self, pool: ExecutorPool):
+        self.pool = pool
+
+    def resources(self) -> Resources:
+        held = self.pool.held()
+        per_executor = max(1, held.cores // held.count) if held.count else 1
+        return Resources(cores=max(held.cores, 1), executors=held.count, cores_per_executor=per_executor,
+                         max_executors=self.pool.max_executors, requested=held.target,
+                         since=tuple(float(e.get("since", 0.0)) for e in held.executors))
+
+    def set_total(self, n: int) -> None:
+        self.pool.set_total(n)
+
+
+def _as_list(spark, seq) -> list:
+    """A Scala Seq as a Python list (through Scala 2.13's Java converters)."""
+    converters = spark.sparkContext._jvm.scala.jdk.javaapi.CollectionConverters
+    return list(converters.asJava(seq))
+
+
+def _numeric(executor_id: str) -> int:
+    return int(executor_id) if executor_id.isdigit() else -1

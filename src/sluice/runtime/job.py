@@ -43,7 +43,8 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                  stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True,
                  policies=None, on_control: Callable[[dict], None] | None = None,
                  dead_letter_budget: float | None = None,
-                 reset_state: Iterable[str] = (), ship: str | None = None, ui: bool | None = None) -> JobResult:
+                 reset_state: Iterable[str] = (), ship: str | None = None, ui: bool | None = None,
+                 executors: int | None = None, max_executors: int | None = None) -> JobResult:
     """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
     URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
@@ -65,6 +66,12 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     executors (``runtime.shipping``), as a cluster needs. ``ui``: serve the Spark UI (default
     on, ``SLUICE_SPARK_UI=0`` turns it off) when this call creates the session; its address
     is printed.
+
+    On a standalone cluster (``master="spark://..."``) the job can hold a chosen number of
+    executors: ``executors`` holds that many from the first batch (the run waits for them
+    to register), and a controller's ``executors`` actions add and release them between
+    batches, up to ``max_executors`` (default: what the application got when it started).
+    On local Spark ``executors`` is an error and the controller rejects such actions.
     """
     from sluice.runtime.schemas import SparkTyper
     from sluice.runtime.session import announce_ui, spark_session
@@ -84,6 +91,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         # a fresh session has no Python workers yet: start them while the driver validates
         # and opens the sources, not in the first batch (``runtime.warmup``)
         warmup = start_python_workers(spark)
+    pool = _executor_pool(spark, executors, max_executors)
     if ship is not None:  # every task from now on finds the pipeline's modules
         from sluice.runtime.shipping import ship_code
 
@@ -123,7 +131,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
 
     control = None
     if controller is None and (graph.constraints or policies is not None):
-        control = _controller(graph, checkpoint, controls, policies, spark)
+        control = _controller(graph, checkpoint, controls, policies, spark, pool)
         controller = _reporting(control, on_control)
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
                              controller=controller, on_batch=on_batch, backlog=backlog, dead_letter_budget=budget,
@@ -169,17 +177,38 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                      dead_letters=sum(m.dead_letters for m in mine), late_records=sum(m.late_records for m in mine))
 
 
-def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark):
-    """The control loop of a constrained job: its policies, the sources' admission files as
-    actuator, and the checkpoint's earlier batches to warm the policies' models up."""
+def _executor_pool(spark, executors: int | None, max_executors: int | None):
+    """The pool of a standalone application's executors (None on local Spark), holding
+    ``executors`` of them before the first batch when asked to."""
+    from sluice.runtime.executors import ExecutorPool, is_standalone
+
+    if not is_standalone(spark.sparkContext.master):
+        if executors is not None or max_executors is not None:
+            from sluice.control.executors import LOCAL_SPARK
+
+            raise ConfigError(f"executors={executors}, max_executors={max_executors}: {LOCAL_SPARK}")
+        return None
+    pool = ExecutorPool(spark, max_executors)
+    if executors is not None:
+        pool.set_total(executors, wait_s=180)
+    return pool
+
+
+def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark, pool=None):
+    """The control loop of a constrained job: its policies, the sources' admission files and
+    (on a standalone cluster) the executor pool as actuators, and the checkpoint's earlier
+    batches to warm the policies' models up."""
     from sluice.control import Controller, Resources, build_policies
     from sluice.control.actuators import SourceAdmission
+    from sluice.control.executors import FixedExecutors
     from sluice.graph.sources import SparkSource
+    from sluice.runtime.executors import SparkExecutors
 
     admitting = [op.id for op in graph.sources() if not isinstance(op.params["spec"], SparkSource)]
+    executors = (FixedExecutors(Resources(cores=spark.sparkContext.defaultParallelism)) if pool is None
+                 else SparkExecutors(pool))
     return Controller(graph, build_policies(policies), checkpoint=checkpoint,
-                      admission=SourceAdmission(controls, admitting),
-                      resources=Resources(cores=spark.sparkContext.defaultParallelism),
+                      admission=SourceAdmission(controls, admitting), executors=executors,
                       history=[m for m in metrics_log.read(checkpoint) if not m.skipped])
 
 
