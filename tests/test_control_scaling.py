@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sluice.control import Controller, OneStepScaling, Resources, build_policies
+from sluice.control import Controller, IncrementalScaling, OneStepScaling, Resources, build_policies
 from sluice.plan.physical import KeyedStagePlan, Plan, range_routing
 from sluice.runtime.metrics import BatchMetrics
 
@@ -92,3 +92,57 @@ def test_configurable_by_name():
     assert isinstance(policy, OneStepScaling) and policy.target_utilization == 0.5
     with pytest.raises(ValueError):
         OneStepScaling(target_utilization=0)
+
+
+class ElasticKeyedStageEngine(KeyedStageEngine):
+    """The keyed stage on the cores of the executors a simulated actuator holds."""
+
+    def __init__(self, rate, us_per_row: float, executors):
+        super().__init__(rate, us_per_row, cores=1)
+        self.executors = executors
+
+    def step(self, plan: Plan) -> BatchMetrics:
+        self.cores = self.executors.resources().cores
+        return super().step(plan)
+
+
+def run_elastic(policy, rate, batches=200):
+    from sluice.sim.executors import SimulatedExecutors
+
+    engine = ElasticKeyedStageEngine(rate, us_per_row=200, executors=None)
+    executors = engine.executors = SimulatedExecutors(lambda: engine.clock, held=1, max_executors=8, startup_s=5.0)
+    controller = Controller(_graph(), [policy], executors=executors)
+    plan, trace = plan_of(1), []
+    for _ in range(batches):
+        m = engine.step(plan)
+        plan = controller(m, plan) or plan
+        trace.append((engine.clock, plan.keyed["agg"].partitions, executors.resources().target))
+    return controller, trace
+
+
+def test_on_elastic_resources_ds2_sets_partitions_and_executors_in_one_step():
+    # a rate step 2k -> 15k rows/s at 200 us a row: 3 cores of work; at 70 %: 4.3 -> 5 partitions
+    controller, trace = run_elastic(OneStepScaling(target_utilization=0.7), lambda t: 2_000 if t < 20 else 15_000)
+    assert trace[-1][1:] == (5, 5)  # partitions and the executors they run on
+    changes = [(p, e) for (_, p, e), (_, p0, e0) in zip(trace[1:], trace) if (p, e) != (p0, e0)]
+    assert changes == [(5, 5)]  # one step, both at once
+    assert controller.decisions == 2  # the partitions and the executors decision of that step
+
+
+def test_the_incremental_baseline_takes_a_step_per_partition():
+    controller, trace = run_elastic(IncrementalScaling(target_utilization=0.7), lambda t: 2_000 if t < 20 else 15_000)
+    assert trace[-1][1:] == (5, 5)
+    steps = sum(1 for (_, p, _), (_, p0, _) in zip(trace[1:], trace) if p != p0)
+    assert steps == 4  # 1 -> 2 -> 3 -> 4 -> 5
+
+
+def test_ds2_releases_executors_the_partitions_do_not_need():
+    from sluice.sim.executors import SimulatedExecutors
+
+    engine = ElasticKeyedStageEngine(lambda t: 1_000, us_per_row=200, executors=None)
+    executors = engine.executors = SimulatedExecutors(lambda: engine.clock, held=4, max_executors=4)
+    controller = Controller(_graph(), [OneStepScaling()], executors=executors)
+    plan = plan_of(1)
+    for _ in range(20):
+        plan = controller(engine.step(plan), plan) or plan
+    assert plan.keyed["agg"].partitions == 1 and executors.resources().executors == 1 and plan.executors == 1

@@ -15,12 +15,33 @@ from sluice.control.decisions import read_decisions
 from sluice.control.guards import Guards
 from sluice.control.policy import Policy
 from sluice.control.qos import ConstraintStatus, QoSManager, eq1_mean
-from sluice.control.scaling import OneStepScaling
+from sluice.control.scaling import IncrementalScaling, OneStepScaling
 from sluice.control.view import ControlView, Resources
 
 __all__ = [
-    "Action", "ConstraintStatus", "ControlView", "Controller", "DynamicChaining", "EscalationWarning",
-    "FixedAdmission", "FixedPointBatchSizing", "FluxBalancing", "Guards", "KeyGroupBalancing", "LinearFit",
-    "ModelBatchSizing", "OneStepScaling", "Policy", "QoSManager", "Resources", "RingBalancing",
-    "build_policies", "default_policies", "eq1_mean", "load_policies", "read_decisions", "register",
+    "Action",
+    "ConstraintStatus",
+    "ControlView",
+    "Controller",
+    "DynamicChaining",
+    "EscalationWarning",
+    "FixedAdmission",
+    "FixedPointBatchSizing",
+    "FluxBalancing",
+    "Guards",
+    "IncrementalScaling",
+    "KeyGroupBalancing",
+    "LinearFit",
+    "ModelBatchSizing",
+    "OneStepScaling",
+    "Policy",
+    "QoSManager",
+    "Resources",
+    "RingBalancing",
+    "build_policies",
+    "default_policies",
+    "eq1_mean",
+    "load_policies",
+    "read_decisions",
+    "register",
 ]

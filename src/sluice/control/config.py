@@ -20,7 +20,7 @@ from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, M
 from sluice.control.chaining import DynamicChaining
 from sluice.control.guards import Guards
 from sluice.control.policy import Policy
-from sluice.control.scaling import OneStepScaling
+from sluice.control.scaling import IncrementalScaling, OneStepScaling
 from sluice.errors import ConfigError
 
 REGISTRY: dict[str, Callable[..., Policy]] = {
@@ -32,6 +32,7 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     FluxBalancing.name: FluxBalancing,
     RingBalancing.name: RingBalancing,
     OneStepScaling.name: OneStepScaling,
+    IncrementalScaling.name: IncrementalScaling,
     Guards.name: Guards,
 }
 

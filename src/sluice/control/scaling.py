@@ -14,7 +14,9 @@ offered_rate``: rows admitted plus the growth of the backlog); without a backlog
 pull source), the admitted rate stands in for it. The controller applies one stage's change
 at a time (the arbiter's rule) at a batch boundary: key groups are re-routed in ranges and
 their state follows them through the store, with no restart (Flink's autoscaler restarts
-the job for each rescale).
+the job for each rescale). On a standalone cluster the executors those partitions run on
+change in the same step (``executors`` action, ``runtime.executors.ExecutorPool``); on local
+Spark the partitions alone, up to its cores.
 
 Pure: no Spark.
 """
@@ -23,31 +25,43 @@ from __future__ import annotations
 
 import math
 
-from sluice.control.actions import PARTITIONS, Action
+from sluice.control.actions import EXECUTORS, PARTITIONS, Action
 from sluice.control.policy import Policy
-from sluice.control.view import ControlView
+from sluice.control.view import ControlView, Resources
 
 
 class OneStepScaling(Policy):
-    """Set each keyed stage's partitions to what the offered rate needs, in one step.
+    """Set each keyed stage's partitions to what the offered rate needs, in one step, and on
+    a standalone cluster the executors whose cores those partitions run on.
 
     ``target_utilization``: the share of a partition's time it should be busy (headroom for
     bursts); ``window``: batches measured under the plan in force; ``tolerance``: partitions
     are changed only when the need differs from the current count by more than this share
-    (no churn around a boundary).
+    (no churn around a boundary); ``max_step``: the most partitions one decision may add or
+    remove (None: DS2, straight to the need; 1: a one-instance-at-a-time baseline in the
+    manner of Dhalion, ``IncrementalScaling``).
+
+    With elastic resources (``view.resources.elastic``) partitions may grow to every core the
+    job may hold, and the executors follow in the same step: ``ceil(partitions /
+    cores_per_executor)`` for the largest keyed stage, proposed with the partition change
+    (the arbiter accepts both in one batch) or alone when only they are off.
     """
 
     name = "scaling"
 
-    def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25):
-        if not 0 < target_utilization <= 1 or window < 1 or tolerance < 0:
-            raise ValueError("scaling: 0 < target_utilization <= 1, window >= 1 and tolerance >= 0 are required")
+    def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25,
+                 max_step: int | None = None):
+        if not 0 < target_utilization <= 1 or window < 1 or tolerance < 0 or (max_step is not None and max_step < 1):
+            raise ValueError("scaling: 0 < target_utilization <= 1, window >= 1, tolerance >= 0 and max_step >= 1 "
+                             "are required")
         self.target_utilization = target_utilization
         self.window = window
         self.tolerance = tolerance
+        self.max_step = max_step
 
     def describe(self) -> dict:
-        return {"policy": self.name, "target_utilization": self.target_utilization, "window": self.window}
+        return {"policy": self.name, "target_utilization": self.target_utilization, "window": self.window,
+                "max_step": self.max_step}
 
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
@@ -58,8 +72,13 @@ class OneStepScaling(Policy):
         admitted = sum(m.rows_in for m in batches)
         if seconds <= 0 or admitted <= 0:
             return []
+        if not self._steady(view):
+            return []  # the rate is still moving (a step inside the window): one step needs its new level
         offered = view.offered_rate(self.window) or admitted / seconds
-        ceiling = view.resources.max_cores
+        resources = view.resources
+        ceiling = resources.max_cores
+        actions: list[Action] = []
+        partitions = {op_id: stage.partitions for op_id, stage in plan.keyed.items()}
         for op_id, stage in sorted(plan.keyed.items()):
             rows = sum(float((m.operators.get(op_id) or {}).get("rows_in", 0.0)) for m in batches)
             useful = sum(max(float((m.operators.get(op_id) or {}).get("time_s", 0.0))
@@ -73,11 +92,56 @@ class OneStepScaling(Policy):
             now = stage.partitions
             if need == now or (need < now and now - need <= self.tolerance * now):
                 continue  # a small scale-in is not worth moving state around
+            if self.max_step is not None:
+                need = now + max(-self.max_step, min(self.max_step, need - now))
             direction = "out" if need > now else "in"
             reason = (f"{op_id}: true rate {true_rate:,.0f} rows/s a partition (useful time, DS2), "
                       f"{needed_rate:,.0f} rows/s offered; at {self.target_utilization:.0%} utilization it needs "
                       f"{exact:.2f} partitions (capped at {ceiling} cores): scale {direction} {now} -> {need}")
-            return [Action(PARTITIONS, op_id, need, reason,
-                           expected={"utilization": round(needed_rate / (true_rate * need), 3),
-                                     "partitions": need, "true_rate": round(true_rate, 1)})]
-        return []
+            actions.append(Action(PARTITIONS, op_id, need, reason,
+                                  expected={"utilization": round(needed_rate / (true_rate * need), 3),
+                                            "partitions": need, "true_rate": round(true_rate, 1)}))
+            partitions[op_id] = need
+            break  # one stage a step (the arbiter's rule); the others follow after the flush
+        if resources.elastic and partitions:
+            executors = executors_for(max(partitions.values()), resources)
+            if executors != resources.target:
+                actions.append(Action(EXECUTORS, "*", executors,
+                                      f"{max(partitions.values())} partitions on {resources.cores_per_executor} "
+                                      f"core(s) an executor: hold {executors} executors (held {resources.executors}, "
+                                      f"asked for {resources.target})",
+                                      expected={"executors": executors}))
+        return actions
+
+
+    def _steady(self, view: ControlView) -> bool:
+        """Whether the offered rate held still over the window: the arrival rates between
+        consecutive batches stay within ``STEADY_SPREAD`` of their mean (a window across a
+        rate step would size for a mixture of the old and the new rate and need a second
+        step). Without a backlog report it cannot tell, and says yes."""
+        rates = [view.offered_rate(1, before=i) for i in range(self.window)]
+        if any(r is None for r in rates):
+            return True
+        mean = sum(rates) / len(rates)
+        return mean <= 0 or max(abs(r - mean) for r in rates) <= STEADY_SPREAD * mean
+
+
+STEADY_SPREAD = 0.3
+"""How far one batch's arrival rate may stray from the window's mean for the rate to count as steady."""
+
+
+class IncrementalScaling(OneStepScaling):
+    """The baseline DS2 is measured against: one partition (and its executor) more or less a
+    decision, each after the flush of the last, in the manner of Dhalion's one-instance steps."""
+
+    name = "incremental_scaling"
+
+    def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25):
+        super().__init__(target_utilization, window, tolerance, max_step=1)
+
+
+def executors_for(partitions: int, resources: Resources) -> int:
+    """Executors whose cores run ``partitions`` tasks at once, within what the job may hold."""
+    per = max(resources.cores_per_executor, 1)
+    most = resources.max_executors if resources.max_executors is not None else resources.executors
+    return max(1, min(math.ceil(partitions / per), most))

@@ -96,12 +96,14 @@ class ControlView:
         """The alternate of ``op_id`` the Plan in force runs."""
         return self.plan.alternates.get(op_id)
 
-    def offered_rate(self, last: int = 4) -> float | None:
-        """Rows per second arriving at the sources over the last batches, or None when a
-        source reports no backlog (it could produce any number of rows at once: pull mode).
+    def offered_rate(self, last: int = 4, before: int = 0) -> float | None:
+        """Rows per second arriving at the sources over the last batches (ending ``before``
+        batches ago), or None when a source reports no backlog (it could produce any number of
+        rows at once: pull mode).
 
         Arrivals between two plannings = rows admitted + growth of the backlog."""
-        batches = [m for m in self.history if not m.skipped][-(last + 1):]
+        batches = [m for m in self.history if not m.skipped]
+        batches = batches[:len(batches) - before][-(last + 1):]
         if len(batches) < 2:
             return None
         arrived, seconds = 0, 0.0
