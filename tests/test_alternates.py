@@ -157,3 +157,14 @@ def test_arrow_functions_of_alternates_run_as_the_plan_says():
     batch = pa.RecordBatch.from_pydict({"k": ["a"], "x": [1.5]})
     assert with_alternate(g["forecast"], "double").params["fn"](batch).column("x").to_pylist() == [3.0]
     assert with_alternate(g["forecast"], "same").params["fn"](batch).column("x").to_pylist() == [1.5]
+
+
+def test_the_view_gives_an_alternates_measured_cost_else_the_declared_one():
+    g = pipeline().graph
+    control = Controller(g, [])
+    ran = {"alternates": {"forecast": {"alternate": "mean", "cost": 2e-6, "selectivity": 1.0}}}
+    control(metrics(1, operators={"forecast": {"rows_in": 100}}, dynamics=ran), initial_plan(g, 2))
+    view = control.view(1, initial_plan(g, 2))
+    assert view.alternate_cost("forecast", "mean") == pytest.approx(2e-6)
+    assert view.alternate_cost("forecast", "regression") == pytest.approx(2e-4)  # declared, never measured
+    assert view.alternate_cost("state", "a") is None

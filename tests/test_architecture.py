@@ -8,7 +8,8 @@ PURE = ["sluice.api", "sluice.graph", "sluice.graph.sources", "sluice.graph.wind
         "sluice.models.dynamic", "sluice.plan.physical", "sluice.plan.allocation", "sluice.plan.mapping",
         "sluice.plan.predict", "sluice.plan.balancing", "sluice.plan.elastic", "sluice.sim.scenario",
         "sluice.sim.balancing_workloads",
-        "sluice.control", "sluice.graph.constraints", "sluice.models.latency", "sluice.sim.microbatch"]
+        "sluice.control", "sluice.graph.constraints", "sluice.models.latency", "sluice.sim.microbatch",
+        "sluice.graph.alternates", "sluice.graph.economics", "sluice.models.economics"]
 
 
 def test_pure_packages_do_not_import_pyspark():

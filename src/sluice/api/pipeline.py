@@ -81,6 +81,22 @@ class Pipeline:
         self.graph.constraints.append(make_constraint(label, latency, path=ends, over=over, p95=p95))
         return self
 
+    def economics(self, *, price_per_hour: float = 1.0, billing: str = "second",
+                  break_even_best: float | None = None, break_even_worst: float | None = None,
+                  min_omega: float = 0.8) -> Pipeline:
+        """What the job's executors cost and what its results are worth, for the value, cost
+        and profit measured every batch (``BatchMetrics.dynamics``, docs/dynamic.md).
+
+        ``price_per_hour``: one executor's price an hour; ``billing``: ``"hour"`` (every
+        started hour billed whole) or ``"second"``; ``break_even_best`` / ``break_even_worst``:
+        the cost per hour at which the job breaks even with every operator on its best /
+        worst alternate (default: two executors' price / one's); ``min_omega``: the relative
+        throughput the job must keep."""
+        from sluice.graph.economics import Economics
+
+        self.graph.economics = Economics(price_per_hour, billing, break_even_best, break_even_worst, min_omega)
+        return self
+
     def late_data(self, spec: SinkSpec) -> Pipeline:
         """Where the records a window received after its watermark passed go, every batch
         (default: JSON files in the checkpoint, ``side/<operator>/late``)."""

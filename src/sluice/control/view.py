@@ -96,6 +96,22 @@ class ControlView:
         """The alternate of ``op_id`` the Plan in force runs."""
         return self.plan.alternates.get(op_id)
 
+    def alternate_cost(self, op_id: str, alternate: str, last: int = 10) -> float | None:
+        """Seconds of task time per input row of one alternate: measured, the mean over the
+        recent batches it ran in (``BatchMetrics.dynamics``), else as declared (``Alt.cost``),
+        else None."""
+        rows, seconds = 0.0, 0.0
+        for m in self.batches()[-last:]:
+            entry = ((getattr(m, "dynamics", None) or {}).get("alternates") or {}).get(op_id) or {}
+            if entry.get("alternate") == alternate and entry.get("cost") is not None:
+                n = float((m.operators.get(op_id) or {}).get("rows_in", 0.0))
+                rows += n
+                seconds += float(entry["cost"]) * n
+        if rows > 0:
+            return seconds / rows
+        alt = self.alternates(op_id).get(alternate)
+        return None if alt is None else alt.cost
+
     def offered_rate(self, last: int = 4, before: int = 0) -> float | None:
         """Rows per second arriving at the sources over the last batches (ending ``before``
         batches ago), or None when a source reports no backlog (it could produce any number of

@@ -38,6 +38,7 @@ class JobGraph:
         self.max_parallelism = max_parallelism
         self._operators: dict[str, Operator] = {}
         self.constraints: list = []  # LatencyConstraint s (graph.constraints), checked by validate
+        self.economics = None  # graph.economics.Economics: prices and break-even costs (None: the defaults)
 
     # ---- building -------------------------------------------------------------------------
     def add(self, op: Operator) -> Operator:

@@ -86,6 +86,7 @@ class BatchExecutor:
         self.failure: Exception | None = None  # what a batch raised, for the job to report
         self.batches_done = 0
         self._compaction = None  # a concurrent.futures.Future: the running background compaction
+        self._economics = None  # models.economics.EconomicsMeter, made at the first batch
 
     # ---- persistence of batch records -----------------------------------------------------
     def _read_record(self, batch_id: int, what: str) -> dict | None:
@@ -397,6 +398,8 @@ class BatchExecutor:
                                        measuring_sinks(self.graph, constraint))
             if split is not None:
                 paths[constraint.name] = split
+        executors = executor_infos(self.spark)
+        backlog = self.backlog()
         return BatchMetrics(
             batch_id=batch_id,
             plan_version=plan.version,
@@ -404,7 +407,7 @@ class BatchExecutor:
             duration_s=round(time.time() - started, 4),
             rows_in=sum(rows_by_source.values()),
             rows_by_source=rows_by_source,
-            backlog=self.backlog(),
+            backlog=backlog,
             operators=per_op,
             sinks=sink_stats,
             key_groups=key_groups,
@@ -412,9 +415,37 @@ class BatchExecutor:
             late_records=int(sum(metrics.get("side_late", 0) for metrics in per_op.values())),
             watermark=context.watermark,
             paths=paths,
-            executors=executor_infos(self.spark),
+            executors=executors,
             alternates=dict(plan.alternates),
+            dynamics=self._dynamics(plan, started, sum(rows_by_source.values()), backlog, per_op, executors),
         )
+
+    def _dynamics(self, plan: Plan, started: float, rows_in: int, backlog: dict, per_op: dict,
+                  executors: list[dict]) -> dict:
+        """The batch's value, relative throughput, cost and profit (``models.economics``), and
+        what each active alternate measured."""
+        from sluice.graph.alternates import application_value, value_bounds
+        from sluice.graph.economics import Economics
+        from sluice.models.economics import BatchFacts, EconomicsMeter, measured_costs
+
+        if self._economics is None:  # first batch of this run: go on from the last one recorded
+            last = next((m.dynamics for m in reversed(metrics_log.read(self.checkpoint)) if m.dynamics), None)
+            self._economics = EconomicsMeter(self.graph.economics or Economics(), *value_bounds(self.graph), last)
+        facts = BatchFacts(started_at=started, ended_at=time.time(), value=application_value(self.graph, plan.alternates),
+                           rows_in=rows_in, backlog=backlog, executors=executors_held(plan, executors))
+        out = self._economics.measure(facts)
+        keyed = {op.id for op in self.graph.operators if op.is_keyed}
+        out["alternates"] = measured_costs(per_op, plan.alternates, keyed)
+        return out
+
+
+def executors_held(plan: Plan, executors: list[dict]) -> int:
+    """The executors the job holds, what its cost is billed for: the Plan's ``executors``
+    when it sets them, else the executors Spark reports besides the driver (on local Spark,
+    where the driver runs the tasks, one)."""
+    if plan.executors is not None:
+        return plan.executors
+    return max(len(executors) - 1, 1)
 
 
 def combined_directly(graph: JobGraph, source: Operator) -> str | None:

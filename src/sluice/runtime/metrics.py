@@ -36,6 +36,9 @@ class BatchMetrics:
     skipped: bool = False  # a replay of a batch that had already committed
     # the active alternate of each operator with alternates, as the batch ran (its Plan)
     alternates: dict[str, str] = field(default_factory=dict)
+    # value, relative throughput, executors, cost and profit (models.economics), and per
+    # operator with alternates what its active alternate measured (cost per row, selectivity)
+    dynamics: dict = field(default_factory=dict)
 
     @property
     def latency_ms(self) -> dict[str, float]:
