@@ -440,12 +440,15 @@ class BatchExecutor:
 
 
 def executors_held(plan: Plan, executors: list[dict]) -> int:
-    """The executors the job holds, what its cost is billed for: the Plan's ``executors``
-    when it sets them, else the executors Spark reports besides the driver (on local Spark,
-    where the driver runs the tasks, one)."""
-    if plan.executors is not None:
-        return plan.executors
-    return max(len(executors) - 1, 1)
+    """The executors the job holds, what its cost is billed for: on a cluster the executors
+    Spark reports registered besides the driver; on local Spark, where the driver runs the
+    tasks, what the Plan holds (``Plan.executors``, default one)."""
+    from sluice.runtime.executors import held_executors
+
+    held = held_executors(executors)
+    if held:
+        return len(held)
+    return plan.executors or 1
 
 
 def combined_directly(graph: JobGraph, source: Operator) -> str | None:
