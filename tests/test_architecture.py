@@ -7,7 +7,7 @@ import sys
 PURE = ["sluice.api", "sluice.graph", "sluice.graph.sources", "sluice.graph.windows", "sluice.models.performance",
         "sluice.models.dynamic", "sluice.plan.physical", "sluice.plan.allocation", "sluice.plan.mapping",
         "sluice.plan.predict", "sluice.plan.balancing", "sluice.plan.elastic", "sluice.sim.scenario",
-        "sluice.sim.balancing_workloads",
+        "sluice.sim.balancing_workloads", "sluice.sim.elastic", "sluice.sim.executors", "sluice.control.elastic",
         "sluice.control", "sluice.graph.constraints", "sluice.models.latency", "sluice.sim.microbatch",
         "sluice.graph.alternates", "sluice.graph.economics", "sluice.models.economics"]
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
+from sluice.control.elastic import ce_policy, ga_policy, plasticc_policy
 from sluice.control.guards import Guards
 from sluice.control.policy import Policy
 from sluice.control.scaling import IncrementalScaling, OneStepScaling
@@ -34,6 +35,9 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     OneStepScaling.name: OneStepScaling,
     IncrementalScaling.name: IncrementalScaling,
     Guards.name: Guards,
+    "elastic_ce": ce_policy,
+    "elastic_ga": ga_policy,
+    "elastic_plasticc": plasticc_policy,
 }
 
 

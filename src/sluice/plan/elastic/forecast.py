@@ -19,7 +19,8 @@ Estimators return one (rates, speeds) pair that the reactive CE heuristic plans 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -91,3 +92,35 @@ ESTIMATORS = {
     "WPO": ForecastSummary("optimistic", "WPO"),
     "WPP": ForecastSummary("pessimistic", "WPP"),
 }
+
+
+@dataclass
+class TraceForecast:
+    """Forecasts of a source's input rate for look-ahead scheduling, made the way the thesis
+    evaluates PLAStiCC (section 5.4): the true future rate (``rate_at``, rows/s at a time
+    in seconds from ``t0``), averaged over each coming step and perturbed by the error model
+    (``perturb``: mean error ``mean_error`` growing over the horizon, ``bias``).
+
+    Called as ``forecast(view, now_s, steps, step_s)`` by ``control.elastic.ElasticPolicy``;
+    returns ``steps`` rates. Deterministic for a seed and a sequence of calls.
+    """
+
+    rate_at: Callable[[float], float]
+    t0: float = 0.0
+    mean_error: float = 0.1
+    bias: float = 0.0
+    seed: int = 0
+    rng: np.random.Generator = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def truth(self, now_s: float, steps: int, step_s: float, samples: int = 10) -> np.ndarray:
+        out = np.zeros(steps)
+        for k in range(steps):
+            ts = now_s - self.t0 + step_s * (k + (np.arange(samples) + 0.5) / samples)
+            out[k] = np.mean([self.rate_at(float(t)) for t in ts])
+        return out
+
+    def __call__(self, view, now_s: float, steps: int, step_s: float) -> np.ndarray:
+        return perturb(self.truth(now_s, steps, step_s), self.mean_error, self.bias, self.rng)

@@ -1,0 +1,105 @@
+"""The thesis's elastic schedulers as control policies (``control.elastic``), driven by the
+simulated engine with elastic executors (``sim.elastic``): they switch alternates and hold
+executors for the offered rate; PLAStiCC with a forecast of the rate starts executors before
+a rise arrives, where reactive CE starts them after it; and the run's economics add up."""
+
+from __future__ import annotations
+
+import pytest
+
+import sluice
+from sluice import Alt, sinks, sources
+from sluice.control import Controller, read_decisions
+from sluice.control.elastic import ce_policy, plasticc_policy
+from sluice.models.dynamic import ProfitModel
+from sluice.plan.elastic.forecast import TraceForecast
+from sluice.plan.physical import initial_plan
+from sluice.graph.economics import Economics
+from sluice.sim.elastic import ElasticEngine, figures, run
+from sluice.sim.executors import SimulatedExecutors
+
+RISE_AT, FALL_AT, END = 100.0, 200.0, 300.0
+
+
+def same(batch):
+    return batch
+
+
+def graph(accurate_cost=2.5e-3, cheap_cost=0.8e-3):
+    p = sluice.Pipeline("grid_like")
+    s = p.source(sources.generator(fields={"k": sources.Keys(10)}, rate=100), name="meters")
+    s.map_batches(alternates={"regression": Alt(same, value=1.0, cost=accurate_cost),
+                              "mean": Alt(same, value=0.6, cost=cheap_cost)}, name="forecast") \
+        .sink(sinks.memory("grid_like_out"), name="alerts")
+    return p.graph
+
+
+def rate(t: float) -> float:
+    return 1100.0 if RISE_AT <= t < FALL_AT else 250.0
+
+
+def simulate(policy, g, tmp_path, name):
+    engine = ElasticEngine(g, rate, overhead_s=0.5)
+    executors = engine.executors = SimulatedExecutors(lambda: engine.clock, held=1, max_executors=4, startup_s=15)
+    checkpoint = str(tmp_path / name)
+    controller = Controller(g, [policy], executors=executors, checkpoint=checkpoint)
+    batches = run(engine, controller, initial_plan(g, 1), END)
+    decisions = [d for d in read_decisions(checkpoint) if d["type"] == "decision"]
+    return engine, batches, decisions
+
+
+def first_scale_out(decisions, batches):
+    at = {m.batch_id: m.started_at + m.duration_s for m in batches}
+    outs = [at[d["batch_id"]] for d in decisions if d["action"]["kind"] == "executors" and d["action"]["value"] > 1]
+    return min(outs) if outs else None
+
+
+def options():
+    return {"price_per_hour": 1.0, "interval_s": 10.0, "startup_s": 15.0, "omega_target": 0.95, "horizon": 4}
+
+
+def test_reactive_ce_scales_out_after_the_rise_and_in_after_the_fall(tmp_path):
+    g = graph()
+    engine, batches, decisions = simulate(ce_policy(**options()), g, tmp_path, "ce")
+    out = first_scale_out(decisions, batches)
+    assert out is not None and out > RISE_AT  # reactive: it sees the rise once it is there
+    assert batches[-1].executors and len([e for e in batches[-1].executors if e["id"] != "driver"]) == 1
+    assert sum(m.rows_in for m in batches) > 0.95 * engine.arrived  # it kept up, backlog aside
+
+
+def test_plasticc_with_a_forecast_scales_out_before_the_rise(tmp_path):
+    g = graph()
+    forecast = TraceForecast(rate, mean_error=0.05, seed=1)
+    _, batches, decisions = simulate(plasticc_policy(forecast, **options()), g, tmp_path, "plasticc")
+    out = first_scale_out(decisions, batches)
+    assert out is not None and out < RISE_AT  # its look-ahead starts executors before the load arrives
+    _, ce_batches, _ = simulate(ce_policy(**options()), g, tmp_path, "ce")
+    worst = max(sum(m.backlog.values()) for m in batches if m.started_at >= RISE_AT)
+    ce_worst = max(sum(m.backlog.values()) for m in ce_batches if m.started_at >= RISE_AT)
+    assert worst < ce_worst  # so fewer rows wait when the rise comes
+
+
+def test_the_simulator_measures_economics_as_the_running_job_does():
+    g = graph()
+    g.economics = Economics(price_per_hour=3.6, break_even_best=7.2, break_even_worst=3.6)
+    engine = ElasticEngine(g, lambda t: 100.0, overhead_s=0.5)
+    engine.executors = SimulatedExecutors(lambda: engine.clock, held=2, max_executors=2)
+    batches = run(engine, None, initial_plan(g, 1), 60.0)
+    f = figures(batches, engine.arrived)
+    seconds = sum(m.duration_s for m in batches)
+    assert f["executor_seconds"] == pytest.approx(2 * seconds, abs=0.01)
+    assert f["cost"] == pytest.approx(2 * seconds / 3600 * 3.6, rel=1e-6)
+    assert f["value"] == pytest.approx(1.0)  # the regression alternate ran throughout (the highest value)
+    hours = seconds / 3600
+    model = ProfitModel(0.6, 1.0, 3.6 * hours, 7.2 * hours)
+    assert f["profit"] == pytest.approx(float(model.profit(1.0, f["cost"])), rel=1e-6)
+    assert 0.97 < f["omega"] <= 1.0  # it kept up with what arrived
+
+
+def test_configurable_by_name():
+    from sluice.control import build_policies
+
+    ce, plasticc = build_policies({"policies": [{"elastic_ce": {"price_per_hour": 2.0, "interval_s": 30}},
+                                                {"elastic_plasticc": {}}]})
+    assert (ce.name, ce.price_per_hour, ce.interval_s) == ("elastic_ce", 2.0, 30)
+    assert plasticc.name == "elastic_plasticc" and plasticc.forecaster is None
