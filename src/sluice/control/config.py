@@ -85,19 +85,28 @@ def build_policies(spec) -> list[Policy]:
 
 
 def load_policies(path: str) -> list[Policy]:
+    """Policies from a YAML file (see the module's docstring)."""
     import os
-
-    import yaml
 
     if not os.path.exists(path):
         raise ConfigError(f"no such policies file: {path}")
     with open(path) as f:
-        try:
-            data = yaml.safe_load(f)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        return parse_policies(f.read(), path)
+
+
+def parse_policies(text: str, where: str) -> list[Policy]:
+    """Policies from YAML text (``where``: the file it came from, for errors)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML: {e}") from None
     if isinstance(data, list):
         data = {"policies": data}
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with a 'policies' list")
-    return build_policies(data)
+        raise ConfigError(f"{where}: expected a mapping with a 'policies' list")
+    try:
+        return build_policies(data)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None

@@ -31,6 +31,7 @@ from sluice.control.decisions import DecisionLog
 from sluice.control.executors import ExecutorActuator, FixedExecutors
 from sluice.control.policy import Policy
 from sluice.control.qos import MET, UNKNOWN, VIOLATED, QoSManager
+from sluice.control.swap import PolicySwaps
 from sluice.control.view import ControlView, Resources
 from sluice.errors import ConfigError
 
@@ -50,9 +51,11 @@ class EscalationWarning(UserWarning):
 class Controller:
     def __init__(self, graph, policies: list[Policy], *, checkpoint: str | None = None,
                  admission: MemoryAdmission | None = None, resources: Resources | None = None,
-                 history: list | None = None, executors: ExecutorActuator | None = None):
+                 history: list | None = None, executors: ExecutorActuator | None = None,
+                 swaps: PolicySwaps | None = None):
         """``resources``: fixed resources (``executors`` actions are rejected); ``executors``:
-        an actuator that reports them after every batch and holds what the policies ask for."""
+        an actuator that reports them after every batch and holds what the policies ask for;
+        ``swaps``: where to look for new policies after every batch (``control.swap``)."""
         self.graph = graph
         self.constraints = tuple(graph.constraints)
         self.policies = list(policies)
@@ -69,6 +72,7 @@ class Controller:
         self.last_change_batch: int | None = None
         self.last_decision: dict | None = None
         self.decisions = 0
+        self.swaps = swaps
 
     # ---- the loop ------------------------------------------------------------------------------
     def __call__(self, metrics, plan):
@@ -78,6 +82,13 @@ class Controller:
         self.history.append(metrics)
         self.qos.observe(metrics)
         self._measure(metrics)
+        for swap in self.swaps.poll(metrics.batch_id) if self.swaps is not None else ():
+            if swap.policies is None:
+                self.log.append({"type": "rejected", "batch_id": metrics.batch_id, "time": round(time.time(), 3),
+                                 "policy": "control", "reason": f"new policies not loaded: {swap.error}"})
+                log.warning("batch %d: new policies not loaded: %s", metrics.batch_id, swap.error)
+            else:
+                self.replace_policies(swap.policies, metrics.batch_id, swap.source)
         view = self.view(metrics.batch_id, plan)
         proposals = []
         for policy in self.policies:
@@ -112,6 +123,25 @@ class Controller:
             if name not in escalating:  # the bound holds again, or can: say so once
                 self._end_escalation(metrics.batch_id, name)
         return new_plan
+
+    def replace_policies(self, policies: list[Policy], batch_id: int, source: str = "replace_policies") -> None:
+        """Put ``policies`` in force from now on (after batch ``batch_id``: what they propose
+        applies from the next batch), warmed up on the recent batches; logged as a decision."""
+        previous = [p.describe() for p in self.policies]
+        self.policies = list(policies)
+        for policy in self.policies:
+            policy.restore(list(self.history))
+        names = ", ".join(p.name for p in self.policies) or "none"
+        record = {"type": "decision", "id": self.log.next_id(), "batch_id": batch_id, "time": round(time.time(), 3),
+                  "policy": "control",
+                  "action": {"kind": "policies", "target": "*", "value": names,
+                             "reason": f"policies replaced from {source}", "expected": {}, "policy": "control"},
+                  "policies": [p.describe() for p in self.policies], "previous": previous}
+        self.log.append(record)
+        self.last_decision = record
+        self.last_change_batch = batch_id
+        self.decisions += 1
+        log.info("batch %d: policies replaced from %s: %s", batch_id, source, names)
 
     def view(self, batch_id: int, plan) -> ControlView:
         return ControlView(batch_id=batch_id, graph=self.graph, plan=plan, constraints=self.constraints,

@@ -56,10 +56,12 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     first (``runtime.pipeline_record``); ``reset_state`` names stateful operators whose
     state to drop.
 
-    A pipeline with latency constraints (``Pipeline.constrain``), or given ``policies``,
-    runs with a ``sluice.control.Controller`` between batches (unless ``controller`` is
-    given): ``policies`` is a list of policies, a ``{"policies": [...]}`` dict or a YAML
-    file (default: adaptive batch sizing). ``on_control`` receives the controller's state
+    A pipeline with latency constraints (``Pipeline.constrain``), alternates, or given
+    ``policies``, runs with a ``sluice.control.Controller`` between batches (unless
+    ``controller`` is given): ``policies`` is a list of policies, a ``{"policies": [...]}``
+    dict or a YAML file, watched while the job runs (default: adaptive batch sizing with
+    constraints, else none); ``sluice control CHECKPOINT --policies FILE`` replaces them
+    while it runs (``control.swap``). ``on_control`` receives the controller's state
     after each batch (each constraint's state, the last decision), before ``on_batch``.
 
     ``ship``: the pipeline's file (or directory); the modules beside it are sent to Spark's
@@ -130,7 +132,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         return out
 
     control = None
-    if controller is None and (graph.constraints or policies is not None):
+    if controller is None and (graph.constraints or policies is not None or _has_alternates(graph)):
         control = _controller(graph, checkpoint, controls, policies, spark, pool)
         controller = _reporting(control, on_control)
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
@@ -195,21 +197,33 @@ def _executor_pool(spark, executors: int | None, max_executors: int | None):
 
 
 def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark, pool=None):
-    """The control loop of a constrained job: its policies, the sources' admission files and
-    (on a standalone cluster) the executor pool as actuators, and the checkpoint's earlier
-    batches to warm the policies' models up."""
+    """The control loop of a job with constraints, policies or alternates: its policies, the
+    sources' admission files and (on a standalone cluster) the executor pool as actuators,
+    the checkpoint's earlier batches to warm the policies' models up, and where new
+    policies come from while it runs."""
     from sluice.control import Controller, Resources, build_policies
     from sluice.control.actuators import SourceAdmission
     from sluice.control.executors import FixedExecutors
+    from sluice.control.swap import PolicySwaps
     from sluice.graph.sources import SparkSource
     from sluice.runtime.executors import SparkExecutors
 
     admitting = [op.id for op in graph.sources() if not isinstance(op.params["spec"], SparkSource)]
     executors = (FixedExecutors(Resources(cores=spark.sparkContext.defaultParallelism)) if pool is None
                  else SparkExecutors(pool))
+    # a job given a policies file watches it; any job picks up `sluice control` requests
+    swaps = PolicySwaps(checkpoint, watch=policies if isinstance(policies, str) else None)
+    if policies is None and not graph.constraints:
+        policies = []  # alternates only: no policy until one is put in force
     return Controller(graph, build_policies(policies), checkpoint=checkpoint,
                       admission=SourceAdmission(controls, admitting), executors=executors,
-                      history=[m for m in metrics_log.read(checkpoint) if not m.skipped])
+                      history=[m for m in metrics_log.read(checkpoint) if not m.skipped], swaps=swaps)
+
+
+def _has_alternates(graph) -> bool:
+    from sluice.graph.alternates import alternates_of
+
+    return any(alternates_of(op) for op in graph.operators)
 
 
 def _reporting(control, on_control):
