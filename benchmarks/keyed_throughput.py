@@ -149,7 +149,7 @@ def max_rate(run: dict, warmup: int) -> float:
 def record_latencies(run: dict, warmup: int, rate: float) -> tuple[float, float]:
     """p50 and p95 over the records of the steady batches, in ms: end of their batch minus
     their arrival (row i arrives at start_us + i / rate, its offset says where a batch ends)."""
-    from sluice.graph.sources import arrival_us
+    from sluice.graph.rates import arrival_us
 
     steady = sorted(run["batches"])[warmup:]
     samples = []

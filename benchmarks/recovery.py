@@ -113,7 +113,7 @@ def commits(workdir: str, system: str) -> dict[int, float]:
 def backlog_when_planned(workdir: str, system: str, batch_id: int, rate: float, total_rows: int) -> int | None:
     """Rows that had arrived at the source but were left for later batches when Spark
     planned ``batch_id`` (from its end offset in the offset log: rows admitted, planning time)."""
-    from sluice.graph.sources import rows_arrived
+    from sluice.graph.rates import rows_arrived
 
     path = os.path.join(workdir, system, "checkpoint", "spark", "offsets", str(batch_id))
     try:

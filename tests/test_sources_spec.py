@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.errors import ConfigError, SourceError
+from sluice.graph.rates import RateSchedule
 from sluice.graph.sources import (
     GENERATOR_BLOCK_ROWS,
     TIMESTAMP,
@@ -303,3 +304,63 @@ def test_timestamps_in_text_files_with_or_without_zone(tmp_path, fmt):
                      else "t\n2024-01-01T01:00:00+01:00\n")
     got = read_data_file(str(zoned), fmt, pa.schema([("t", TIMESTAMP)]))
     assert got.column("t").cast(pa.int64()).to_pylist() == [1_704_067_200_000_000]
+
+
+# ---- rate schedules: one source whose rate steps -------------------------------------------
+
+STEPS = RateSchedule(((0, 5000), (2, 60_000), (2.5, 90_000), (3.25, 10_000)))
+
+
+def test_a_rate_schedule_puts_rows_in_its_steps():
+    start = 1_000_000
+    due = arrival_us(start, STEPS, np.arange(60_000))
+    assert (np.diff(due) >= 0).all()
+    # 10,000 rows in the first 2 s, 30,000 more in the next 0.5 s, then 90,000 rows/s
+    assert due[9_999] < start + 2_000_000 <= due[10_000]
+    assert due[39_999] < start + 2_500_000 <= due[40_000]
+    assert rows_arrived(start, STEPS, start + 3_000_000) == 40_000 + 45_000 + 1  # row 85,000 is due at 3 s
+    assert STEPS.rate_at(2.7) == 90_000 and STEPS.rate_at(99) == 10_000
+    # a one-step schedule is a constant rate
+    one = RateSchedule(((0, 333.0),))
+    rows = np.arange(10_000)
+    assert np.abs(arrival_us(start, one, rows) - arrival_us(start, 333.0, rows)).max() <= 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.01, 5.0), st.floats(1.0, 1e6)), min_size=1, max_size=5),
+       st.floats(0, 20.0))
+def test_rows_arrived_matches_arrival_times_under_a_schedule(widths_rates, seconds):
+    times = np.concatenate([[0.0], np.cumsum([w for w, _ in widths_rates])[:-1]])
+    schedule = RateSchedule(tuple(zip(times.tolist(), [r for _, r in widths_rates])))
+    start = 7_000_000
+    now = start + int(seconds * 1e6)
+    k = rows_arrived(start, schedule, now)
+    times_us = arrival_us(start, schedule, np.arange(k + 1))
+    assert (times_us[:k] <= now).all() and times_us[k] > now
+
+
+def test_a_schedule_makes_the_same_rows_whatever_the_batches():
+    spec = GeneratorSource(fields={"ts": EventTime(), "k": Keys(50)}, rate=[(0, 1000), (1, 50_000)], seed=3)
+    assert isinstance(spec.rate, RateSchedule)
+    whole = pa.Table.from_batches(spec.generate(0, 40_000, 0))
+    parts = pa.Table.from_batches(spec.generate(0, 12_345, 0) + spec.generate(12_345, 40_000, 0))
+    assert whole.equals(parts)
+    # event time is arrival time: the schedule's, not the first step's spacing
+    ts = whole.column("ts").cast(pa.int64()).to_numpy()
+    assert np.array_equal(ts, arrival_us(0, spec.rate, np.arange(40_000)))
+
+
+@pytest.mark.parametrize("rate, words", [
+    ([], ["no steps"]),
+    ([(1, 100)], ["second 0"]),
+    ([(0, 100), (0, 200)], ["increase"]),
+    ([(0, 100), (1, 0)], ["step 1", "> 0"]),
+    ([(0, "fast")], ["step 0", "rate", "finite number"]),
+    ("fast", ["rate must be"]),
+    ([3, 4], ["(seconds, rows/s) pairs"]),
+])
+def test_a_bad_rate_schedule_says_what_is_wrong(rate, words):
+    with pytest.raises(SourceError) as e:
+        GeneratorSource(fields={"k": Keys(3)}, rate=rate)
+    for word in words:
+        assert word in str(e.value)

@@ -22,6 +22,7 @@ from sluice.graph.sources import (
     SparkSource,
     arrival_us,
 )
+from sluice.graph.rates import RateSchedule
 from sluice.runtime.sources import (
     backlog_from_progress,
     is_exhausted,
@@ -187,12 +188,15 @@ def test_replay_source_replays_a_file_at_its_rate(spark, tmp_path):
     assert len([s for s in out.sizes() if s]) >= 2  # paced over batches, not all at once
 
 
-def test_restart_continues_with_the_same_clock(spark, tmp_path):
+@pytest.mark.parametrize("rate", [10_000, RateSchedule(((0, 3000), (0.4, 20_000), (0.5, 5000)))],
+                         ids=["constant", "schedule"])
+def test_restart_continues_with_the_same_clock(spark, tmp_path, rate):
     """No start_time: the first start is recorded in the offsets, so the rows a restarted
-    query produces line up with those before the stop."""
+    query produces line up with those before the stop, whether the rate is constant or
+    steps by a schedule (row i's arrival, and event time, follow the steps)."""
     ctl, ck = str(tmp_path / "ctl"), str(tmp_path / "ck")
     spec = GeneratorSource(fields={"seq": Sequence(), "ts": EventTime(), "k": Keys(10)},
-                           rate=10_000, total_rows=4000, max_rows_per_batch=1000)
+                           rate=rate, total_rows=4000, max_rows_per_batch=1000)
     first = Collector()
     q = start(open_stream(spark, spec, ctl, "clock"), first, ck)
     try:
@@ -219,6 +223,8 @@ def test_restart_continues_with_the_same_clock(spark, tmp_path):
     start_us = int(ts[0])
     expected = pa.Table.from_batches(spec.generate(0, 4000, start_us))
     assert got.select(["seq", "ts", "k"]).cast(expected.schema).equals(expected)
+    ingest = got.column(INGEST_TS).cast(pa.int64()).to_numpy()
+    assert np.array_equal(ingest, arrival_us(start_us, rate, np.arange(4000)))
 
 
 def test_spark_source_wraps_any_streaming_dataframe(spark, tmp_path):

@@ -21,6 +21,12 @@ taking everything at once. When the bound is infeasible at the offered rate (b*l
 or k*D_ss > bound) the policy keeps admission ahead of the input (a cap of 1.3 * lambda *
 cycle, so the backlog never grows for good) and escalates: the constraint, the bottleneck
 operator, and the highest rate at which the bound can hold, R* = (1 - k*(a+g)/bound) / b.
+Before it escalates it tries scaling (issue 15: "scaling is the countermeasure the latency
+controller tries before it escalates"): when DS2's one-step scaling (``OneStepScaling``)
+finds a keyed stage that needs more partitions than it has, the policy proposes that
+instead, waits for the change to be applied and measured (the model of batch time is
+refitted under the new Plan), and escalates only if the bound still cannot hold and no
+stage can be given more.
 
 ``ModelBatchSizing`` fits a and b online (least squares over recent batches; the slope is
 kept once the sizes stop varying, and the fixed cost re-fitted; a batch far off the model,
@@ -38,16 +44,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, Action
+from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, PARTITIONS, THREADS, Action
 from sluice.control.policy import Policy
+from sluice.control.scaling import OneStepScaling
 from sluice.control.view import ControlView
 
 MIN_ROWS = 100
 """No batch is capped below this (a fixed cost paid for a handful of rows helps nobody)."""
+
+COUNTERMEASURE_PATIENCE = 10
+"""Batches a proposed scale-out may wait to be applied (the arbiter may hold it behind another
+structural change) before the policy asks again or escalates."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +191,8 @@ class ModelBatchSizing(Policy):
     name = "batch_sizing"
 
     def __init__(self, safety: float = 0.8, fit_batches: int = 40, dead_band: float = 0.1,
-                 r: float = 0.98, s: float = 1.1, max_rows: int = 2_000_000, model_tolerance: float = 0.4):
+                 r: float = 0.98, s: float = 1.1, max_rows: int = 2_000_000, model_tolerance: float = 0.4,
+                 scaling: bool | Policy | None = True):
         self.safety = safety  # aim at this share of the bound (noise, the next batch's variance)
         self.fit_batches = fit_batches
         self.dead_band = dead_band
@@ -194,11 +206,16 @@ class ModelBatchSizing(Policy):
         self.last_shrink: tuple[int, float] | None = None  # (rows, seconds) before the last Eq. 2 shrink
         self.futile_below: int | None = None  # shrinking below this many rows did not help
         self.warm = False  # the first batch a run sees pays one-time costs (JVM, code generation)
+        # the countermeasure tried before escalating (True: DS2's one-step scaling)
+        self.scaling: Policy | None = OneStepScaling() if scaling is True else (scaling or None)
+        self.countering: tuple[int, int] | None = None  # (batch, plan version) when a scale-out was proposed
+        self.plan_version: int | None = None  # the Plan the model was fitted under
 
     def describe(self) -> dict:
         return {"policy": self.name, "safety": self.safety, "fit_batches": self.fit_batches,
                 "dead_band": self.dead_band, "r": self.r, "s": self.s, "max_rows": self.max_rows,
-                "model_tolerance": self.model_tolerance}
+                "model_tolerance": self.model_tolerance,
+                "scaling": None if self.scaling is None else self.scaling.describe()}
 
     def restore(self, history: list) -> None:
         batches = [m for m in history if m.rows_in > 0 and not m.skipped][-self.fit_batches:]
@@ -221,6 +238,39 @@ class ModelBatchSizing(Policy):
             self.since = latest.batch_id - 1  # the surprising batch is the first of the new regime
             self.fit = self.slope = None
 
+    def _check_plan(self, latest) -> None:
+        """A new Plan (more partitions, other chains) changes the cost of a batch: the model
+        is refitted on the batches run under it."""
+        version = getattr(latest, "plan_version", 0)
+        if self.plan_version is not None and version != self.plan_version:
+            self.since = max(self.since, latest.batch_id - 1)
+            self.fit = self.slope = None
+        self.plan_version = version
+
+    def _countermeasure(self, view: ControlView, tight: Target) -> Action | None:
+        """Before escalating: a change that gives the job more capacity (a keyed stage's
+        partitions, an operator's threads), from the scaling policy. While one proposed is
+        not yet applied, or applied but not yet measured, the policy waits (no escalation):
+        ``self.countering`` is set then, and None is returned."""
+        if self.scaling is None:
+            return None
+        if self.countering is not None:
+            proposed_at, version = self.countering
+            applied = view.plan.version != version
+            measured = sum(1 for m in view.batches() if getattr(m, "plan_version", 0) == view.plan.version)
+            if (not applied and view.batch_id - proposed_at <= COUNTERMEASURE_PATIENCE) or (applied and measured < 3):
+                return None
+            self.countering = None
+        for action in self.scaling.propose(view):
+            more = (action.kind == PARTITIONS and action.target in view.plan.keyed
+                    and action.value > view.plan.keyed[action.target].partitions) or \
+                   (action.kind == THREADS and action.value > view.plan.threads.get(action.target, 1))
+            if more:
+                self.countering = (view.batch_id, view.plan.version)
+                return replace(action, reason=f"{tight.constraint}: batch sizing cannot keep the bound at the "
+                                              f"offered rate; scaling before escalating: {action.reason}")
+        return None
+
     def propose(self, view: ControlView) -> list[Action]:
         if not view.constraints or view.latest is None:
             return []
@@ -228,6 +278,7 @@ class ModelBatchSizing(Policy):
             self.warm = True
             self.since = max(self.since, view.latest.batch_id)
             return []
+        self._check_plan(view.latest)
         self._check_model(view.latest)
         self._refit(view.batches(self.fit_batches))
         rate = view.offered_rate()
@@ -259,7 +310,13 @@ class ModelBatchSizing(Policy):
         expected_ms = fit.seconds(min(expected_rows, cap)) * 1000
         self.escalated = not feasible
         if not feasible:
-            actions.append(self._escalation(view, tight, fit, gap, rate))
+            counter = self._countermeasure(view, tight)
+            if counter is not None:
+                actions.append(counter)
+            elif self.countering is None:
+                actions.append(self._escalation(view, tight, fit, gap, rate))
+        else:
+            self.countering = None
         current = view.admission_total
         if current is None or abs(cap - current) > self.dead_band * current:
             mode = "pull" if pull else f"input {rate:,.0f} rows/s"

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.errors import SourceError
+from sluice.graph.rates import Rate, RateSchedule, arrival_us, as_rate, rows_arrived  # noqa: F401 (re-exported)
 
 INGEST_TS = "__ingest_ts"
 """Hidden column: when the record became available at the source (timestamp, microseconds)."""
@@ -57,10 +58,19 @@ FILE_FORMATS = ("json", "csv", "parquet")
 
 @dataclass(frozen=True)
 class RowClock:
-    """Nominal time of rows: row i is due at ``start_us + i * interval_us`` (microseconds)."""
+    """Nominal time of rows: row i is due at ``start_us + i * interval_us`` (microseconds),
+    or at its time in ``schedule`` when the source's rate steps."""
 
     start_us: int
     interval_us: float
+    schedule: RateSchedule | None = None
+
+    def due_us(self, rows: np.ndarray, interval_us: float | None = None) -> np.ndarray:
+        """When rows ``rows`` are due; ``interval_us`` overrides the clock's own spacing."""
+        if interval_us is None and self.schedule is not None:
+            return arrival_us(self.start_us, self.schedule, rows)
+        step = self.interval_us if interval_us is None else interval_us
+        return self.start_us + np.floor(rows * step).astype(np.int64)
 
 
 class FieldGenerator:
@@ -276,8 +286,7 @@ class EventTime(FieldGenerator):
                 raise SourceError(f"{where}: EventTime step must be > 0, got {self.step}")
 
     def generate(self, rng: np.random.Generator, rows: np.ndarray, clock: RowClock) -> pa.Array:
-        interval_us = clock.interval_us if self.step is None else self.step * 1e6
-        due = clock.start_us + np.floor(rows * interval_us).astype(np.int64)
+        due = clock.due_us(rows, None if self.step is None else self.step * 1e6)
         late = np.floor(rng.random(len(rows)) * (self.jitter * 1e6)).astype(np.int64)
         return pa.array(due - late, type=TIMESTAMP)
 
@@ -435,33 +444,13 @@ def _check_column_names(where: str, names: SequenceOf[str]) -> None:
             )
 
 
-def arrival_us(start_us: int, rate: float, rows: np.ndarray) -> np.ndarray:
-    """When rows become available at a source emitting ``rate`` rows/s from ``start_us``:
-    row i at ``start_us + floor(i * 1e6 / rate)`` microseconds."""
-    return start_us + np.floor(rows * (1e6 / rate)).astype(np.int64)
-
-
-def rows_arrived(start_us: int, rate: float, now_us: int) -> int:
-    """How many rows (0, 1, ..) of a ``rate`` rows/s source have arrived by ``now_us``."""
-    if now_us < start_us:
-        return 0
-    k = math.floor((now_us - start_us) * rate / 1e6) + 1
-    # Nudge by a row where float rounding disagrees with arrival_us, which is the truth.
-    def due(i: int) -> int:
-        return int(arrival_us(start_us, rate, np.array([i]))[0])
-
-    while due(k) <= now_us:
-        k += 1
-    while k > 0 and due(k - 1) > now_us:
-        k -= 1
-    return k
-
-
 @dataclass(frozen=True, kw_only=True)
 class GeneratorSource(SourceSpec):
     """Synthetic rows: ``fields`` maps column names to FieldGenerators.
 
-    ``rate`` rows/s (None: as fast as admission control lets in); ``seed`` fixes the
+    ``rate`` rows/s, or a schedule of steps ``[(seconds after the start, rows/s), ...]``
+    (a ``RateSchedule``: one source whose rate steps up and down, replayable like a constant
+    rate), or None: as fast as admission control lets in; ``seed`` fixes the
     values; ``total_rows`` ends the source after that many rows (None: endless);
     ``start_time`` (epoch seconds) fixes the clock of row 0, else it is the query's first
     start, recorded in Spark's offsets so a restart replays identical rows.
@@ -471,7 +460,7 @@ class GeneratorSource(SourceSpec):
     """
 
     fields: Mapping[str, FieldGenerator]
-    rate: float | None = None
+    rate: Rate | None = None
     seed: int = 0
     total_rows: int | None = None
     start_time: float | None = None
@@ -490,7 +479,7 @@ class GeneratorSource(SourceSpec):
                     "(Keys, Sequence, Uniform, Normal, Choice, EventTime, Text)"
                 )
             gen.validate(f"{where} field {name!r}")
-        _check_optional_positive(where, "rate", self.rate, integer=False)
+        object.__setattr__(self, "rate", as_rate(where, self.rate))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise SourceError(f"{where}: seed must be an integer >= 0, got {self.seed!r}")
         if self.total_rows is not None and (
@@ -527,6 +516,8 @@ class GeneratorSource(SourceSpec):
         return self.total_rows is not None
 
     def clock(self, start_us: int) -> RowClock:
+        if isinstance(self.rate, RateSchedule):
+            return RowClock(int(start_us), 1e6 / self.rate.steps[0][1], self.rate)
         interval = 1e6 / self.rate if self.rate else DEFAULT_EVENT_STEP * 1e6
         return RowClock(start_us=int(start_us), interval_us=interval)
 
@@ -661,16 +652,17 @@ class DirectorySource(SourceSpec):
 @dataclass(frozen=True, kw_only=True)
 class ReplaySource(SourceSpec):
     """A recorded file (or a small directory of files, in name order) replayed at ``rate``
-    rows/s: row i becomes available at start + i/rate. ``rate=None`` replays as fast as
-    admitted. ``start_time`` as for GeneratorSource. The source ends after the last row."""
+    rows/s: row i becomes available at start + i/rate (or by a schedule of steps, as for
+    GeneratorSource). ``rate=None`` replays as fast as admitted. ``start_time`` as for
+    GeneratorSource. The source ends after the last row."""
 
     path: str
     format: str = "json"
-    rate: float | None = None
+    rate: Rate | None = None
     schema_: pa.Schema | None = field(default=None, repr=False)
     start_time: float | None = None
 
-    def __init__(self, path: str, format: str = "json", rate: float | None = None,
+    def __init__(self, path: str, format: str = "json", rate: Rate | None = None,
                  schema: pa.Schema | None = None, *, start_time: float | None = None,
                  event_time: str | None = None, watermark_delay: float = 0.0,
                  max_rows_per_batch: int | None = None):
@@ -685,7 +677,7 @@ class ReplaySource(SourceSpec):
         where = f"ReplaySource({path!r})"
         if not isinstance(self.path, str) or not os.path.exists(self.path):
             raise SourceError(f"{where}: no such file or directory")
-        _check_optional_positive(where, "rate", rate, integer=False)
+        set_("rate", as_rate(where, rate))
         if start_time is not None:
             _check_number(where, "start_time", start_time)
         files = self.files()

@@ -7,6 +7,11 @@ latency is the batch's commit time minus the row's arrival. Rows arrive at a pie
 constant rate (``rate_steps``: (from second, rows/s) pairs), or, with ``pull=True``, are all
 there and stamped on admission (a replayed file).
 
+A keyed stage may be added (``keyed``: its id, ``keyed_b``: its seconds of work a row): its
+work is spread over the partitions the Plan gives it, at most ``cores`` at once, so the
+batch takes ``a + b * rows + keyed_b * rows / min(partitions, cores)``. That is what scaling
+the stage out changes (the latency controller's countermeasure before it escalates).
+
 Each batch yields a ``SimBatch`` with the fields of ``runtime.metrics.BatchMetrics`` the
 controller reads, so ``sluice.control.Controller`` runs on it unchanged.
 """
@@ -17,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from sluice.graph.rates import RateSchedule
 
 PULL_BATCH_ROWS = 100_000  # what an uncapped pull source admits (runtime DEFAULT_MAX_ROWS_PER_BATCH)
 
@@ -36,34 +43,14 @@ class SimBatch:
     skipped: bool = False
 
 
-class RateTrace:
-    """Rows arriving at a piecewise constant rate: ``steps`` = [(from second, rows/s), ...]."""
-
-    def __init__(self, steps: list[tuple[float, float]]):
-        self.starts = np.array([s for s, _ in steps], dtype=float)
-        self.rates = np.array([r for _, r in steps], dtype=float)
-        widths = np.diff(self.starts)
-        self.cum = np.concatenate([[0.0], np.cumsum(widths * self.rates[:-1])])  # rows by each step's start
-
-    def rate_at(self, t: float) -> float:
-        return float(self.rates[max(np.searchsorted(self.starts, t, side="right") - 1, 0)])
-
-    def arrived(self, t: float) -> float:
-        i = max(int(np.searchsorted(self.starts, t, side="right")) - 1, 0)
-        return float(self.cum[i] + (t - self.starts[i]) * self.rates[i])
-
-    def arrival_time(self, rows: np.ndarray) -> np.ndarray:
-        """When row number ``rows`` (0-based) arrived."""
-        i = np.clip(np.searchsorted(self.cum, rows, side="right") - 1, 0, len(self.cum) - 1)
-        return self.starts[i] + (rows - self.cum[i]) / self.rates[i]
-
-
 class MicroBatchEngine:
     def __init__(self, a: float, b: float, *, rate_steps: list[tuple[float, float]] | None = None,
                  pull: bool = False, noise: float = 0.0, gap: float = 0.01, seed: int = 0,
-                 source: str = "source_1", constraint: str = "latency_1", operator: str = "work"):
+                 source: str = "source_1", constraint: str = "latency_1", operator: str = "work",
+                 keyed: str | None = None, keyed_b: float = 0.0, cores: int = 2):
         self.a, self.b, self.noise, self.gap = a, b, noise, gap
-        self.trace = RateTrace(rate_steps or [(0.0, 1000.0)])
+        self.keyed, self.keyed_b, self.cores = keyed, keyed_b, cores
+        self.trace = RateSchedule(tuple(rate_steps or [(0.0, 1000.0)]))  # as a GeneratorSource's rate
         self.pull = pull
         self.rng = np.random.default_rng(seed)
         self.source, self.constraint, self.operator = source, constraint, operator
@@ -71,27 +58,33 @@ class MicroBatchEngine:
         self.admitted = 0
         self.batch_id = 0
 
-    def step(self, cap: int | None) -> SimBatch:
-        """Plan and run one batch admitting at most ``cap`` rows (None: no cap)."""
+    def step(self, cap: int | None, plan=None) -> SimBatch:
+        """Plan and run one batch admitting at most ``cap`` rows (None: no cap) under ``plan``
+        (its keyed stage's partitions, if the engine has one)."""
         if not self.pull:  # Spark plans no batch before a row has arrived
-            self.now = max(self.now, float(self.trace.arrival_time(np.array([float(self.admitted + 1)]))[0]))
+            self.now = max(self.now, float(self.trace.arrival_s(np.array([float(self.admitted + 1)]))[0]))
         start = self.now
         if self.pull:
             n = PULL_BATCH_ROWS if cap is None else cap
             arrivals = np.full(n, start)
             backlog = None
         else:
-            waiting = math.floor(self.trace.arrived(start)) - self.admitted
+            waiting = math.floor(self.trace.rows_by(start)) - self.admitted
             n = waiting if cap is None else min(waiting, cap)
-            arrivals = self.trace.arrival_time(np.arange(self.admitted, self.admitted + n, dtype=float))
+            arrivals = self.trace.arrival_s(np.arange(self.admitted, self.admitted + n, dtype=float))
             backlog = waiting - n
         self.admitted += n
         factor = math.exp(self.rng.normal(0.0, self.noise)) if self.noise else 1.0
-        duration = (self.a + self.b * n) * factor
+        partitions = plan.keyed[self.keyed].partitions if self.keyed and plan is not None else 1
+        keyed_s = self.keyed_b * n  # the stage's work, summed over its tasks
+        duration = (self.a + self.b * n + keyed_s / min(partitions, self.cores)) * factor
         commit = start + duration
-        batch = SimBatch(self.batch_id, start, duration, n, rows_by_source={self.source: n},
-                         backlog={self.source: backlog},
-                         operators={self.operator: {"time_s": duration, "time_s_max": duration}})
+        operators = {self.operator: {"time_s": duration, "time_s_max": duration, "rows_in": n}}
+        if self.keyed:
+            operators[self.keyed] = {"time_s": keyed_s * factor, "time_s_max": keyed_s * factor / partitions,
+                                     "input_wait_s": 0.0, "rows_in": n}
+        batch = SimBatch(self.batch_id, start, duration, n, plan_version=0 if plan is None else plan.version,
+                         rows_by_source={self.source: n}, backlog={self.source: backlog}, operators=operators)
         if n:
             latency_ms = (commit - arrivals) * 1000
             mean = float(latency_ms.mean())
@@ -111,7 +104,7 @@ def run_controlled(engine: MicroBatchEngine, controller, plan, batches: int) -> 
     for _ in range(batches):
         limits = controller.admission.current()
         cap = None if any(v is None for v in limits.values()) else sum(limits.values())
-        batch = engine.step(cap)
+        batch = engine.step(cap, plan)
         out.append(batch)
         plan = controller(batch, plan) or plan
     return out

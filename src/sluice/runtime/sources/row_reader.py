@@ -12,7 +12,8 @@ source's clock, e.g. ``{"source": "meters", "rows": 40000, "start_us": ..., "at_
 - ``end``: present (True) only on a finite source's end-of-input punctuation, the offset
   planned once every row has been admitted (``end_of_input``).
 
-With a rate, row i arrives at ``start_us + i / rate``, and a batch admits only rows that
+With a rate, row i arrives at ``start_us + i / rate`` (or at its time in the rate's
+schedule of steps: ``sluice.graph.rates``), and a batch admits only rows that
 have arrived. The hidden ``__ingest_ts`` column is that arrival time, so measured latency
 includes the wait at the source (Nephele's output-buffer latency).
 
@@ -33,7 +34,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from sluice.graph.sources import GENERATOR_BLOCK_ROWS, TIMESTAMP, arrival_us, rows_arrived
+from sluice.graph.rates import Rate, arrival_us, rate_to_json, rows_arrived
+from sluice.graph.sources import GENERATOR_BLOCK_ROWS, TIMESTAMP
 from sluice.runtime.sources.admission import (
     DEFAULT_MAX_ROWS_PER_BATCH,
     admission_cap,
@@ -96,7 +98,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.control_dir = control_dir
         self.parallelism = max(1, parallelism)
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        self.rate: float | None = spec.rate
+        self.rate: Rate | None = spec.rate
         self._initial: dict | None = None
         self._available_now = False
         self._target: int | None = None
@@ -191,7 +193,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             "max_rows": cap,
             "total_rows": total,
             "start_us": start["start_us"],
-            "rate": self.rate,
+            "rate": rate_to_json(self.rate),
             "exhausted": total is not None and end >= total,
             "time": now / 1e6,
         }, planned_batch=end > first)
