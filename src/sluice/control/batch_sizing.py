@@ -247,7 +247,15 @@ class ModelBatchSizing(Policy):
             self.fit = self.slope = None
         self.plan_version = version
 
-    def _countermeasure(self, view: ControlView, tight: Target) -> Action | None:
+    def _escalate_or_counter(self, view: ControlView, escalation: Action) -> list[Action]:
+        """What the policy says when the bound cannot hold: a countermeasure if there is one
+        (or nothing while one is being applied and measured), else the escalation."""
+        counter = self._countermeasure(view, escalation.target)
+        if counter is not None:
+            return [counter]
+        return [] if self.countering is not None else [escalation]
+
+    def _countermeasure(self, view: ControlView, constraint: str) -> Action | None:
         """Before escalating: a change that gives the job more capacity (a keyed stage's
         partitions, an operator's threads), from the scaling policy. While one proposed is
         not yet applied, or applied but not yet measured, the policy waits (no escalation):
@@ -267,7 +275,7 @@ class ModelBatchSizing(Policy):
                    (action.kind == THREADS and action.value > view.plan.threads.get(action.target, 1))
             if more:
                 self.countering = (view.batch_id, view.plan.version)
-                return replace(action, reason=f"{tight.constraint}: batch sizing cannot keep the bound at the "
+                return replace(action, reason=f"{constraint}: batch sizing cannot keep the bound at the "
                                               f"offered rate; scaling before escalating: {action.reason}")
         return None
 
@@ -310,11 +318,7 @@ class ModelBatchSizing(Policy):
         expected_ms = fit.seconds(min(expected_rows, cap)) * 1000
         self.escalated = not feasible
         if not feasible:
-            counter = self._countermeasure(view, tight)
-            if counter is not None:
-                actions.append(counter)
-            elif self.countering is None:
-                actions.append(self._escalation(view, tight, fit, gap, rate))
+            actions.extend(self._escalate_or_counter(view, self._escalation(view, tight, fit, gap, rate)))
         else:
             self.countering = None
         current = view.admission_total
@@ -380,16 +384,17 @@ class ModelBatchSizing(Policy):
                           f"the bound")
                 details = {"bottleneck": _bottleneck(view, name) if name else None, "max_rate": 0.0,
                            "offered_rate": view.offered_rate(), "fixed_cost_ms": round(latest.duration_s * 1000, 1)}
-                return [Action(ESCALATE, name, details, reason),
+                return [*self._escalate_or_counter(view, Action(ESCALATE, name, details, reason)),
                         Action(ADMISSION, ALL_SOURCES, int(shrunk[0]), "back to the larger batch: smaller ones "
                                "cost throughput and gain no latency", {"rows": int(shrunk[0])})]
         if pressure > 1.0:
             if self.futile_below is not None and current <= self.futile_below:
                 name = name or view.constraints[0].name
-                return [Action(ESCALATE, name, {"bottleneck": _bottleneck(view, name), "max_rate": 0.0,
-                                                "offered_rate": view.offered_rate(),
-                                                "fixed_cost_ms": round(latest.duration_s * 1000, 1)},
-                               f"{name}: smaller batches do not shorten a batch; its fixed cost is over the bound")]
+                return self._escalate_or_counter(view, Action(
+                    ESCALATE, name, {"bottleneck": _bottleneck(view, name), "max_rate": 0.0,
+                                     "offered_rate": view.offered_rate(),
+                                     "fixed_cost_ms": round(latest.duration_s * 1000, 1)},
+                    f"{name}: smaller batches do not shorten a batch; its fixed cost is over the bound"))
             excess_pct = 100 * (pressure - 1.0)
             # at least the dead band: a shrink smaller than it would be dropped below, and the
             # batch would sit at the bound with no second size for the model to fit
