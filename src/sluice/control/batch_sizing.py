@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, PARTITIONS, THREADS, Action
+from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, EXECUTORS, PARTITIONS, THREADS, Action
 from sluice.control.policy import Policy
 from sluice.control.scaling import OneStepScaling
 from sluice.control.view import ControlView
@@ -251,33 +251,35 @@ class ModelBatchSizing(Policy):
         """What the policy says when the bound cannot hold: a countermeasure if there is one
         (or nothing while one is being applied and measured), else the escalation."""
         counter = self._countermeasure(view, escalation.target)
-        if counter is not None:
-            return [counter]
+        if counter:
+            return counter
         return [] if self.countering is not None else [escalation]
 
-    def _countermeasure(self, view: ControlView, constraint: str) -> Action | None:
+    def _countermeasure(self, view: ControlView, constraint: str) -> list[Action]:
         """Before escalating: a change that gives the job more capacity (a keyed stage's
-        partitions, an operator's threads), from the scaling policy. While one proposed is
-        not yet applied, or applied but not yet measured, the policy waits (no escalation):
-        ``self.countering`` is set then, and None is returned."""
+        partitions, an operator's threads, with the executors they need on an elastic
+        cluster), from the scaling policy. While one proposed is not yet applied, or applied
+        but not yet measured, the policy waits (no escalation): ``self.countering`` is set
+        then, and nothing is returned."""
         if self.scaling is None:
-            return None
+            return []
         if self.countering is not None:
             proposed_at, version = self.countering
             applied = view.plan.version != version
             measured = sum(1 for m in view.batches() if getattr(m, "plan_version", 0) == view.plan.version)
             if (not applied and view.batch_id - proposed_at <= COUNTERMEASURE_PATIENCE) or (applied and measured < 3):
-                return None
+                return []
             self.countering = None
-        for action in self.scaling.propose(view):
-            more = (action.kind == PARTITIONS and action.target in view.plan.keyed
-                    and action.value > view.plan.keyed[action.target].partitions) or \
-                   (action.kind == THREADS and action.value > view.plan.threads.get(action.target, 1))
-            if more:
-                self.countering = (view.batch_id, view.plan.version)
-                return replace(action, reason=f"{constraint}: batch sizing cannot keep the bound at the "
-                                              f"offered rate; scaling before escalating: {action.reason}")
-        return None
+        proposals = self.scaling.propose(view)
+        more = [a for a in proposals
+                if (a.kind == PARTITIONS and a.target in view.plan.keyed
+                    and a.value > view.plan.keyed[a.target].partitions)
+                or (a.kind == THREADS and a.value > view.plan.threads.get(a.target, 1))]
+        if not more:
+            return []
+        self.countering = (view.batch_id, view.plan.version)
+        prefix = f"{constraint}: batch sizing cannot keep the bound at the offered rate; scaling before escalating: "
+        return [replace(more[0], reason=prefix + more[0].reason)] + [a for a in proposals if a.kind == EXECUTORS]
 
     def propose(self, view: ControlView) -> list[Action]:
         if not view.constraints or view.latest is None:
