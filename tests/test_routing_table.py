@@ -42,3 +42,31 @@ def test_spark_routes_every_row_by_the_table(spark, partitions):
         .selectExpr("k", f"{columns[KEY_GROUP]} AS kg", f"{columns[PARTITION]} AS p").collect()
     assert len({r.kg for r in rows}) == 128
     assert all(r.p == routing[r.kg] for r in rows)
+
+
+@pytest.mark.spark
+def test_route_exchanges_by_the_table_and_ships_only_the_columns_asked_for(spark):
+    """After the exchange every row is in the partition of its key group, and the columns the
+    keyed stage does not read never crossed it (nor the partition: an expression only)."""
+    from sluice.runtime.schemas import INGEST
+    from sluice.runtime.stages import route
+
+    routing = tuple(random.Random(3).randrange(3) for _ in range(128))
+    frame = spark.range(3_000).selectExpr("concat('key-', CAST(id % 500 AS STRING)) AS k", "id * 2.0 AS v",
+                                          "'unused' AS note", f"current_timestamp() AS {INGEST}")
+    routed = route(frame, ["k"], KeyedStagePlan(3, routing), 128, ["k", "v"])
+    assert routed.columns == ["k", "v", INGEST, KEY_GROUP]
+    rows = routed.selectExpr("spark_partition_id() AS p", KEY_GROUP).collect()
+    assert len(rows) == 3_000 and all(r.p == routing[r[KEY_GROUP]] for r in rows)
+
+
+def test_an_aggregate_reads_only_its_keys_and_aggregated_columns():
+    import pyarrow as pa
+
+    from sluice import agg
+    from sluice.runtime.kernels.aggregate import AggregateKernel
+
+    schema = pa.schema([("kwh", pa.float64()), ("meter", pa.string()), ("wh", pa.float64()), ("site", pa.string())])
+    kernel = AggregateKernel(["meter"], {"n": agg.count(), "total": agg.sum("wh"), "top": agg.max("wh")})
+    assert kernel.input_columns(schema) == ["meter", "wh"]
+    assert AggregateKernel(["site", "meter"], {"n": agg.count("kwh")}).input_columns(schema) == ["kwh", "meter", "site"]

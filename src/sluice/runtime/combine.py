@@ -61,7 +61,9 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
         raise ValueError(f"operator {op.name!r}: source statistics can only be observed on Spark's combine")
     if isinstance(kernel, CombiningKernel):
         df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
-    return route(df, kernel.key_columns, stage, max_parallelism), in_schema, None
+        return route(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema, None
+    read = kernel.input_columns(in_schema)  # only these cross the exchange
+    return route(df, kernel.key_columns, stage, max_parallelism, read), pa.schema([in_schema.field(c) for c in read]), None
 
 
 def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str,

@@ -100,13 +100,17 @@ def routing_columns(keys: list[str], stage: KeyedStagePlan, max_parallelism: int
     """
     columns = ", ".join(quote(k) for k in keys)
     kg = f"CAST(pmod(xxhash64({columns}), {int(max_parallelism)}) AS INT)"
+    return {KEY_GROUP: kg, PARTITION: partition_sql(kg, stage)}
+
+
+def partition_sql(kg: str, stage: KeyedStagePlan) -> str:
+    """SQL of the partition the routing table gives the key group ``kg`` (an SQL expression)."""
     words, bits = packed_routing(stage.routing, stage.partitions)
     per_word = 64 // bits
     table = "array(" + ", ".join(f"{w}L" for w in words) + ")"
     lookup = (f"CAST(shiftright(element_at({table}, CAST({kg} div {per_word} AS INT) + 1), "
               f"({kg} % {per_word}) * {bits}) & {(1 << bits) - 1} AS INT)")
-    partition = f"IF(spark_partition_id() >= 0, {lookup}, 0)"
-    return {KEY_GROUP: kg, PARTITION: partition}
+    return f"IF(spark_partition_id() >= 0, {lookup}, 0)"
 
 
 def packed_routing(routing: list[int], partitions: int) -> tuple[list[int], int]:
@@ -127,13 +131,21 @@ def packed_routing(routing: list[int], partitions: int) -> tuple[list[int], int]
     return words, bits
 
 
-def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int):
-    """Add the key group and the partition it is routed to, then exchange by partition."""
+def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str]):
+    """Keep ``columns`` and the ingest time, add the key group, and exchange
+    by the partition the routing table gives it.
+
+    One projection in SQL text (each transformation costs Spark an analysis on the driver,
+    every batch). The partition is an expression of the exchange, not a column: it is
+    computed from the key group column (one hash a row) and never shipped. Columns the
+    kernel does not read are dropped before the exchange, not after it: every byte of a row
+    is written to the shuffle, read back, and turned into Arrow for the keyed stage."""
     from pyspark.sql import functions as F
 
-    columns = routing_columns(keys, stage, max_parallelism)
-    routed = df.withColumns({name: F.expr(sql) for name, sql in columns.items()})
-    return routed.repartitionById(stage.partitions, PARTITION)
+    kept = [quote(c) for c in columns if c not in (INGEST, KEY_GROUP)]
+    kg = routing_columns(keys, stage, max_parallelism)[KEY_GROUP]
+    routed = df.selectExpr(*kept, INGEST, f"{kg} AS {KEY_GROUP}")
+    return routed.repartitionById(stage.partitions, F.expr(partition_sql(KEY_GROUP, stage)))
 
 
 def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,

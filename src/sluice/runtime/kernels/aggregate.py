@@ -54,6 +54,11 @@ class AggregateKernel(KeyedKernel):
             fields += _state_fields(name, agg, input_schema)
         return pa.schema(fields)
 
+    def input_columns(self, input_schema: pa.Schema) -> list[str]:
+        """The keys and the aggregated columns, in the input's order."""
+        read = set(self.key_columns) | {agg.column for agg in self.aggregates.values() if agg.column}
+        return [name for name in input_schema.names if name in read]
+
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         from sluice.graph.jobgraph import _aggregate_schema  # one rule for output types
 

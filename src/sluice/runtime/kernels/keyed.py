@@ -79,6 +79,11 @@ class KeyedKernel(ABC):
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         """Schema of the rows the kernel emits."""
 
+    def input_columns(self, input_schema: pa.Schema) -> list[str]:
+        """The columns of ``input_schema`` the kernel reads (the key columns among them):
+        the runtime drops the others before the exchange. Default: all of them."""
+        return list(input_schema.names)
+
     @abstractmethod
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         """Apply one batch's rows (possibly none) to the committed state of their key groups.
