@@ -15,10 +15,36 @@ def register(subparsers) -> None:
     p.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     p.add_argument("--keep", action="store_true", help="resume from the previous demo's checkpoint")
     p.add_argument("--no-spark-ui", action="store_true", help="don't serve Spark's UI (default: on, address printed)")
+    p.add_argument("--grid", action="store_true",
+                   help="the smart-grid demand-response demo: alternate forecasters switched as the rate rises and "
+                        "falls; prints and plots value, cost and profit (docs/dynamic.md)")
+    p.add_argument("--peak", type=float, default=None, help="--grid: the trace's peak readings/s (default: calibrated)")
+    p.add_argument("--phase", type=float, default=30.0, help="--grid: seconds per phase of the rate trace (default 30)")
+    p.add_argument("--policies", default=None, help="--grid: a YAML policies file (default: alternates_by_load)")
+    p.add_argument("--plot", default=None, help="--grid: where to write the plot (default: OUTPUT/grid_demo.png)")
     p.set_defaults(func=main)
 
 
+def grid_main(args) -> int:
+    """``sluice demo --grid``."""
+    from sluice.examples.grid_demo import plot, print_report, run_grid_demo, save
+
+    output = os.path.abspath(args.output if args.output != ".sluice/demo" else ".sluice/grid")
+    print("Sluice smart-grid demo: profiling the forecasters, then a rate that rises and falls ...", flush=True)
+    run = run_grid_demo(output, peak=args.peak, phase_s=args.phase, policies=args.policies, master=args.master,
+                        keep=args.keep, ui=False if args.no_spark_ui else None)
+    print_report(run)
+    path = args.plot or os.path.join(output, "grid_demo.png")
+    plot(run, path)
+    save(run, os.path.join(output, "grid_demo.json"))
+    print(f"\nplot: {path}\nalerts: {os.path.join(output, 'alerts')}\n"
+          f"decisions: {os.path.join(run.checkpoint, 'decisions.jsonl')}")
+    return 0
+
+
 def main(args) -> int:
+    if getattr(args, "grid", False):
+        return grid_main(args)
     from sluice.cli.run import progress_display
     from sluice.demo import build_pipeline
     from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output

@@ -6,6 +6,7 @@ Start with ``Controller`` (the loop), ``Policy`` (what to implement for a new po
 """
 
 from sluice.control.actions import Action
+from sluice.control.alternates import AlternatesByLoad
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, LinearFit, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
@@ -20,6 +21,7 @@ from sluice.control.view import ControlView, Resources
 
 __all__ = [
     "Action",
+    "AlternatesByLoad",
     "ConstraintStatus",
     "ControlView",
     "Controller",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sluice.control.alternates import AlternatesByLoad
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
@@ -35,6 +36,7 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     OneStepScaling.name: OneStepScaling,
     IncrementalScaling.name: IncrementalScaling,
     Guards.name: Guards,
+    AlternatesByLoad.name: AlternatesByLoad,
     "elastic_ce": ce_policy,
     "elastic_ga": ga_policy,
     "elastic_plasticc": plasticc_policy,

@@ -1,6 +1,6 @@
 """``<checkpoint>/decisions.jsonl``: every decision of the controller, one JSON object a line.
 
-Three record types (key ``type``), all with ``batch_id`` (the batch after which it was
+Four record types (key ``type``), all with ``batch_id`` (the batch after which it was
 made; it applies from ``batch_id + 1``) and ``time`` (epoch s):
 
 - ``decision``: ``id`` (a sequence number), ``policy``, ``action`` (``kind``, ``target``,
@@ -10,6 +10,11 @@ made; it applies from ``batch_id + 1``) and ``time`` (epoch s):
   decision's ``expected``, as measured on the first batch that ran with it), ``batch_id``;
 - ``escalation``: ``constraint``, ``state`` (``started`` / ``ended``), ``details``
   (``bottleneck``, ``max_rate``, ``offered_rate``, ...), ``reason``.
+- ``rejected``: an accepted action that cannot apply (``action``), or new policies that did
+  not load, with the ``reason``; nothing changed.
+
+A swap of the policies while the job runs is a ``decision`` whose action kind is
+``policies``, with ``policies`` and ``previous`` (each policy's settings; ``control.swap``).
 
 Written through the job's ``Checkpoint`` (``pyarrow.fs``), so the checkpoint may be any URI.
 A restart appends to the same file; the dashboard reads it as it grows.

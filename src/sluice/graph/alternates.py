@@ -25,8 +25,9 @@ from sluice.errors import PipelineError
 
 # kinds whose function may have alternates: the function is params["fn"] for all of them
 DYNAMIC_KINDS = frozenset({"map_batches", "map", "flat_map", "process", "reduce"})
-# operators that are no processing element of their own: not counted in the application value
-NOT_PES = frozenset({"source", "sink", "key_by"})
+# operators that are no processing element of their own (they move records, they do not
+# process them): not counted in the application value
+NOT_PES = frozenset({"source", "sink", "key_by", "union"})
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def with_alternate(op, name: str | None):
 
 def processing_elements(graph) -> list:
     """The operators the application value averages over (thesis Eq. 4.3, |P|): every
-    operator but sources, sinks and key_by. One without alternates has one implementation,
+    operator but sources, sinks, key_by and union. One without alternates has one implementation,
     of value 1."""
     return [op for op in graph.operators if op.kind not in NOT_PES]
 

@@ -1,0 +1,95 @@
+"""``AlternatesByLoad``: the most valuable alternates the job's cores can keep up with.
+
+A simple live policy for operators with alternates (the thesis's runtime adaptation of
+alternates, section 4.8.2, without the VM side: the elastic policies add executors):
+
+- **down** when the job falls behind: the relative throughput Omega over the last batches is
+  under ``min_omega`` (rows are left waiting), a latency constraint is violated, or the
+  cores are busier than ``high``. The operator switches to the most valuable alternate
+  whose predicted load fits ``target``, else to its cheapest.
+- **up** when there is slack: all is well and the predicted load with a more valuable
+  alternate stays within ``target``. It switches to the most valuable such alternate.
+
+The load is the share of the cores the batches' tasks kept busy (task time over wall time
+and cores). The load an alternate ``b`` would need at the offered rate is
+``offered * (other + share * cost_b) / cores``: ``other`` is the task time per admitted row
+of everything but the operator's active alternate, ``share`` the rows reaching the operator
+per admitted row, and the costs are as measured while each alternate ran, else as declared
+(``ControlView.alternate_cost``).
+It decides on ``window`` batches run under the plan in force, so it never judges a switch by
+the batches before it.
+
+Pure: no Spark.
+"""
+
+from __future__ import annotations
+
+from sluice.control.actions import ALTERNATE, Action
+from sluice.control.policy import Policy
+from sluice.control.view import ControlView
+
+
+class AlternatesByLoad(Policy):
+    """Pick each operator's alternate by the load the job's cores can carry (see the module)."""
+
+    name = "alternates_by_load"
+
+    def __init__(self, target: float = 0.6, high: float = 0.9, min_omega: float = 0.95, window: int = 3):
+        if not 0 < target < high <= 1.5 or not 0 <= min_omega <= 1 or window < 1:
+            raise ValueError("alternates_by_load: 0 < target < high <= 1.5, 0 <= min_omega <= 1 and window >= 1")
+        self.target, self.high, self.min_omega, self.window = target, high, min_omega, window
+
+    def describe(self) -> dict:
+        return {"policy": self.name, "target": self.target, "high": self.high, "min_omega": self.min_omega,
+                "window": self.window}
+
+    def propose(self, view: ControlView) -> list[Action]:
+        batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window:]
+        if len(batches) < self.window:
+            return []
+        wall = sum(m.duration_s for m in batches)
+        cores = max(view.resources.cores, 1)
+        busy = sum(max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
+                   for m in batches for v in m.operators.values() if isinstance(v, dict))
+        load = busy / (wall * cores) if wall > 0 else 0.0
+        omegas = [m.dynamics.get("omega") for m in batches if (m.dynamics or {}).get("omega") is not None]
+        omega = min(omegas) if omegas else None
+        violated = [name for name, s in view.status.items() if s.state == "violated"]
+        behind = (omega is not None and omega < self.min_omega) or bool(violated) or load > self.high
+        admitted = sum(m.rows_in for m in batches)
+        if admitted <= 0 or wall <= 0:
+            return []
+        offered = view.offered_rate(self.window) or admitted / wall
+        actions = []
+        for op_id, active in sorted(view.plan.alternates.items()):
+            alternates = view.alternates(op_id)
+            costs = {name: view.alternate_cost(op_id, name) for name in alternates}
+            if costs.get(active) is None:
+                continue
+            share = sum(float((m.operators.get(op_id) or {}).get("rows_in", 0.0)) for m in batches) / admitted
+            # the work of everything else, per row admitted: what the active alternate did not do
+            other = max(busy - share * admitted * costs[active], 0.0) / admitted
+
+            def load_at_offered(name: str, costs=costs, share=share, other=other) -> float:
+                cost = costs.get(name)
+                return float("inf") if cost is None else offered * (other + share * cost) / cores
+
+            by_value = sorted(alternates, key=lambda n, alts=alternates: -alts[n].value)
+            fitting = [n for n in by_value if load_at_offered(n) <= self.target]
+            why = (f"cores {load:.2f} busy, {offered:,.0f} rows/s offered, {active} would need "
+                   f"{load_at_offered(active):.2f} of {cores} cores"
+                   + (f", Omega {omega:.2f}" if omega is not None else "") + (f", {violated} violated" if violated else ""))
+            if behind:
+                cheapest = min((n for n in alternates if costs.get(n) is not None), key=lambda n: costs[n])
+                choice = fitting[0] if fitting and alternates[fitting[0]].value < alternates[active].value \
+                    else cheapest
+                if choice != active and costs[choice] < costs[active]:
+                    actions.append(Action(ALTERNATE, op_id, choice, f"behind ({why}): {active} -> {choice}",
+                                          expected={"load": round(load_at_offered(choice), 3)}))
+            elif fitting and alternates[fitting[0]].value > alternates[active].value:
+                choice = fitting[0]
+                actions.append(Action(ALTERNATE, op_id, choice,
+                                      f"slack ({why}): {choice} would need {load_at_offered(choice):.2f} "
+                                      f"<= {self.target}: {active} -> {choice}",
+                                      expected={"load": round(load_at_offered(choice), 3)}))
+        return actions

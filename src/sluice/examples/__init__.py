@@ -1,0 +1,1 @@
+"""Example pipelines that ship with Sluice (``sluice demo --grid`` runs ``grid``)."""
