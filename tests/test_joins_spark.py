@@ -77,3 +77,52 @@ def test_join_needs_event_time_and_keyed_streams(tmp_path):
     with pytest.raises(PipelineError, match="keyed stream"):
         no_time.join(p.source(sources.ReplaySource(str(tmp_path / "x.parquet"), format="parquet"), name="y"),
                      between=(0, 1))
+
+
+def test_lookup_enriches_from_a_changing_postgres_table(spark, tmp_path):
+    """Orders enriched from a PostgreSQL table read as a changelog (every insert and update
+    raises ``version``): updates and deletions reach later orders, across a restart; the
+    table's rows are kept in the key-group store."""
+    import json
+    import os
+
+    from tests.connector_services import PG_DSN, pg, require, unique
+
+    require("PostgreSQL")
+    table = unique("customers")
+    pg(f"CREATE SEQUENCE {table}_v")
+    pg(f"CREATE TABLE {table} (id text PRIMARY KEY, version bigint NOT NULL DEFAULT nextval('{table}_v'), "
+       f"name text, deleted boolean NOT NULL DEFAULT false)")
+    inbox = tmp_path / "orders"
+    inbox.mkdir()
+
+    def orders(name: str, rows: list[dict]) -> None:
+        (inbox / f".{name}").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.rename(inbox / f".{name}", inbox / name)
+
+    def run(rows: int):
+        p = Pipeline("lookup_pg")
+        stream = p.source(sources.directory(str(inbox), format="json"), name="orders").key_by("customer")
+        customers = p.source(sources.postgres(PG_DSN, table, "version"), name="customers").key_by("id")
+        stream.lookup(customers, version="version", deleted="deleted", name="enrich").sink(sinks.memory("j_lookup"))
+        from sluice.runtime.sinks import clear_memory
+
+        clear_memory("j_lookup")
+        p.run(str(tmp_path / "ckpt"), spark=spark, duration=180,
+              stop_when=lambda _: (memory_table("j_lookup") is not None
+                                   and memory_table("j_lookup").num_rows >= rows))
+        return sorted(((r["customer"], r["order"], r["name"]) for r in memory_table("j_lookup").to_pylist()),
+                      key=repr)
+
+    try:
+        pg(f"INSERT INTO {table} (id, name) VALUES ('a', 'Ada'), ('ü', 'Üwe'), ('b', 'Bo')")
+        orders("1.json", [{"customer": "a", "order": 1}, {"customer": "ü", "order": 2},
+                          {"customer": "zz", "order": 3}, {"customer": None, "order": 4}])
+        assert run(4) == [("a", 1, "Ada"), ("zz", 3, None), ("ü", 2, "Üwe"), (None, 4, None)]
+        pg(f"UPDATE {table} SET name = 'Ada L.', version = nextval('{table}_v') WHERE id = 'a'")
+        pg(f"UPDATE {table} SET deleted = true, version = nextval('{table}_v') WHERE id = 'ü'")
+        orders("2.json", [{"customer": "a", "order": 5}, {"customer": "ü", "order": 6}, {"customer": "b", "order": 7}])
+        assert run(3) == [("a", 5, "Ada L."), ("b", 7, "Bo"), ("ü", 6, None)]
+    finally:
+        pg(f"DROP TABLE IF EXISTS {table}")
+        pg(f"DROP SEQUENCE IF EXISTS {table}_v")

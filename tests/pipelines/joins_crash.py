@@ -1,6 +1,6 @@
 """The pipeline of the join crash test: a windowed outer join, an interval join and a table
 lookup, whose buffered records and table rows live in the key-group store across batches,
-written to file sinks. Records are up to 2 s out of order and the watermark waits 1 s, so
+written to file sinks. Records are up to 3 s out of order and the watermark waits 1 s, so
 some are late. ``SLUICE_TEST_OUT`` says where its sinks write."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ START = 1_750_000_000.0
 def _side(p, name: str, seed: int, value: str, rows: int, per_batch: int):
     return p.source(sources.generator(
         fields={"meter": sources.Keys(80, prefix="m"), value: sources.Sequence(),
-                "ts": sources.EventTime(jitter=2.0, step=0.005)},
+                "ts": sources.EventTime(jitter=3.0, step=0.005)},
         seed=seed, total_rows=rows, max_rows_per_batch=per_batch, start_time=START, watermark_delay=1.0,
     ), name=name)
 

@@ -78,6 +78,13 @@ def key_is_valid(rows: pa.Table, keys: list[str]) -> np.ndarray:
     return valid
 
 
+def key_groups(state: pa.Table, rows: pa.Table) -> np.ndarray:
+    """The key group of every row of state then rows (one numpy array: a cast per chunk of a
+    many-chunk state cost more than the rest of the state update)."""
+    parts = [np.asarray(t[KEY_GROUP].to_numpy(), np.int32) for t in (state, rows) if t.num_rows]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+
+
 def watermark_of(ctx: BatchContext) -> int:
     wm = NO_WATERMARK if ctx.watermark is None else int(ctx.watermark)
     return min(max(wm, NO_WATERMARK), END_OF_TIME)
@@ -268,9 +275,9 @@ class StreamJoinKernel(JoinKernelBase):
         left, right = live
         lower, upper = self.join.between or (0, 0)  # a window join matches on equal windows
         li1, ri1 = matching_pairs(news[LEFT].key, news[LEFT].coord, right.key, right.coord, lower, upper)
-        old_left = left.take(np.arange(n_old[LEFT]))
         new_right = news[RIGHT]
-        li2, ri2 = matching_pairs(old_left.key, old_left.coord, new_right.key, new_right.coord, lower, upper)
+        li2, ri2 = matching_pairs(left.key[:n_old[LEFT]], left.coord[:n_old[LEFT]], new_right.key, new_right.coord,
+                                  lower, upper)
         li = np.concatenate([li1 + n_old[LEFT], li2])
         ri = np.concatenate([ri1, ri2 + n_old[RIGHT]])
         if len(li):
@@ -280,23 +287,23 @@ class StreamJoinKernel(JoinKernelBase):
                 changed[entries.key[flips]] = True
                 entries.matched[flips] = True
         # (C) buffer new entries that live; the others, if unmatched, padded now
-        buffered = []
+        kept = []  # per side: which of its entries stay buffered
         for side, entries in ((LEFT, left), (RIGHT, right)):
             keep = np.ones(len(entries), dtype=bool)
             keep[n_old[side]:] = new_lives[side]
             gone = np.flatnonzero(~keep & ~entries.matched)
             self._unmatched(entries.take(gone), side, all_keys, first, outputs)
             changed[entries.key[n_old[side]:][new_lives[side]]] = True
-            buffered.append(entries.take(np.flatnonzero(keep)))
-        upserts, deletes = self._state_changes(buffered, changed, n_state, all_keys, first, state, rows)
+            kept.append(keep)
+        upserts, deletes = self._state_changes(live, kept, changed, n_state, all_keys, first, state, rows)
         output = pa.concat_tables(outputs) if outputs else self.out_schema.empty_table()
         side_outputs = {}
         if late_parts:
             side_outputs[LATE] = pa.concat_tables(late_parts, promote_options="permissive")
         late_n = sum(t.num_rows for t in late_parts)
         return KeyedResult(output, upserts, deletes, side_outputs,
-                           {"late_seen": late_n, "buffered": sum(len(b) for b in buffered)} if late_n else
-                           {"buffered": sum(len(b) for b in buffered)})
+                           {"late_seen": late_n, "buffered": int(sum(k.sum() for k in kept))} if late_n else
+                           {"buffered": int(sum(k.sum() for k in kept))})
 
     # -- pieces -----------------------------------------------------------------------
     def _state_entries(self, state: pa.Table, side: int) -> Entries:
@@ -338,17 +345,17 @@ class StreamJoinKernel(JoinKernelBase):
         left, right = (entries.payload, None) if side == LEFT else (None, entries.payload)
         outputs.append(self._emit(keys, self._window_columns(entries.coord), left, right, len(entries)))
 
-    def _state_changes(self, buffered: list[Entries], changed: np.ndarray, n_state: int, all_keys: pa.Table,
-                       first: np.ndarray, state: pa.Table, rows: pa.Table) -> tuple[pa.Table, pa.Table | None]:
-        """New state rows of changed keys with buffered entries; deletes for the others."""
+    def _state_changes(self, entries_of: list[Entries], kept: list[np.ndarray], changed: np.ndarray, n_state: int,
+                       all_keys: pa.Table, first: np.ndarray, state: pa.Table,
+                       rows: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+        """New state rows of changed keys with buffered entries (``kept`` of ``entries_of``);
+        deletes for the others."""
         n_keys = len(changed)
-        counts = [np.bincount(b.key, minlength=n_keys) if len(b) else np.zeros(n_keys, np.int64) for b in buffered]
+        counts = [np.bincount(e.key[k], minlength=n_keys) for e, k in zip(entries_of, kept)]
         remaining = counts[LEFT] + counts[RIGHT]
         upsert_ids = np.flatnonzero(changed & (remaining > 0))
         delete_ids = np.flatnonzero(changed & (remaining == 0) & (np.arange(n_keys) < n_state))
-        kg = pa.chunked_array(([state[KEY_GROUP].cast(pa.int32())] if state.num_rows else []) +
-                              ([rows[KEY_GROUP].cast(pa.int32())] if rows.num_rows else []),
-                              type=pa.int32()).combine_chunks() if n_keys else pa.array([], pa.int32())
+        kg = key_groups(state, rows)
         state_schema = self.state_schema(self.union).append(pa.field(KEY_GROUP, pa.int32()))
         upserts = state_schema.empty_table()
         if len(upsert_ids):
@@ -357,9 +364,9 @@ class StreamJoinKernel(JoinKernelBase):
             columns: dict[str, pa.Array] = {k: keys[k] for k in self.key_columns}
             wanted = np.zeros(n_keys, dtype=bool)
             wanted[upsert_ids] = True
-            for side, entries in enumerate(buffered):
+            for side, entries in enumerate(entries_of):
                 prefix = side_column(side, "")
-                pick = np.flatnonzero(wanted[entries.key])
+                pick = np.flatnonzero(kept[side] & wanted[entries.key])
                 order = pick[np.argsort(entries.key[pick], kind="stable")]
                 offsets = np.zeros(len(upsert_ids) + 1, np.int32)
                 np.cumsum(counts[side][upsert_ids], out=offsets[1:])
@@ -370,13 +377,14 @@ class StreamJoinKernel(JoinKernelBase):
                 taken = entries.payload.take(pa.array(order))
                 for name in self.payload[side]:
                     columns[name] = pa.ListArray.from_arrays(bounds, taken[name].combine_chunks())
-            columns[KEY_GROUP] = kg.take(at)
+            columns[KEY_GROUP] = pa.array(kg[first[upsert_ids]], pa.int32())
             upserts = pa.table(columns).cast(state_schema)
         deletes = None
         if len(delete_ids):
             at = pa.array(first[delete_ids])
             keys = all_keys.take(at)
-            deletes = pa.table({**{k: keys[k] for k in self.key_columns}, KEY_GROUP: kg.take(at)})
+            deletes = pa.table({**{k: keys[k] for k in self.key_columns},
+                                KEY_GROUP: pa.array(kg[first[delete_ids]], pa.int32())})
         return upserts, deletes
 
 
@@ -421,9 +429,7 @@ class TableLookupKernel(JoinKernelBase):
         # tombstone, so that an older version arriving later cannot bring it back
         touched = np.zeros(n_keys, dtype=bool)
         touched[key[n_state:][np.isin(np.arange(n_state, len(key)), winner)]] = True
-        kg = pa.chunked_array(([state[KEY_GROUP].cast(pa.int32())] if state.num_rows else []) +
-                              ([rows[KEY_GROUP].cast(pa.int32())] if rows.num_rows else []),
-                              type=pa.int32()).combine_chunks() if n_keys else pa.array([], pa.int32())
+        kg = key_groups(state, rows)
         state_schema = self.state_schema(self.union).append(pa.field(KEY_GROUP, pa.int32()))
         up_ids = np.flatnonzero(touched)
         upserts = state_schema.empty_table()
@@ -431,7 +437,7 @@ class TableLookupKernel(JoinKernelBase):
             keys = all_keys.take(pa.array(first[up_ids]))
             body = table_rows.take(pa.array(winner[up_ids]))
             columns = {**{k: keys[k] for k in self.key_columns}, **{n: body[n] for n in self.payload[RIGHT]},
-                       KEY_GROUP: kg.take(pa.array(first[up_ids]))}
+                       KEY_GROUP: pa.array(kg[first[up_ids]], pa.int32())}
             upserts = pa.table(columns).cast(state_schema)
         # the lookups
         probes = np.flatnonzero(side_of == LEFT)
