@@ -12,7 +12,6 @@ from sluice.errors import PlanError
 from sluice.plan.balancing import BalancingProblem, MigrationBudget, MilpSettings, load_distance, solve_milp
 from sluice.plan.balancing.ring import TokenRing, add_node, remove_node, ring_balance
 from sluice.plan.physical import range_routing
-
 from test_balancing_milp import check_plan
 
 
@@ -168,7 +167,6 @@ def test_ring_and_milp_on_the_same_skewed_workload():
 def test_the_ring_policy_moves_tokens_from_recorded_metrics():
     """The live policy on recorded batches: a routing action whose table is still a ring."""
     from sluice.control import RingBalancing, build_policies
-
     from test_control_balancing import HOT, K, _view, batch, plan_with
 
     view = _view([batch(i, HOT) for i in range(2)], plan_with(range_routing(K, 2)))

@@ -121,7 +121,9 @@ class Pipeline:
         ``reset_state`` (ids of stateful operators whose state in the checkpoint to drop, when
         a changed pipeline no longer fits it: see docs/operations.md),
         ``executors`` / ``max_executors`` (on a standalone cluster: hold that many executors
-        from the first batch / let the controller hold at most that many; docs/elastic.md).
+        from the first batch / let the controller hold at most that many; docs/elastic.md),
+        ``collocate`` (False: an exchange before every keyed operator, also one keyed on the
+        key of the keyed operator before it; see docs/balancing.md).
         """
         from sluice.runtime.job import run_pipeline
 

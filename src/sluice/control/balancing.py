@@ -1,6 +1,7 @@
 """Key-group load balancing as a control policy (ALBIC's MILP, section 4.3.1, live).
 
-After each batch the policy builds, for every keyed operator, the balancing problem of the
+After each batch the policy builds, for every keyed stage (a keyed operator, or the keyed
+operators collocated in one stage, whose loads add up), the balancing problem of the
 last ``window`` batches measured under the routing in force (``sluice.control.keygroups``).
 When the load distance (the largest deviation of a partition's load from the mean, ALBIC's
 epsilon) exceeds ``threshold`` of the mean load, it solves the MILP on HiGHS under a
@@ -71,10 +72,11 @@ class KeyGroupBalancing(Policy):
         batches = [m for m in view.batches() if m.plan_version == plan.version][-self.window:]
         if len(batches) < self.window:
             return []  # the routing in force is not measured yet
-        for op_id, stage in sorted(plan.keyed.items()):
+        for ops in sorted(plan.keyed_stages()):  # collocated operators share a stage: balanced together
+            op_id, stage = ops[0], plan.keyed[ops[0]]
             if stage.partitions < 2:
                 continue
-            stats = key_group_stats(batches, op_id, plan.max_parallelism)
+            stats = key_group_stats(batches, ops, plan.max_parallelism)
             if stats is None:
                 continue
             problem = balancing_problem(stats, stage)

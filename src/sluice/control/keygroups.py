@@ -49,36 +49,39 @@ class KeyGroupStats:
         return 100.0 * self.busy_s / self.wall_s if self.wall_s > 0 else np.zeros_like(self.busy_s)
 
 
-def key_group_stats(batches: Sequence, op_id: str, max_parallelism: int) -> KeyGroupStats | None:
+def key_group_stats(batches: Sequence, op_id: str | Sequence[str], max_parallelism: int) -> KeyGroupStats | None:
     """Statistics of ``op_id`` over ``batches`` (BatchMetrics, oldest first), or None when
-    they hold no rows of it."""
+    they hold no rows of it. Several operators (collocated ones, which share one stage and
+    one routing table) add up: a key group's load is what all of them spend on it."""
+    ops = [op_id] if isinstance(op_id, str) else list(op_id)
     rows = np.zeros(max_parallelism)
     busy = np.zeros(max_parallelism)
-    state = np.zeros(max_parallelism)
+    state = {op: np.zeros(max_parallelism) for op in ops}  # the latest bytes of each key group
     wall = read_s = read_bytes = 0.0
     seen = 0
     for m in batches:
-        groups = (m.key_groups or {}).get(op_id) or {}
-        batch_rows = np.zeros(max_parallelism)
-        for kg, values in groups.items():
-            k = int(kg)
-            if 0 <= k < max_parallelism:
-                batch_rows[k] = float(values.get("rows", 0))
-                state[k] = float(values.get("state_bytes", 0))
-        op = (m.operators or {}).get(op_id) or {}
-        time_s = float(op.get("time_s", 0.0)) - float(op.get("input_wait_s", 0.0))
-        total = batch_rows.sum()
-        if total > 0:
-            busy += max(time_s, 0.0) * batch_rows / total
-            seen += 1
-        rows += batch_rows
         wall += float(m.duration_s)
-        read_s += float(op.get("state_read_s", 0.0))
-        read_bytes += float(op.get("state_read_bytes", 0.0))
+        for op in ops:
+            groups = (m.key_groups or {}).get(op) or {}
+            batch_rows = np.zeros(max_parallelism)
+            for kg, values in groups.items():
+                k = int(kg)
+                if 0 <= k < max_parallelism:
+                    batch_rows[k] = float(values.get("rows", 0))
+                    state[op][k] = float(values.get("state_bytes", 0))
+            metrics = (m.operators or {}).get(op) or {}
+            time_s = float(metrics.get("time_s", 0.0)) - float(metrics.get("input_wait_s", 0.0))
+            total = batch_rows.sum()
+            if total > 0:
+                busy += max(time_s, 0.0) * batch_rows / total
+                seen += 1
+            rows += batch_rows
+            read_s += float(metrics.get("state_read_s", 0.0))
+            read_bytes += float(metrics.get("state_read_bytes", 0.0))
     if seen == 0:
         return None
     per_byte = read_s / read_bytes if read_bytes > 1e6 else DEFAULT_LOAD_S_PER_BYTE  # small reads are overhead
-    return KeyGroupStats(op_id, rows, busy, state, wall, per_byte, len(batches))
+    return KeyGroupStats("+".join(ops), rows, busy, np.sum(list(state.values()), axis=0), wall, per_byte, len(batches))
 
 
 def balancing_problem(stats: KeyGroupStats, stage: KeyedStagePlan) -> BalancingProblem:

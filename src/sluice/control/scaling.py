@@ -11,7 +11,11 @@ tasks), so its true rate per partition is ``rows_in / useful`` and the partition
 bounded by the cores the job can use (partitions beyond them only queue) and by the
 stage's key groups. The offered rate is what arrives at the sources (``ControlView.
 offered_rate``: rows admitted plus the growth of the backlog); without a backlog report (a
-pull source), the admitted rate stands in for it. The controller applies one stage's change
+pull source), the admitted rate stands in for it. The first batch after a change of the
+plan is not measured: its tasks load the state of the key groups that moved, a transient
+that would understate the true rate and ask for a second step. Keyed operators collocated in
+one stage (``plan.collocation``) are sized together: their rows and useful time add up. The
+controller applies one stage's change
 at a time (the arbiter's rule) at a batch boundary: key groups are re-routed in ranges and
 their state follows them through the store, with no restart (Flink's autoscaler restarts
 the job for each rescale). On a standalone cluster the executors those partitions run on
@@ -65,7 +69,10 @@ class OneStepScaling(Policy):
 
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
-        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.window:]
+        # measured under the plan in force, without its first batch after a change: that one
+        # carries the change's transient (moved key groups load their state), not the true rate
+        batches = [m for m in view.batches() if m.plan_version == plan.version
+                   and (plan.version == 0 or m.batch_id > plan.version)][-self.window:]
         if len(batches) < self.window:
             return []
         seconds = sum(m.duration_s for m in batches)
@@ -79,10 +86,14 @@ class OneStepScaling(Policy):
         ceiling = resources.max_cores
         actions: list[Action] = []
         partitions = {op_id: stage.partitions for op_id, stage in plan.keyed.items()}
-        for op_id, stage in sorted(plan.keyed.items()):
-            rows = sum(float((m.operators.get(op_id) or {}).get("rows_in", 0.0)) for m in batches)
-            useful = sum(max(float((m.operators.get(op_id) or {}).get("time_s", 0.0))
-                             - float((m.operators.get(op_id) or {}).get("input_wait_s", 0.0)), 0.0) for m in batches)
+        for ops in sorted(plan.keyed_stages()):
+            # collocated operators share the stage's partitions: their rows and useful time add
+            # up (the partitions needed are the sum of what each needs)
+            op_id, stage = ops[0], plan.keyed[ops[0]]
+            rows = sum(float((m.operators.get(op) or {}).get("rows_in", 0.0)) for m in batches for op in ops)
+            useful = sum(max(float((m.operators.get(op) or {}).get("time_s", 0.0))
+                             - float((m.operators.get(op) or {}).get("input_wait_s", 0.0)), 0.0)
+                         for m in batches for op in ops)
             if rows <= 0 or useful <= 0:
                 continue
             true_rate = rows / useful  # rows a second one partition processes while it works
@@ -101,7 +112,7 @@ class OneStepScaling(Policy):
             actions.append(Action(PARTITIONS, op_id, need, reason,
                                   expected={"utilization": round(needed_rate / (true_rate * need), 3),
                                             "partitions": need, "true_rate": round(true_rate, 1)}))
-            partitions[op_id] = need
+            partitions.update(dict.fromkeys(ops, need))
             break  # one stage a step (the arbiter's rule); the others follow after the flush
         if resources.elastic and partitions:
             executors = executors_for(max(partitions.values()), resources)

@@ -49,8 +49,19 @@ class Plan:
     alternates: dict[str, str] = field(default_factory=dict)
     # executors the job holds (what its cost is billed for); None: whatever Spark gives it
     executors: int | None = None
+    # keyed operators that share one stage, head first: one exchange before the head, one
+    # routing table for all (sluice.plan.collocation)
+    collocated: tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
+        members = [op for group in self.collocated for op in group]
+        if len(members) != len(set(members)) or any(len(group) < 2 for group in self.collocated):
+            raise PlanError(f"collocated groups must be disjoint and of two or more operators, got {self.collocated}")
+        for group in self.collocated:
+            if any(op not in self.keyed for op in group):
+                raise PlanError(f"collocated group {list(group)} names operators that are not keyed in this plan")
+            if any(self.keyed[op] != self.keyed[group[0]] for op in group):
+                raise PlanError(f"collocated operators {list(group)} must share partitions and routing")
         if self.executors is not None and int(self.executors) < 1:
             raise PlanError(f"a plan holds at least one executor, got {self.executors}")
         bad = {k: v for k, v in self.threads.items() if int(v) < 1}
@@ -72,8 +83,28 @@ class Plan:
             raise PlanError(f"routing table has {len(routing)} entries, max parallelism is {self.max_parallelism}")
         parts = partitions if partitions is not None else max(max(routing) + 1, self.keyed[op_id].partitions)
         keyed = dict(self.keyed)
-        keyed[op_id] = KeyedStagePlan(parts, tuple(int(p) for p in routing))
+        for op in self.stage_of(op_id):  # collocated operators move together
+            keyed[op] = KeyedStagePlan(parts, tuple(int(p) for p in routing))
         return replace(self, version=version, keyed=keyed)
+
+    def stage_of(self, op_id: str) -> tuple[str, ...]:
+        """The keyed operators running in ``op_id``'s stage, head first (itself alone unless
+        collocated)."""
+        return next((group for group in self.collocated if op_id in group), (op_id,))
+
+    def keyed_stages(self) -> list[tuple[str, ...]]:
+        """Every keyed stage as its operators, head first, in the order of ``keyed``."""
+        seen: set[str] = set()
+        out = []
+        for op_id in self.keyed:
+            if op_id not in seen:
+                out.append(self.stage_of(op_id))
+                seen.update(out[-1])
+        return out
+
+    def exchanges_before(self, op_id: str) -> bool:
+        """Whether rows are exchanged by key group before keyed operator ``op_id``."""
+        return self.stage_of(op_id)[0] == op_id
 
     def to_json(self) -> str:
         return json.dumps({
@@ -85,6 +116,7 @@ class Plan:
             "rebalance": dict(self.rebalance),
             "alternates": dict(self.alternates),
             "executors": self.executors,
+            "collocated": [list(g) for g in self.collocated],
         })
 
     @staticmethod
@@ -99,6 +131,7 @@ class Plan:
             rebalance={k: int(v) for k, v in d.get("rebalance", {}).items()},
             alternates={k: str(v) for k, v in d.get("alternates", {}).items()},
             executors=None if d.get("executors") is None else int(d["executors"]),
+            collocated=tuple(tuple(g) for g in d.get("collocated", [])),
         )
 
 
@@ -115,14 +148,17 @@ def fused_chains(graph: JobGraph) -> list[tuple[str, ...]]:
     return chainable_runs(graph)
 
 
-def initial_plan(graph: JobGraph, partitions: int, fuse: bool = True) -> Plan:
+def initial_plan(graph: JobGraph, partitions: int, fuse: bool = True, collocate: bool = True) -> Plan:
+    """The plan a job starts with: range routing, maximal chains (``fuse``) and consecutive
+    keyed operators on the same key in one stage (``collocate``)."""
     from sluice.graph.alternates import initial_alternates
+    from sluice.plan.collocation import collocation_groups
 
     routing = tuple(range_routing(graph.max_parallelism, partitions))
     keyed = {op.id: KeyedStagePlan(partitions, routing) for op in graph.operators if op.is_keyed}
     chains = fused_chains(graph) if fuse else [(op.id,) for op in graph.topological_order() if op.is_python]
     return Plan(version=0, max_parallelism=graph.max_parallelism, keyed=keyed, chains=tuple(chains),
-                alternates=initial_alternates(graph))
+                alternates=initial_alternates(graph), collocated=collocation_groups(graph) if collocate else ())
 
 
 def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> Plan:
@@ -143,8 +179,15 @@ def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> 
     threads = {k: v for k, v in plan.threads.items() if k in graph and graph[k].is_python}
     alternates = {op_id: plan.alternates[op_id] if plan.alternates.get(op_id) in alternates_of(graph[op_id]) else default
                   for op_id, default in initial_alternates(graph).items()}
+    # collocated groups the changed graph still allows keep sharing their head's routing
+    from sluice.plan.collocation import collocation_groups
+
+    possible = set(collocation_groups(graph))
+    collocated = tuple(group for group in plan.collocated if group in possible)
+    for group in collocated:
+        keyed.update(dict.fromkeys(group, keyed[group[0]]))
     return replace(plan, version=version, keyed=keyed, chains=chains, threads=threads, rebalance=rebalance,
-                   alternates=alternates)
+                   alternates=alternates, collocated=collocated)
 
 
 def _chains_fit(chains: tuple[tuple[str, ...], ...], runs: list[tuple[str, ...]]) -> bool:

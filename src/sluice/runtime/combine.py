@@ -66,6 +66,26 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
     return route(df, kernel.key_columns, stage, max_parallelism, read), pa.schema([in_schema.field(c) for c in read]), None
 
 
+def collocated_input(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
+                     context: BatchContext, max_parallelism: int, root: str, accumulator):
+    """The input of a keyed operator that shares the stage of the keyed operator before it
+    (``plan.collocation``): no exchange, since every row is in the partition of its key group
+    already. Each row gets its key group (native SQL: the same hash the exchange uses, which
+    the keyed stage checks against the routing table), and a window's records are combined
+    per task first, in Python (Spark's own combine would bring an exchange back).
+
+    Returns (frame, schema of its rows without the hidden columns)."""
+    from pyspark.sql import functions as F
+
+    from sluice.runtime.kernels.keyed import KEY_GROUP
+    from sluice.runtime.stages import routing_columns
+
+    if isinstance(kernel, CombiningKernel):
+        df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
+    key_group = routing_columns(kernel.key_columns, stage, max_parallelism)[KEY_GROUP]
+    return df.withColumn(KEY_GROUP, F.expr(key_group)), in_schema
+
+
 def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str,
                   accumulator):
     """A mapInArrow pass combining each task's records; returns (frame, schema of its rows)."""

@@ -29,7 +29,7 @@ from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.combine import exchange
+from sluice.runtime.combine import collocated_input, exchange
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
 from sluice.runtime.executors import executor_infos
 from sluice.runtime.joins import tagged_union
@@ -302,11 +302,15 @@ class BatchExecutor:
                 if op.kind == "join":  # both sides, as one tagged union (sluice.runtime.joins)
                     keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], kernel)
                     keyed_schema = kernel.union
-                routed, in_schema, finish = exchange(keyed_input, planned, kernel, keyed_schema, stage, context,
-                                                     plan.max_parallelism, self.checkpoint, self.accumulator,
-                                                     source_stats.get(op.id))
-                if finish is not None:
-                    finishers[op.id] = finish
+                if plan.exchanges_before(op.id):
+                    routed, in_schema, finish = exchange(keyed_input, planned, kernel, keyed_schema, stage, context,
+                                                         plan.max_parallelism, self.checkpoint, self.accumulator,
+                                                         source_stats.get(op.id))
+                    if finish is not None:
+                        finishers[op.id] = finish
+                else:  # collocated with the keyed operator before it: its rows are where they belong
+                    routed, in_schema = collocated_input(keyed_input, planned, kernel, keyed_schema, stage, context,
+                                                         plan.max_parallelism, self.checkpoint, self.accumulator)
                 frame = keyed_stage(routed, planned, in_schema, stage, (self.checkpoint.uri, op.id, kernel.key_columns),
                                     index, context, self.checkpoint, self.accumulator, source_stats.get(op.id))
             if len(self.graph.consumers(op.id)) > 1:

@@ -40,7 +40,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                  duration: float | None = None, trigger_interval: float = 0.0,
                  max_rows_per_batch: int | None = None, plan: Plan | None = None,
                  controller: Callable | None = None, on_batch: Callable[[BatchMetrics], None] | None = None,
-                 stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True,
+                 stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True, collocate: bool = True,
                  policies=None, on_control: Callable[[dict], None] | None = None,
                  dead_letter_budget: float | None = None,
                  reset_state: Iterable[str] = (), ship: str | None = None, ui: bool | None = None,
@@ -54,7 +54,9 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     pipeline's) stops the job when an operator dead-letters that fraction of a batch
     (``runtime.dead_letters``). A changed pipeline is checked against the checkpoint
     first (``runtime.pipeline_record``); ``reset_state`` names stateful operators whose
-    state to drop.
+    state to drop. ``collocate`` (a new checkpoint's first plan): consecutive keyed operators
+    on the same key share one stage, with no exchange between them (``plan.collocation``);
+    False gives each its own exchange.
 
     A pipeline with latency constraints (``Pipeline.constrain``), alternates, or given
     ``policies``, runs with a ``sluice.control.Controller`` between batches (unless
@@ -110,7 +112,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     plan_log = PlanLog(checkpoint)
     # the graph under the ids the checkpoint keeps state by; stops here if its state does not fit
     graph = open_checkpoint(pipeline.graph, checkpoint, plan_log, pipeline.partitions, reset_state=reset_state,
-                            fuse=fuse)
+                            fuse=fuse, collocate=collocate)
     if plan is not None:
         _check_plan(plan, graph)
         # a given plan applies from the next batch on; batches already run keep theirs

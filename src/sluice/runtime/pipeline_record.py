@@ -39,7 +39,8 @@ FORMAT = 1
 
 
 def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, partitions: int, *,
-                    reset_state: Iterable[str] = (), fuse: bool = True) -> JobGraph:
+                    reset_state: Iterable[str] = (), fuse: bool = True,
+                    collocate: bool = True) -> JobGraph:
     """Check the validated ``graph`` against the checkpoint, drop the state of the operators
     named in ``reset_state``, record the pipeline, and fit the plan log to it.
 
@@ -100,7 +101,7 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
          "operators": current},
         indent=1).encode())
     if latest is None:
-        plan_log.write(initial_plan(graph, partitions, fuse=fuse))
+        plan_log.write(initial_plan(graph, partitions, fuse=fuse, collocate=collocate))
     else:
         done = checkpoint.done_batches()
         fit_plan_log(plan_log, graph, partitions, done[-1] + 1 if done else 0)

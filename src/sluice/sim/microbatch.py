@@ -41,6 +41,8 @@ class SimBatch:
     sinks: dict = field(default_factory=dict)
     paths: dict = field(default_factory=dict)
     skipped: bool = False
+    key_groups: dict = field(default_factory=dict)  # op -> key group -> {rows, state_bytes}
+    partition_busy_s: list = field(default_factory=list)  # sim only: each partition's busy seconds
 
 
 class MicroBatchEngine:

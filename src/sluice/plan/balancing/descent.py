@@ -7,9 +7,17 @@ the budget allows; each unit moves at most once (its cost is counted from where 
 Every candidate move is scored at once with numpy: a move changes two nodes, so the new
 extremes are those two nodes against the best of the other nodes (the top three values
 suffice to exclude any two nodes).
+
+At scale (hundreds of nodes) scoring every (unit, node) pair each step is what costs: a
+step then scores moves to the ``max_targets`` least utilized nodes only (a move's best
+target is almost always among them: it lowers the maximum by taking load off the fullest
+node and puts it where the most room is), and the descent stops at ``deadline`` with the
+placement it has (each step keeps the budget, so any prefix is a valid start).
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -29,7 +37,8 @@ def _best_excluding(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndar
     return out
 
 
-def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.ndarray | None:
+def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float, deadline: float | None = None,
+                   max_targets: int | None = None) -> np.ndarray | None:
     if um.start is None:
         return None
     place = um.start.copy()
@@ -52,25 +61,34 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
     drained_cost = float(um.drain_cost[units, place].sum())
     current = um.objective(place, alpha)
     tie_now = um.tie_cost[units, place]
-    while True:
-        cand = movable[:, None] & um.allowed.copy()
-        cand[units, place] = False
-        extra_cost = um.move_cost - um.move_cost[units, place][:, None]
-        extra_count = um.move_count - um.move_count[units, place][:, None]
+    everywhere = max_targets is None or um.num_nodes <= max_targets
+    while deadline is None or time.perf_counter() < deadline:
+        if everywhere:
+            cols = np.arange(um.num_nodes)
+        else:  # the least utilized nodes that stay (moves into N_r are not allowed anyway)
+            cols = np.argsort(np.where(staying, load / w, np.inf), kind="stable")[:max_targets]
+        col_of = np.full(um.num_nodes, -1)
+        col_of[cols] = np.arange(len(cols))
+        cand = movable[:, None] & um.allowed[:, cols]
+        here = col_of[place]
+        cand[units[here >= 0], here[here >= 0]] = False
+        extra_cost = um.move_cost[:, cols] - um.move_cost[units, place][:, None]
+        extra_count = um.move_count[:, cols] - um.move_count[units, place][:, None]
         if budget.max_cost is not None:
             cand &= spent_cost + extra_cost <= budget.max_cost + 1e-9 * max(1.0, budget.max_cost)
         if budget.max_count is not None:
             cand &= spent_count + extra_count <= budget.max_count
         if res is not None:
-            cand &= (res[None, :, :] + um.unit_res[:, None, :] <= um.resource_cap[None, :, :] + 1e-9).all(axis=2)
+            cand &= (res[None, cols, :] + um.unit_res[:, None, :] <= um.resource_cap[None, cols, :] + 1e-9).all(axis=2)
         draining = drained_count < um.required_drain_count - 1e-9 or drained_cost < um.required_drain_cost - 1e-9
         if draining:  # first meet the drain pace row, with the best moves out of N_r
-            extra_drain = um.drain_count - um.drain_count[units, place][:, None]
-            extra_drain_cost = um.drain_cost - um.drain_cost[units, place][:, None]
+            extra_drain = um.drain_count[:, cols] - um.drain_count[units, place][:, None]
+            extra_drain_cost = um.drain_cost[:, cols] - um.drain_cost[units, place][:, None]
             cand &= (extra_drain > 0) | (extra_drain_cost > 0)
-        u_idx, n_idx = np.nonzero(cand)
+        u_idx, c_idx = np.nonzero(cand)
         if len(u_idx) == 0:
             break
+        n_idx = cols[c_idx]
         s_idx = place[u_idx]
         moved = um.unit_load[u_idx]
         util = load / w - mean
@@ -101,8 +119,8 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float) -> np.n
         if not draining and not improves:
             break
         u, s, n = u_idx[best], s_idx[best], n_idx[best]
-        spent_cost += float(extra_cost[u, n])
-        spent_count += int(extra_count[u, n])
+        spent_cost += float(extra_cost[u, c_idx[best]])
+        spent_count += int(extra_count[u, c_idx[best]])
         drained_count += float(um.drain_count[u, n] - um.drain_count[u, place[u]])
         drained_cost += float(um.drain_cost[u, n] - um.drain_cost[u, place[u]])
         load[s] -= um.unit_load[u]

@@ -81,6 +81,7 @@ class MilpSettings:
     drain_share: float = 0.5  # drain pace row, see the module docstring; 0 = the paper's pure MILP
     full_model_columns: int = 4000  # above this, solve by neighbourhood search (see _neighbourhood_search)
     neighbourhood_nodes: int = 6
+    descent_targets: int = 32  # above this many nodes, the greedy start scores moves to the least utilized ones
 
 
 def solve_milp(
@@ -104,7 +105,7 @@ def solve_milp(
         problem, budget, units, pins or {}, settings.forbid_moves_into_removing, settings.tie_weight,
         settings.drain_share,
     )
-    start = greedy_descent(um, budget, settings.secondary_weight)
+    start = greedy_descent(um, budget, settings.secondary_weight, deadline, settings.descent_targets)
     large = int(um.allowed.sum()) > settings.full_model_columns
     if large and start is not None:
         place, status, gap = _neighbourhood_search(um, budget, settings, start, deadline)

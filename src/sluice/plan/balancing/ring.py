@@ -156,82 +156,101 @@ def ring_balance(problem: BalancingProblem, budget: MigrationBudget, max_rounds:
     variance most (``sum_n L_n^2 / w_n``) and that the budget affords (counted against the
     routing before the round: a key group moved away and back costs nothing). A busy
     neighbour is relieved first by its own other neighbour in a later round (the thesis's
-    cascade). Stops when no node can offload; every round lowers the variance, so it ends.
+    cascade), and a node far below the mean is filled by its neighbours. Stops when no node can offload; every round
+    lowers the variance, so it ends. Tokens never pass each other, so the ring's order is
+    fixed for the whole round.
 
     A routing table that is not a ring (:meth:`TokenRing.from_assignment`) is left as it is
     (status ``"not a ring"``): the ring and a free routing table are alternative strategies."""
     ring = TokenRing.from_assignment(problem.assignment, problem.nodes)
     if ring is None:
         return make_plan(problem, problem.assignment, status="not a ring")
-    if problem.removing.any():
+    if np.asarray(problem.removing).any():
         raise PlanError("ring balancing keeps every node; remove nodes with remove_node (scale in)")
-    load = problem.load
-    cost = problem.migration_cost
-    original = problem.assignment
-    w = problem.capacity
-    owner = original.copy()
-    loads = node_loads(problem)
+    state = _RingState(ring, problem, budget)
     rounds = max_rounds if max_rounds is not None else 4 * problem.num_key_groups
     for _ in range(rounds):
-        spent_count = int((owner != original).sum())
-        spent_cost = float(cost[owner != original].sum())
         move = None
-        for giver in np.argsort(-(loads / w), kind="stable"):
-            move = _best_offload(ring, int(giver), loads, w, load, cost, owner, original, budget,
-                                 spent_cost, spent_count)
+        for giver in np.argsort(-(state.loads / state.w), kind="stable"):
+            move = state.best_offload(int(giver))
             if move is not None:
                 break
         if move is None:
             break
-        mover, token, moved, giver, taker = move
-        ring = ring.with_token(mover, token)
-        owner[moved] = ring.nodes[taker]
-        loads[giver] -= load[moved].sum()
-        loads[taker] += load[moved].sum()
-    return make_plan(problem, ring.assignment(), status="ring")
+        state.apply(*move)
+    return make_plan(problem, state.assignment(), status="ring")
 
 
-def _best_offload(ring: TokenRing, giver: int, loads, w, load, cost, owner, original, budget: MigrationBudget,
-                  spent_cost: float, spent_count: int):
-    """The best token move by which node ``giver`` (a position) hands key groups to a ring
-    neighbour: (position of the node whose token moves, its new token, key groups moved,
-    giver, taker), or None when no move lowers the variance within the budget."""
-    order = ring.ring_order()
-    n = len(order)
-    if n < 2:
-        return None
-    at = int(np.flatnonzero(order == giver)[0])
-    arc = ring.arc(giver)
-    if len(arc) < 2:
-        return None  # a node keeps at least its token's key group
-    best = None
-    successor, predecessor = int(order[(at + 1) % n]), int(order[(at - 1) % n])
-    # to the successor: it moves its token back over the giver's last j key groups;
-    # to the predecessor: the giver moves its own token forward over its first j
-    for taker, moved_sets, mover in (
-            (successor, [arc[len(arc) - j:] for j in range(1, len(arc))], successor),
-            (predecessor, [arc[:j] for j in range(1, len(arc))], giver)):
-        if taker == giver:
-            continue
-        moved_load = np.cumsum(load[arc[::-1]])[:-1] if mover == successor else np.cumsum(load[arc])[:-1]
-        delta = ((loads[giver] - moved_load) ** 2 - loads[giver] ** 2) / w[giver] \
-            + ((loads[taker] + moved_load) ** 2 - loads[taker] ** 2) / w[taker]
-        for j in np.argsort(delta, kind="stable"):
-            if delta[j] >= -1e-12 * max(1.0, loads[giver] ** 2):
-                break
-            moved = moved_sets[j]
-            target = ring.nodes[taker]
-            was = owner[moved] != original[moved]
-            now = target != original[moved]
-            count = spent_count + int(now.sum()) - int(was.sum())
-            spent = spent_cost + float(cost[moved][now].sum()) - float(cost[moved][was].sum())
-            if budget.allows(spent, count):
-                token = int(moved[0]) if mover == successor else int((moved[-1] + 1) % ring.num_key_groups)
-                candidate = (float(delta[j]), mover, token, moved, taker)
-                if best is None or candidate[0] < best[0]:
-                    best = candidate
-                break
-    if best is None:
-        return None
-    _, mover, token, moved, taker = best
-    return mover, token, moved, giver, taker
+class _RingState:
+    """A ring being balanced: tokens, owners and node loads, and what the budget has spent."""
+
+    def __init__(self, ring: TokenRing, problem: BalancingProblem, budget: MigrationBudget):
+        self.tokens = ring.tokens.copy()
+        self.nodes = ring.nodes
+        self.k = ring.num_key_groups
+        self.order = ring.ring_order()
+        self.at = np.empty(len(self.order), np.int64)
+        self.at[self.order] = np.arange(len(self.order))
+        self.load, self.cost = problem.load, problem.migration_cost
+        self.w: np.ndarray = np.asarray(problem.capacity, dtype=float)
+        self.original = problem.assignment
+        self.owner = problem.assignment.copy()
+        self.loads = node_loads(problem)
+        self.budget = budget
+        self.spent_count, self.spent_cost = 0, 0.0
+        self.tolerance = 1e-12 * max(1.0, float((self.loads ** 2).sum()))
+
+    def assignment(self) -> np.ndarray:
+        return TokenRing(self.tokens, self.nodes, self.k).assignment()
+
+    def neighbours(self, position: int) -> tuple[int, int]:
+        n = len(self.order)
+        i = self.at[position]
+        return int(self.order[(i - 1) % n]), int(self.order[(i + 1) % n])
+
+    def arc(self, position: int) -> np.ndarray:
+        _, successor = self.neighbours(position)
+        length = (int(self.tokens[successor]) - int(self.tokens[position])) % self.k or self.k
+        return (int(self.tokens[position]) + np.arange(length)) % self.k
+
+    def best_offload(self, giver: int):
+        """The best token move by which node ``giver`` (a position) hands key groups to a
+        ring neighbour: (the position whose token moves, its new token, key groups moved,
+        giver, taker), or None when no move lowers the variance within the budget."""
+        if len(self.order) < 2:
+            return None
+        arc = self.arc(giver)
+        if len(arc) < 2:
+            return None  # a node keeps at least its token's key group
+        predecessor, successor = self.neighbours(giver)
+        best = None
+        # to the successor: it moves its token back over the giver's last j key groups;
+        # to the predecessor: the giver moves its own token forward over its first j
+        for taker, mover, ordered in ((successor, successor, arc[::-1]), (predecessor, giver, arc)):
+            moved_load = np.cumsum(self.load[ordered])[:-1]  # j = 1 .. len(arc) - 1 key groups
+            delta = ((self.loads[giver] - moved_load) ** 2 - self.loads[giver] ** 2) / self.w[giver] \
+                + ((self.loads[taker] + moved_load) ** 2 - self.loads[taker] ** 2) / self.w[taker]
+            for j in np.argsort(delta, kind="stable"):
+                if delta[j] >= -self.tolerance or (best is not None and delta[j] >= best[0]):
+                    break
+                moved = ordered[:j + 1]
+                count, spent = self.spending(moved, taker)
+                if self.budget.allows(spent, count):
+                    token = int(moved[-1]) if mover == successor else int((moved[-1] + 1) % self.k)
+                    best = (float(delta[j]), mover, token, np.sort(moved), giver, taker)
+                    break
+        return None if best is None else best[1:]
+
+    def spending(self, moved: np.ndarray, taker: int) -> tuple[int, float]:
+        """The budget spent (count, cost) once ``moved`` belong to ``taker``."""
+        was = self.owner[moved] != self.original[moved]
+        now = self.nodes[taker] != self.original[moved]
+        return (self.spent_count + int(now.sum()) - int(was.sum()),
+                self.spent_cost + float(self.cost[moved][now].sum()) - float(self.cost[moved][was].sum()))
+
+    def apply(self, mover: int, token: int, moved: np.ndarray, giver: int, taker: int) -> None:
+        self.spent_count, self.spent_cost = self.spending(moved, taker)
+        self.tokens[mover] = token
+        self.owner[moved] = self.nodes[taker]
+        self.loads[giver] -= self.load[moved].sum()
+        self.loads[taker] += self.load[moved].sum()
