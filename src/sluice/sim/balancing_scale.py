@@ -133,8 +133,8 @@ def run_scenario(scenario: ScaleScenario, policies: list | None) -> list[dict]:
                               seed=scenario.seed)
     controller = None
     if policies:
-        controller = Controller(graph, policies, resources=Resources(cores=scenario.cores_per_node,
-                                                                     executors=scenario.nodes))
+        controller = Controller(graph, policies, resources=Resources(cores=scenario.cores, executors=scenario.nodes,
+                                                                     cores_per_executor=scenario.cores_per_node))
     records: list[dict] = []
     previous: list = [None]
 
