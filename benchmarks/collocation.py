@@ -29,7 +29,7 @@ from sluice import agg, sinks, sources
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import retrying  # noqa: E402
+from measure import retrying
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 KEYS = 400_000
