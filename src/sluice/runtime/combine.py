@@ -75,15 +75,13 @@ def collocated_input(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema
     per task first, in Python (Spark's own combine would bring an exchange back).
 
     Returns (frame, schema of its rows without the hidden columns)."""
-    from pyspark.sql import functions as F
-
-    from sluice.runtime.kernels.keyed import KEY_GROUP
-    from sluice.runtime.stages import routing_columns
+    from sluice.runtime.stages import with_key_group
 
     if isinstance(kernel, CombiningKernel):
         df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
-    key_group = routing_columns(kernel.key_columns, stage, max_parallelism)[KEY_GROUP]
-    return df.withColumn(KEY_GROUP, F.expr(key_group)), in_schema
+    else:  # as before an exchange: only the columns the kernel reads go on
+        in_schema = pa.schema([in_schema.field(c) for c in kernel.input_columns(in_schema)])
+    return with_key_group(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema
 
 
 def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str,

@@ -142,10 +142,15 @@ def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, colu
     is written to the shuffle, read back, and turned into Arrow for the keyed stage."""
     from pyspark.sql import functions as F
 
+    routed = with_key_group(df, keys, stage, max_parallelism, columns)
+    return routed.repartitionById(stage.partitions, F.expr(partition_sql(KEY_GROUP, stage)))
+
+
+def with_key_group(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str]):
+    """``columns`` and the ingest time, and the key group of each row (one projection)."""
     kept = [quote(c) for c in columns if c not in (INGEST, KEY_GROUP)]
     kg = routing_columns(keys, stage, max_parallelism)[KEY_GROUP]
-    routed = df.selectExpr(*kept, INGEST, f"{kg} AS {KEY_GROUP}")
-    return routed.repartitionById(stage.partitions, F.expr(partition_sql(KEY_GROUP, stage)))
+    return df.selectExpr(*kept, INGEST, f"{kg} AS {KEY_GROUP}")
 
 
 def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
