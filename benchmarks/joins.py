@@ -46,7 +46,7 @@ from sluice import Pipeline, sinks, sources
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import alternating, spark_batches, sustained  # noqa: E402
+from measure import alternating, spark_batches, sustained
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         "sluice_rows_per_s": round(sluice["throughput"]), "spark_rows_per_s": round(native["throughput"]),
         "sluice_runs_rows_per_s": [round(r["throughput"]) for r in runs["sluice"]],
         "spark_runs_rows_per_s": [round(r["throughput"]) for r in runs["spark"]],
-        "ratio": round(ratio, 3), "results_equal": equal, "pairs": int(len(native["pairs"])),
+        "ratio": round(ratio, 3), "results_equal": equal, "pairs": len(native["pairs"]),
         "sluice_state_bytes": sluice["state_bytes"], "spark_state_bytes": native["state_bytes"],
         "sluice_state_rows": sluice["state_rows"], "spark_state_rows": native["state_rows"],
     }

@@ -100,7 +100,7 @@ def side_watermarks(batches: list[tuple[list[dict], list[dict]]], time: str, del
         for side in (LEFT, RIGHT):
             times = [r[time] for r in pair[side] if r[time] is not None]
             if times:
-                seen[side] = max(times) if seen[side] is None else max(seen[side], max(times))
+                seen[side] = max(times) if seen[side] is None else max(seen[side], *times)
     return marks
 
 
@@ -138,14 +138,14 @@ def reference_join(spec: StreamJoin, batches: list[tuple[list[dict], list[dict]]
         values = tuple(r[c] for c in cols)
         return None if any(v is None for v in values) else tuple(canonical(v) for v in values)
 
-    for i, (l, lc) in enumerate(entries[LEFT]):
+    for i, (lrec, lc) in enumerate(entries[LEFT]):
         for j, (r, rc) in enumerate(entries[RIGHT]):
-            kl = key(l, lk)
+            kl = key(lrec, lk)
             if kl is None or kl != key(r, rk) or not lower <= rc - lc <= upper:
                 continue
             matched[LEFT].add(i)
             matched[RIGHT].add(j)
-            out[_row(spec, l, r, lc, left_payload, right_payload, out_names)] += 1
+            out[_row(spec, lrec, r, lc, left_payload, right_payload, out_names)] += 1
     for side in (LEFT, RIGHT):
         if not spec.keeps_unmatched(side):
             continue
@@ -156,13 +156,13 @@ def reference_join(spec: StreamJoin, batches: list[tuple[list[dict], list[dict]]
     return out, n_late
 
 
-def _row(spec, l, r, coord, left_payload, right_payload, out_names) -> tuple:
-    keys = spec.sides.left_keys if l is not None else spec.sides.right_keys
-    src = l if l is not None else r
+def _row(spec, lrec, r, coord, left_payload, right_payload, out_names) -> tuple:
+    keys = spec.sides.left_keys if lrec is not None else spec.sides.right_keys
+    src = lrec if lrec is not None else r
     values = [canonical(src[k]) for k in keys]
     if spec.window is not None:
         values += [coord * spec.window.slide, coord * spec.window.slide + spec.window.size]
-    values += [None if l is None else l[c] for c in left_payload]
+    values += [None if lrec is None else lrec[c] for c in left_payload]
     values += [None if r is None else r[c] for c in right_payload]
     return tuple(values)
 

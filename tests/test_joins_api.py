@@ -24,7 +24,7 @@ def pipeline(**join):
 
 
 def test_schema_with_suffixes_and_window_columns():
-    p, op = pipeline(window=W.tumbling("1m"), how="outer")
+    _, op = pipeline(window=W.tumbling("1m"), how="outer")
     assert op.schema.names == ["k", "window_start", "window_end", "x_left", "ts_left", "x_right", "ts_right"]
     assert op.id.startswith("join_")  # an identity of its own, derived from both sides
 

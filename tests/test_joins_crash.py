@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 
 import pytest
+from tests import crash_harness as harness
+from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches, state_written
+from tests.pipelines import joins_crash
 
 from sluice.plan.physical import initial_plan
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.side_outputs import read_side_output
-from tests import crash_harness as harness
-from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches, state_written
-from tests.pipelines import joins_crash
 
 pytestmark = pytest.mark.spark
 
@@ -61,7 +61,7 @@ def test_joins_survive_sigkill_and_rescaling(spark, tmp_path):
 
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
     rescale_from(checkpoint, RESCALE_AT)
-    env = dict(SLUICE_TEST_OUT=out, SLUICE_TEST_ROWS=str(ROWS), SLUICE_TEST_PER_BATCH=str(PER_BATCH))
+    env = {"SLUICE_TEST_OUT": out, "SLUICE_TEST_ROWS": str(ROWS), "SLUICE_TEST_PER_BATCH": str(PER_BATCH)}
     # 1. in the middle of batch 2: records of batches 0-1 are buffered
     proc = harness.launch(joins_crash.__file__, checkpoint, env)
     kill_when(proc, lambda: 2 in started_batches(checkpoint) and 2 not in done_batches(checkpoint))

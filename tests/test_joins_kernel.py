@@ -4,18 +4,17 @@ Pure: no Spark."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.joins_harness import as_multiset, reference_join, run_join, side_watermarks
 
 from sluice.errors import SchemaError
 from sluice.graph.joins import LEFT, RIGHT, JoinSides, StreamJoin, TableLookup
 from sluice.graph.windows import Sliding, Tumbling
 from sluice.runtime.kernels.joins import StreamJoinKernel, TableLookupKernel, matching_pairs
-from tests.joins_harness import as_multiset, reference_join, run_join, side_watermarks
-
-import numpy as np
 
 LEFT_SCHEMA = pa.schema([("k", pa.string()), ("t", pa.int64()), ("v", pa.int64())])
 RIGHT_SCHEMA = pa.schema([("key", pa.string()), ("t", pa.int64()), ("w", pa.int64())])
@@ -56,8 +55,8 @@ def streams(draw, delay: int, beyond: bool):
 def check(spec: StreamJoin, batches, delay: int, expect_no_late: bool):
     kernel = StreamJoinKernel(spec, LEFT_SCHEMA, RIGHT_SCHEMA)
     marks = side_watermarks(batches, "t", delay)
-    tables = [(pa.Table.from_pylist(l, schema=LEFT_SCHEMA), pa.Table.from_pylist(r, schema=RIGHT_SCHEMA))
-              for l, r in batches]
+    tables = [(pa.Table.from_pylist(left, schema=LEFT_SCHEMA), pa.Table.from_pylist(right, schema=RIGHT_SCHEMA))
+              for left, right in batches]
     run = run_join(kernel, tables, marks)
     names = kernel.out_schema.names
     lp = [f.name for f in spec.sides.payload(LEFT, LEFT_SCHEMA)]

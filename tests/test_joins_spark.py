@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from tests.joins_harness import as_multiset, reference_join
 
 from sluice import Pipeline, sinks, sources
 from sluice import windows as W
@@ -16,7 +17,6 @@ from sluice.errors import PipelineError
 from sluice.graph.joins import LEFT, RIGHT
 from sluice.runtime.side_outputs import read_side_output
 from sluice.sinks import memory_table
-from tests.joins_harness import as_multiset, reference_join
 
 pytestmark = pytest.mark.spark
 
