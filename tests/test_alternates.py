@@ -168,3 +168,18 @@ def test_the_view_gives_an_alternates_measured_cost_else_the_declared_one():
     assert view.alternate_cost("forecast", "mean") == pytest.approx(2e-6)
     assert view.alternate_cost("forecast", "regression") == pytest.approx(2e-4)  # declared, never measured
     assert view.alternate_cost("state", "a") is None
+
+
+def test_a_restart_without_the_alternate_in_force_runs_the_default_and_says_so(tmp_path):
+    from sluice.runtime.pipeline_record import fit_plan_log
+    from sluice.runtime.planlog import PlanLog
+
+    log = PlanLog(str(tmp_path))
+    g = pipeline().graph
+    log.write(initial_plan(g, 2))
+    log.write(Plan(**{**initial_plan(g, 2).__dict__, "version": 3, "alternates": {"forecast": "mean", "state": "a"}}))
+    changed = pipeline(regression=Alt(slow, value=1.0), arima=Alt(fast, value=0.9)).graph  # "mean" is gone
+    with pytest.warns(UserWarning, match="no longer has the alternate 'mean'"):
+        fit_plan_log(log, changed, 2, 5)
+    assert log.plan_for(5).alternates == {"forecast": "regression", "state": "a"}
+    assert log.plan_for(3).alternates["forecast"] == "mean"  # batches that ran keep their plan

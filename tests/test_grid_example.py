@@ -75,3 +75,13 @@ def test_alternates_by_load_goes_down_when_behind_and_up_with_slack():
     assert new is not None and new.alternates == {"forecast": "regression"}
     reasons = [d["action"]["reason"] for d in control.log.records if d["type"] == "decision"]
     assert reasons[0].startswith("behind") and reasons[1].startswith("slack")
+
+
+def test_forecast_error_compares_each_reading_with_the_forecast_made_a_horizon_before():
+    seconds = np.array([0.0, 10.0, 20.0, 30.0])
+    kw = np.array([100.0, 100.0, 110.0, 120.0])
+    forecasts = np.array([np.nan, 99.0, 132.0, 0.0])
+    # horizon 10 s: reading at 20 s vs the forecast made at 10 s (99 -> 10 % off), at 30 s vs
+    # the one made at 20 s (132 -> 10 % off); the reading at 10 s has the forecast made at 0 s: none
+    assert grid.forecast_error(seconds, kw, forecasts, 3, horizon_s=10.0) == pytest.approx(0.1)
+    assert grid.forecast_error(seconds, kw, forecasts, 1, horizon_s=100.0) is None

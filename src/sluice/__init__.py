@@ -13,7 +13,9 @@ from sluice import agg, sinks, sources, windows
 from sluice.api import KeyedStream, Pipeline, Stream
 from sluice.errors import SluiceError
 from sluice.graph.alternates import Alt
+from sluice.runtime.reporting import report
 
 __version__ = "0.1.0"
 
-__all__ = ["Alt", "KeyedStream", "Pipeline", "SluiceError", "Stream", "__version__", "agg", "sinks", "sources", "windows"]
+__all__ = ["Alt", "KeyedStream", "Pipeline", "SluiceError", "Stream", "__version__", "agg", "report", "sinks", "sources",
+           "windows"]

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice import Alt, Pipeline, sinks, sources
+from sluice import Alt, Pipeline, report, sinks, sources
 
 BUILDINGS = 50
 DAY_S = 120.0  # a demo "day": the daily cycle in two minutes, so a run sees it
@@ -115,18 +115,40 @@ def moving_average_forecast(seconds: np.ndarray, kw: np.ndarray, new: int, windo
     return (sums[ends] - sums[starts]) / (ends - starts)
 
 
+def forecast_error(seconds: np.ndarray, kw: np.ndarray, forecasts: np.ndarray, new: int,
+                   horizon_s: float = HORIZON_S) -> float | None:
+    """Mean absolute percentage error of the forecasts made ``horizon_s`` before each of the
+    last ``new`` readings (the latest reading at or before that moment made it), or None
+    when none was made yet. Vectorized: one search over the readings' times."""
+    targets = seconds[len(seconds) - new:]
+    made = np.searchsorted(seconds, targets - horizon_s, side="right") - 1
+    known = (made >= 0) & np.isfinite(forecasts[np.maximum(made, 0)]) & (targets - horizon_s >= seconds[0])
+    if not known.any():
+        return None
+    actual = kw[len(kw) - new:][known]
+    return float(np.mean(np.abs(forecasts[made[known]] - actual) / np.abs(actual)))
+
+
 def _keyed(forecast):
-    """A ``process`` function: the building's state is its last HISTORY (time, kW) readings."""
+    """A ``process`` function: the building's state is its last HISTORY readings (time, kW)
+    and the forecasts made at them, whichever forecaster made them (shared by both
+    alternates). Each call reports the forecasts' error (``sluice.report``)."""
 
     def fn(key, rows: pa.Table, state):
         order = np.argsort(rows.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False), kind="stable")
         rows = rows.take(pa.array(order))
         seconds = rows.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False) / 1e6
         kw = rows.column("kw").to_numpy(zero_copy_only=False)
-        past_s, past_kw = state.value if state.value is not None else (np.zeros(0), np.zeros(0))
+        past = state.value if state.value is not None else (np.zeros(0), np.zeros(0), np.zeros(0))
+        past_s, past_kw = past[0], past[1]
+        past_f = past[2] if len(past) > 2 else np.full(len(past_s), np.nan)
         all_s, all_kw = np.concatenate([past_s, seconds]), np.concatenate([past_kw, kw])
         predicted = forecast(all_s, all_kw, len(kw))
-        state.update((all_s[-HISTORY:], all_kw[-HISTORY:]))
+        all_f = np.concatenate([past_f, predicted])
+        error = forecast_error(all_s, all_kw, all_f, len(kw))
+        if error is not None:
+            report("forecast_error", error)
+        state.update((all_s[-HISTORY:], all_kw[-HISTORY:], all_f[-HISTORY:]))
         return pa.table({"building": rows.column("building"), "ts": rows.column("ts"), "kw": rows.column("kw"),
                          "forecast": pa.array(predicted), "capacity": rows.column("capacity")})
 

@@ -45,7 +45,11 @@ def run_grid_demo(output: str, *, peak: float | None = None, phase_s: float = 30
     if not keep and os.path.exists(output):
         shutil.rmtree(output)
     os.makedirs(output, exist_ok=True)
-    spark = spark or spark_session(master, ui=ui)
+    if spark is None:
+        from sluice.runtime.warmup import start_python_workers
+
+        spark = spark_session(master, ui=ui)
+        start_python_workers(spark).result(timeout=300)  # a busy machine is slow to start them
     cores = spark.sparkContext.defaultParallelism
     profiles = grid.profile_forecasters()
     alternates = grid.forecaster_alternates(profiles)

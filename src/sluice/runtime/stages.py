@@ -22,6 +22,7 @@ from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, K
 from sluice.runtime.kernels.process import ProcessKernel
 from sluice.runtime.kernels.reduce import ReduceKernel
 from sluice.runtime.kernels.stateless import KernelContext, make_kernel, run_chain
+from sluice.runtime.reporting import reporting_to
 from sluice.runtime.schemas import INGEST, PARTITION, to_arrow, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.task_metrics import TaskMetrics
@@ -210,7 +211,8 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         # where the rest of the stage's time goes, step by step (keyed_throughput's profile)
         ctx = BatchContext(context.batch_id, partition, context.watermark, context.processing_time)
         data = rows.drop_columns([INGEST])
-        result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
+        with reporting_to(metrics, op.id):  # sluice.report inside the user's function
+            result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
         step = _timed(metrics, op.id, "kernel_s", step)
         if result.upserts.num_rows or (result.deletes is not None and result.deletes.num_rows):
             store.write_delta(context.batch_id, partition, result.upserts, result.deletes)

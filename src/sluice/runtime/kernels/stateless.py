@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.graph.operators import Operator
+from sluice.runtime.reporting import reporting_to
 from sluice.runtime.side_outputs import SideOutputWriter
 
 INGEST = "__ingest_ts"
@@ -211,7 +212,8 @@ def run_chain(kernels: list[Kernel], batches: Iterator[pa.RecordBatch], ctx: Ker
             start = time.perf_counter()
             rows_in = data.num_rows
             data = data.select(kernel.in_schema.names) if data.schema.names != kernel.in_schema.names else data
-            data, ingest = kernel.apply(data, ingest, ctx)
+            with reporting_to(ctx.metrics, kernel.op.id):  # sluice.report inside the user's function
+                data, ingest = kernel.apply(data, ingest, ctx)
             ctx.metrics.op_timing(kernel.op.id, rows_in, data.num_rows, time.perf_counter() - start)
             if data.num_rows == 0:
                 break
