@@ -15,7 +15,7 @@ and falls (:class:`sluice.control.AlternatesByLoad`, or any policy: the elastic 
 executors); every batch's metrics carry value, relative throughput, executors, cost and
 profit.
 
-    readings (a union of generators whose rate steps up and down)
+    readings (a generator whose rate steps up and down)
       -> meter (vectorized): demand = base x daily shape + noise, the building's capacity
       -> key_by(building) -> forecast (alternates, state: the building's recent readings)
       -> filter forecast > capacity -> alerts (JSON files)
@@ -214,24 +214,21 @@ def rate_trace(peak: float, phase_s: float, shape: tuple[float, ...] = (0.15, 0.
 
 
 def build(out: str, trace: list[tuple[float, float]], phase_s: float, *, alternates: dict[str, Alt] | None = None,
-          start: float | None = None, lead_s: float = 30.0, buildings: int = BUILDINGS, partitions: int = 2,
+          start: float | None = None, buildings: int = BUILDINGS, partitions: int = 2,
           active: str | None = None, batch_s: float = 10.0) -> Pipeline:
-    """The demo's pipeline. ``trace``: (seconds from ``start``, rows/s) per phase of
-    ``phase_s`` seconds, each phase a generator of its own (their union is the input);
-    alerts go to ``out``/alerts as JSON files. ``start`` (epoch s; default ``lead_s`` from
-    now, time for Spark to start the query) is when the first phase begins; a source admits
-    at most ``batch_s`` seconds of its rate a batch, so a late first batch is no flood."""
-    start = time.time() + lead_s if start is None else start
+    """The demo's pipeline. ``trace``: (seconds from the start, rows/s) of each phase of
+    ``phase_s`` seconds: one generator whose rate steps through them (a ``RateSchedule``),
+    starting at ``start`` (epoch s; default: when the query first starts); alerts go to
+    ``out``/alerts as JSON files. A batch admits at most ``batch_s`` seconds of the peak
+    rate (no flood when the first batch is late)."""
+    total = int(sum(rate * phase_s for _, rate in trace))
+    peak = max(rate for _, rate in trace)
     p = Pipeline("grid", partitions=partitions, max_parallelism=32)
-    phases = []
-    for i, (offset, rate) in enumerate(trace):
-        spec = sources.generator(
-            fields={"building": sources.Keys(buildings, prefix="b"), "ts": sources.EventTime(),
-                    "noise": sources.Normal(0.0, 0.03)},
-            rate=rate, start_time=start + offset, total_rows=int(rate * phase_s), seed=i,
-            max_rows_per_batch=max(int(rate * batch_s), 1))
-        phases.append(p.source(spec, name=f"meters_{i}"))
-    readings = phases[0].union(*phases[1:]) if len(phases) > 1 else phases[0]
+    readings = p.source(sources.generator(
+        fields={"building": sources.Keys(buildings, prefix="b"), "ts": sources.EventTime(),
+                "noise": sources.Normal(0.0, 0.03)},
+        rate=list(trace), start_time=start, total_rows=total, seed=7,
+        max_rows_per_batch=max(int(peak * batch_s), 1)), name="meters")
     forecasts = readings.map_batches(meter, schema=READING_SCHEMA, name="meter") \
         .key_by("building") \
         .process(schema=FORECAST_SCHEMA, name="forecast", alternates=alternates or forecaster_alternates(),

@@ -29,15 +29,14 @@ class GridRun:
 
 
 def run_grid_demo(output: str, *, peak: float | None = None, phase_s: float = 30.0, policies=None, master=None,
-                  spark=None, keep: bool = False, on_batch=None, ui: bool | None = False,
-                  lead_s: float = 15.0) -> GridRun:
+                  spark=None, keep: bool = False, on_batch=None, ui: bool | None = False) -> GridRun:
     """Profile the forecasters, run the pipeline over the trace, and return what it did.
 
     ``peak``: the highest rate of the trace (default: 90 % of what the cores could
     forecast with the regression alone, at the wall-clock cost profiled: with the rest of
     the pipeline's work it cannot hold the peak); ``policies``: the
-    control policies (default ``AlternatesByLoad``). The trace starts ``lead_s`` after the
-    pipeline is built (Spark's Python workers are started first by a short warm-up run)."""
+    control policies (default ``AlternatesByLoad``). The trace starts when the query does,
+    after a short warm-up run has started Spark's Python workers."""
     from sluice.control import AlternatesByLoad, read_decisions
     from sluice.runtime.session import spark_session
 
@@ -57,7 +56,7 @@ def run_grid_demo(output: str, *, peak: float | None = None, phase_s: float = 30
         peak = round(0.9 * cores / profiles["regression"].wall, -1)
     warm_up(spark, output, alternates)
     trace = grid.rate_trace(peak, phase_s)
-    pipeline = grid.build(output, trace, phase_s, alternates=alternates, lead_s=lead_s)
+    pipeline = grid.build(output, trace, phase_s, alternates=alternates)
     pipeline.economics(price_per_hour=PRICE_PER_HOUR, billing="second")
     checkpoint = os.path.join(output, "checkpoint")
     started = time.time()
