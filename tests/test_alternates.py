@@ -183,3 +183,13 @@ def test_a_restart_without_the_alternate_in_force_runs_the_default_and_says_so(t
         fit_plan_log(log, changed, 2, 5)
     assert log.plan_for(5).alternates == {"forecast": "regression", "state": "a"}
     assert log.plan_for(3).alternates["forecast"] == "mean"  # batches that ran keep their plan
+
+
+def test_an_unmeasured_alternates_cost_is_its_declared_cost_scaled_like_the_measured_ones():
+    g = pipeline(regression=Alt(slow, value=1.0, cost=2e-4), mean=Alt(fast, value=0.7, cost=1e-6)).graph
+    control = Controller(g, [])
+    ran = {"alternates": {"forecast": {"alternate": "mean", "cost": 3e-6, "selectivity": 1.0}}}
+    control(metrics(1, operators={"forecast": {"rows_in": 100}}, dynamics=ran), initial_plan(g, 2))
+    view = control.view(1, initial_plan(g, 2))
+    assert view.alternate_cost("forecast", "mean") == pytest.approx(3e-6)
+    assert view.alternate_cost("forecast", "regression") == pytest.approx(6e-4)  # measured 3x its profile

@@ -38,11 +38,16 @@ def test_application_value_of_the_thesis_example():
     assert value_bounds(g) == (pytest.approx(0.825), pytest.approx(1.0))
 
 
-def test_omega_is_what_was_admitted_of_what_there_was():
-    assert omega(900, {"a": 100}) == pytest.approx(0.9)
-    assert omega(900, {"a": 60, "b": 40}) == pytest.approx(0.9)
-    assert omega(0, {"a": 0}) == 1.0
-    assert omega(900, {"a": None}) is None and omega(900, {}) is None  # a pull source: unknown
+def test_omega_is_what_was_processed_of_what_arrived():
+    assert omega(900, {"a": 100}, None) == pytest.approx(0.9)  # 1000 arrived, 100 left waiting
+    assert omega(900, {"a": 60, "b": 40}, 0.0) == pytest.approx(0.9)
+    # keeping up: it took the 1000 that waited, 1000 more arrived while it ran
+    assert omega(1000, {"a": 1000}, 1000.0) == 1.0
+    # falling behind: 1000 taken, 1500 arrived (the wait grew by 500)
+    assert omega(1000, {"a": 1500}, 1000.0) == pytest.approx(1000 / 1500)
+    assert omega(1000, {"a": 0}, 500.0) == 1.0  # draining a backlog: at most 1
+    assert omega(0, {"a": 0}, 0.0) == 1.0
+    assert omega(900, {"a": None}, None) is None and omega(900, {}, None) is None  # a pull source: unknown
 
 
 def meter(billing: str) -> EconomicsMeter:

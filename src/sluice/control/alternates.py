@@ -5,8 +5,8 @@ alternates, section 4.8.2, without the VM side: the elastic policies add executo
 
 - **down** when the job falls behind: the relative throughput Omega over the last batches is
   under ``min_omega`` (rows are left waiting), a latency constraint is violated, or the
-  cores are busier than ``high``. The operator switches to the most valuable alternate
-  whose predicted load fits ``target``, else to its cheapest.
+  cores are busier than ``high``. The operator switches to the most valuable of its less
+  valuable, cheaper alternates whose predicted load fits ``target``, else to the cheapest.
 - **up** when there is slack: all is well and the predicted load with a more valuable
   alternate stays within ``target``. It switches to the most valuable such alternate.
 
@@ -79,11 +79,14 @@ class AlternatesByLoad(Policy):
             why = (f"cores {load:.2f} busy, {offered:,.0f} rows/s offered, {active} would need "
                    f"{load_at_offered(active):.2f} of {cores} cores"
                    + (f", Omega {omega:.2f}" if omega is not None else "") + (f", {violated} violated" if violated else ""))
-            if behind:
-                cheapest = min((n for n in alternates if costs.get(n) is not None), key=lambda n: costs[n])
-                choice = fitting[0] if fitting and alternates[fitting[0]].value < alternates[active].value \
-                    else cheapest
-                if choice != active and costs[choice] < costs[active]:
+            if behind:  # down: to a less valuable, cheaper alternate
+                lower = [n for n in by_value if alternates[n].value < alternates[active].value
+                         and costs.get(n) is not None and costs[n] < costs[active]]
+                if not lower:
+                    continue
+                fits = [n for n in lower if n in fitting]
+                choice = fits[0] if fits else min(lower, key=lambda n: costs[n])
+                if choice != active:
                     actions.append(Action(ALTERNATE, op_id, choice, f"behind ({why}): {active} -> {choice}",
                                           expected={"load": round(load_at_offered(choice), 3)}))
             elif fitting and alternates[fitting[0]].value > alternates[active].value:

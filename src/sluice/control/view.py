@@ -96,21 +96,33 @@ class ControlView:
         """The alternate of ``op_id`` the Plan in force runs."""
         return self.plan.alternates.get(op_id)
 
-    def alternate_cost(self, op_id: str, alternate: str, last: int = 10) -> float | None:
+    def alternate_cost(self, op_id: str, alternate: str) -> float | None:
         """Seconds of task time per input row of one alternate: measured, the mean over the
-        recent batches it ran in (``BatchMetrics.dynamics``), else as declared (``Alt.cost``),
-        else None."""
-        rows, seconds = 0.0, 0.0
-        for m in self.batches()[-last:]:
+        batches in the view it ran in (``BatchMetrics.dynamics``); else its declared cost
+        (``Alt.cost``) scaled by how the measured costs of the operator's other alternates
+        compare with theirs declared (task time carries overheads a profile does not see);
+        else as declared; else None."""
+        measured = self._measured_costs(op_id)
+        if alternate in measured:
+            return measured[alternate]
+        alts = self.alternates(op_id)
+        declared = alts[alternate].cost if alternate in alts else None
+        if declared is None:
+            return None
+        scales = [cost / alts[name].cost for name, cost in measured.items() if alts[name].cost]
+        return declared * (sum(scales) / len(scales)) if scales else declared
+
+    def _measured_costs(self, op_id: str) -> dict[str, float]:
+        rows: dict[str, float] = {}
+        seconds: dict[str, float] = {}
+        for m in self.batches():
             entry = ((getattr(m, "dynamics", None) or {}).get("alternates") or {}).get(op_id) or {}
-            if entry.get("alternate") == alternate and entry.get("cost") is not None:
+            name = entry.get("alternate")
+            if name is not None and entry.get("cost") is not None:
                 n = float((m.operators.get(op_id) or {}).get("rows_in", 0.0))
-                rows += n
-                seconds += float(entry["cost"]) * n
-        if rows > 0:
-            return seconds / rows
-        alt = self.alternates(op_id).get(alternate)
-        return None if alt is None else alt.cost
+                rows[name] = rows.get(name, 0.0) + n
+                seconds[name] = seconds.get(name, 0.0) + float(entry["cost"]) * n
+        return {name: seconds[name] / n for name, n in rows.items() if n > 0}
 
     def offered_rate(self, last: int = 4, before: int = 0) -> float | None:
         """Rows per second arriving at the sources over the last batches (ending ``before``

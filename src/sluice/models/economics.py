@@ -7,11 +7,12 @@ equations for the simulator and the schedulers):
   of their active alternate (``graph.alternates.application_value``); ``value_mean`` is its
   time-weighted mean over the run (Gamma-bar of section 4.6).
 * **relative throughput** Omega(t), Eq. 4.4 and 4.7: output over the output that was possible
-  for the input that was there. A micro-batch has no queues inside it (every row a batch
-  admits is processed before it commits), so each output's ratio is the sources' ratio: rows
-  admitted over rows there were to admit (admitted + left waiting, ``q + i dt`` of Eq. 4.4),
-  pooled over the sources that report their backlog (None when none does: a pull source
-  could give any number of rows at once).
+  for the input. A micro-batch has no queues inside it (every row a batch admits is
+  processed before it commits), so each output's ratio is the sources': rows the batch
+  processed over rows that arrived in its interval (admitted + the growth of what waits,
+  ``i dt`` of Eq. 4.4; the queue ``q`` is the batch before's arrivals, which a micro-batch
+  processes one batch later by design), at most 1, pooled over the sources (None when a
+  source cannot say what waits: a pull source could give any number of rows at once).
 * **cost** mu(t), Eq. 4.2: the executors the job holds (the Plan's ``executors``, else the
   executors Spark gives it: on local Spark the driver, one), each billed by the ``hour``
   (every started hour whole, Eq. 4.2) or by the ``second``, at ``price_per_hour``.
@@ -79,13 +80,20 @@ class BatchFacts:
     executors: int
 
 
-def omega(rows_in: int, backlog: dict[str, Any]) -> float | None:
-    """Rows admitted over rows there were to admit, over the sources that report a backlog."""
+def omega(rows_in: int, backlog: dict[str, Any], previous: float | None) -> float | None:
+    """Rows the batch processed over the rows that arrived in its interval (at most 1).
+
+    ``backlog``: rows waiting at each source at the batch's end, ``previous``: in all, at
+    the previous batch's end (None for the first: nothing waited). Arrivals are the rows
+    admitted plus the growth of what waits. A micro-batch processes what arrived during the
+    batch before it, so a job that keeps up has Omega about 1 even though rows wait while a
+    batch runs; one that falls behind (batches that grow, or admission capped below the
+    rate) admits less than arrives. None when a source cannot say what waits."""
     known = [v for v in backlog.values() if v is not None]
     if not backlog or len(known) < len(backlog) or any(math.isinf(float(v)) for v in known):
         return None
-    available = rows_in + sum(float(v) for v in known)
-    return 1.0 if available <= 0 else rows_in / available
+    arrived = rows_in + sum(float(v) for v in known) - (previous or 0.0)
+    return 1.0 if arrived <= 0 else min(rows_in / arrived, 1.0)
 
 
 class EconomicsMeter:
@@ -103,6 +111,7 @@ class EconomicsMeter:
         self.value_s = float(state.get("value_s", 0.0))
         self.omega_s = float(state.get("omega_s", 0.0))
         self.omega_known_s = float(state.get("omega_known_s", 0.0))
+        self.waiting = state.get("waiting")  # rows waiting at the sources at the last batch's end
         if self.until is not None and self.ledger.open_since:
             # a restart: the executors of the last run were released when it stopped
             self.ledger.hold(0, float(self.until), economics)
@@ -116,7 +125,9 @@ class EconomicsMeter:
             begin = facts.started_at
         self.ledger.hold(facts.executors, begin, econ)
         seconds = max(facts.ended_at - begin, 0.0)
-        ratio = omega(facts.rows_in, facts.backlog)
+        ratio = omega(facts.rows_in, facts.backlog, self.waiting)
+        known = [v for v in facts.backlog.values() if v is not None]
+        self.waiting = sum(float(v) for v in known) if known and len(known) == len(facts.backlog) else None
         self.value_s += facts.value * seconds
         if ratio is not None:
             self.omega_s += ratio * seconds
@@ -139,7 +150,7 @@ class EconomicsMeter:
             "profit_now": _rounded(profit(econ, facts.value, rate, 1.0, self.gamma_min, self.gamma_max)),
             "state": {"released_cost": self.ledger.released_cost, "open_since": list(self.ledger.open_since),
                       "seconds": self.seconds, "until": self.until, "value_s": self.value_s, "omega_s": self.omega_s,
-                      "omega_known_s": self.omega_known_s},
+                      "omega_known_s": self.omega_known_s, "waiting": self.waiting},
         }
 
 
