@@ -3,9 +3,9 @@
 A simple live policy for operators with alternates (the thesis's runtime adaptation of
 alternates, section 4.8.2, without the VM side: the elastic policies add executors):
 
-- **down** when the job falls behind: the relative throughput Omega over the last batches is
-  under ``min_omega`` (rows are left waiting), a latency constraint is violated, or the
-  cores are busier than ``high``. The operator switches to the most valuable of its less
+- **down** when the job falls behind: the relative throughput over the last batches (rows
+  processed a second over rows arriving a second) is under ``min_omega``, a latency
+  constraint is violated, or the cores are busier than ``high``. The operator switches to the most valuable of its less
   valuable, cheaper alternates whose predicted load fits ``target``, else to the cheapest.
 - **up** when there is slack: all is well and the predicted load with a more valuable
   alternate stays within ``target``. It switches to the most valuable such alternate.
@@ -52,14 +52,16 @@ class AlternatesByLoad(Policy):
         busy = sum(max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
                    for m in batches for v in m.operators.values() if isinstance(v, dict))
         load = busy / (wall * cores) if wall > 0 else 0.0
-        omegas = [m.dynamics.get("omega") for m in batches if (m.dynamics or {}).get("omega") is not None]
-        omega = min(omegas) if omegas else None
-        violated = [name for name, s in view.status.items() if s.state == "violated"]
-        behind = (omega is not None and omega < self.min_omega) or bool(violated) or load > self.high
         admitted = sum(m.rows_in for m in batches)
         if admitted <= 0 or wall <= 0:
             return []
-        offered = view.offered_rate(self.window) or admitted / wall
+        arriving = view.offered_rate(self.window)
+        offered = arriving or admitted / wall
+        # Omega over the window: the rate processed over the rate arriving (one batch's Omega
+        # swings with the length of the batch before it)
+        omega = None if arriving is None else min(admitted / wall / arriving, 1.0) if arriving > 0 else 1.0
+        violated = [name for name, s in view.status.items() if s.state == "violated"]
+        behind = (omega is not None and omega < self.min_omega) or bool(violated) or load > self.high
         actions = []
         for op_id, active in sorted(view.plan.alternates.items()):
             alternates = view.alternates(op_id)
