@@ -5,7 +5,9 @@ executors.
 
     .venv/bin/python benchmarks/rescaling.py [--quick]
 
-The cluster: a master and ``WORKERS`` workers of 1 core and 1 GiB each, started by the
+Each run's input starts ``LEAD_S`` after it is launched (its session, executors and Python
+workers are up by then), and a source admits at most ``MAX_ROWS`` rows a batch, so batches
+stay short while input waits. The cluster: a master and ``WORKERS`` workers of 1 core and 1 GiB each, started by the
 benchmark from the pyspark wheel (``runtime.cluster.LocalCluster``); every run starts holding
 one executor. The job: two generator sources (``R1`` rows/s from the start, ``R2 - R1`` more
 from ``PRE`` seconds on: the step), a running count per key (64 keys) whose per-record work is
@@ -54,6 +56,8 @@ R1, R2 = 250.0, 1200.0  # rows/s before and after the step
 TARGET_UTILIZATION = 0.7
 KEYS = 64
 BACKLOG_OK_S = 2.0  # the target rate is held while the backlog stays under this many seconds of input
+LEAD_S = 45.0  # the input starts this long after a run is launched: session, executors and workers are up by then
+MAX_ROWS = 1500  # rows a source admits per batch (batches stay short while input waits)
 
 
 def needed_executors(rate: float) -> int:
@@ -64,7 +68,7 @@ def generator(rate: float, start: float, seed: int):
     from sluice import sources
 
     return sources.generator(fields={"k": sources.Keys(KEYS), "v": sources.Uniform(0.0, 1.0)},
-                             rate=rate, start_time=start, seed=seed)
+                             rate=rate, start_time=start, seed=seed, max_rows_per_batch=MAX_ROWS)
 
 
 def count_and_wait(key, rows, state):
@@ -130,7 +134,7 @@ def run_sluice(spark, pool, policy, workdir: str, pre: float, post: float) -> di
     checkpoint = os.path.join(workdir, policy.name)
     pool.set_total(1, wait_s=120)
     latest: dict = {}
-    t0 = time.time() + 5
+    t0 = time.time() + LEAD_S
     p = sluice_pipeline(t0, pre, latest)
     with Sampler(Checkpoint.of(checkpoint).sources, ["base", "step"], pool) as sampler:
         result = run_pipeline(p, checkpoint, spark=spark, policies=[policy], executors=1, max_executors=WORKERS,
@@ -151,12 +155,13 @@ def run_spark_restart(spark, pool, workdir: str, pre: float, post: float, decide
     import pandas as pd
     from pyspark.sql.streaming.state import GroupStateTimeout
 
+    from sluice.runtime.sources import set_max_rows
     from sluice.runtime.sources.datasource import open_stream
 
     controls, checkpoint = os.path.join(workdir, "spark_controls"), os.path.join(workdir, "spark_ckpt")
     os.makedirs(controls, exist_ok=True)
     pool.set_total(1, wait_s=120)
-    t0 = time.time() + 5
+    t0 = time.time() + LEAD_S
     work_s = WORK_S
 
     def count_and_wait_pandas(key, frames, state):
@@ -165,6 +170,9 @@ def run_spark_restart(spark, pool, workdir: str, pre: float, post: float, decide
         n = (state.get[0] if state.exists else 0) + rows
         state.update((n,))
         yield pd.DataFrame({"k": [int(key[0])], "n": [n]})
+
+    for name in ("base", "step"):
+        set_max_rows(controls, name, MAX_ROWS)
 
     def start():
         spark.conf.set("spark.sql.shuffle.partitions", str(WORKERS))  # fixed by the checkpoint from its first batch
@@ -241,7 +249,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter phases")
     args = parser.parse_args()
-    pre, post = (40.0, 110.0) if args.quick else (60.0, 180.0)
+    pre, post = (30.0, 100.0) if args.quick else (60.0, 180.0)
 
     from sluice.control import IncrementalScaling, OneStepScaling
     from sluice.runtime.cluster import LocalCluster

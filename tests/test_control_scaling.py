@@ -27,8 +27,9 @@ class KeyedStageEngine:
         rows = int(self.rate(self.clock) * self.last)
         useful = rows * self.us * 1e-6
         duration = self.overhead + useful / min(p, self.cores)
+        # the rows that arrive while the batch runs wait for the next one: the backlog its metrics read
         m = BatchMetrics(batch_id=self.batch_id, plan_version=plan.version, started_at=self.clock,
-                         duration_s=duration, rows_in=rows, backlog={"src": 0},
+                         duration_s=duration, rows_in=rows, backlog={"src": int(self.rate(self.clock) * duration)},
                          operators={"agg": {"rows_in": rows, "time_s": useful + p * self.wait,
                                             "input_wait_s": p * self.wait}})
         self.clock += duration

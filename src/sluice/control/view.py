@@ -129,7 +129,8 @@ class ControlView:
         batches ago), or None when a source reports no backlog (it could produce any number of
         rows at once: pull mode).
 
-        Arrivals between two plannings = rows admitted + growth of the backlog."""
+        Arrivals between two batches' ends (when each batch's metrics read the backlog) =
+        rows the later one admitted + growth of the backlog."""
         batches = [m for m in self.history if not m.skipped]
         batches = batches[:len(batches) - before][-(last + 1):]
         if len(batches) < 2:
@@ -140,7 +141,7 @@ class ControlView:
                     or not prev.backlog or any(v is None for v in prev.backlog.values()):
                 return None
             arrived += cur.rows_in + sum(cur.backlog.values()) - sum(prev.backlog.values())
-            seconds += cur.started_at - prev.started_at
+            seconds += (cur.started_at + cur.duration_s) - (prev.started_at + prev.duration_s)
         return max(arrived, 0) / seconds if seconds > 0 else None
 
     def backlog(self) -> int | None:
