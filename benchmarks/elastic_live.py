@@ -135,9 +135,11 @@ def excursion_seconds(batches, rate, t0: float) -> float:
 
 def run_live(spark, pool, name: str, phases, phase_s: float, alts, make_policy, executors: int, workdir: str) -> dict:
     from sluice.runtime.job import run_pipeline
+    from sluice.runtime.warmup import start_python_workers
     from sluice.sim.elastic import figures
 
     pool.set_total(executors, wait_s=120)
+    start_python_workers(spark, tasks=2 * executors).result()  # fresh executors: their Python workers up first
     t0 = time.time() + LEAD_S
     p = pipeline(phases, phase_s, t0, os.path.join(workdir, name + "_out"), alts)
     policy = make_policy(t0) if make_policy else None

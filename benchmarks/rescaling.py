@@ -58,7 +58,7 @@ R1, R2 = 250.0, 1200.0  # rows/s before and after the step
 TARGET_UTILIZATION = 0.7
 KEYS = 64
 BACKLOG_OK_S = 2.0  # the target rate is held while the backlog stays under this many seconds of input
-LEAD_S = 45.0  # the input starts this long after a run is launched: session, executors and workers are up by then
+LEAD_S = 30.0  # the input starts this long after a run is launched: the query and its Python workers are up by then
 WINDOW = 2  # batches the scaling policies measure under the plan in force before they decide
 
 
@@ -132,9 +132,11 @@ def run_sluice(spark, pool, policy, workdir: str, pre: float, post: float) -> di
     from sluice.control import read_decisions
     from sluice.runtime.checkpoint import Checkpoint
     from sluice.runtime.job import run_pipeline
+    from sluice.runtime.warmup import start_python_workers
 
     checkpoint = os.path.join(workdir, policy.name)
     pool.set_total(1, wait_s=120)
+    start_python_workers(spark, tasks=2).result()  # a fresh executor: its Python workers up first
     latest: dict = {}
     t0 = time.time() + LEAD_S
     p = sluice_pipeline(t0, pre, latest)
@@ -158,10 +160,12 @@ def run_spark_restart(spark, pool, workdir: str, pre: float, post: float, decide
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from sluice.runtime.sources.datasource import open_stream
+    from sluice.runtime.warmup import start_python_workers
 
     controls, checkpoint = os.path.join(workdir, "spark_controls"), os.path.join(workdir, "spark_ckpt")
     os.makedirs(controls, exist_ok=True)
     pool.set_total(1, wait_s=120)
+    start_python_workers(spark, tasks=2).result()
     t0 = time.time() + LEAD_S
     work_s = WORK_S
 
@@ -247,7 +251,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="shorter phases")
     args = parser.parse_args()
-    pre, post = (30.0, 100.0) if args.quick else (60.0, 180.0)
+    pre, post = (25.0, 90.0) if args.quick else (60.0, 180.0)
 
     from sluice.control import IncrementalScaling, OneStepScaling
     from sluice.runtime.cluster import LocalCluster
