@@ -6,9 +6,10 @@ The job: uniform keys (``KEYS`` of them, so most keys of a batch are new or upda
 first operator's output is about as large as its input), a running count and sum per key
 (``aggregate``), then, keyed on the same key, a second ``aggregate`` counting each key's
 updates and keeping its largest count, to a file sink. Both are vectorized kernels, so the
-exchange between them is a visible share of a batch (a Python ``reduce`` would hide it). ``collocated``: the two share one stage (Sluice's default,
-``plan.collocation``); ``exchanged``: ``collocate=False``, an exchange before each, as Spark
-does for two stateful operators. The runs alternate and the best of N of each is kept; the
+exchange between them is a visible share of a batch (a Python ``reduce`` would hide it).
+``collocated``: the two share one stage (Sluice's default, ``plan.collocation``);
+``exchanged``: ``collocate=False``, an exchange before each, as Spark does for two stateful
+operators. The runs alternate and the best of N of each is kept; the
 final per-key figures of every run must be equal. Writes docs/results/collocation.json; the
 last line printed is one JSON object with ``ratio`` = collocated / exchanged throughput.
 """
