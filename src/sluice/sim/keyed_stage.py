@@ -4,7 +4,8 @@ One keyed operator with ``K`` key groups runs on the partitions the Plan gives i
 partition on a core of its own while there are enough cores (beyond them, partitions share
 the cores). Rows arrive per key group at rates that change over time (``rates(batch)``);
 the engine plans a batch every ``interval_s`` seconds (later if the last one overran) and
-admits every row that arrived since the last one started, as a Spark trigger does. A partition's time is the cost of
+admits every row that arrived since the last one started, as a Spark trigger does; the
+backlog it reports is read at its end (the rows that arrived while it ran). A partition's time is the cost of
 its key groups' rows plus, in the batch after a key group moved to it, the time to load the
 key group's state (``load_s_per_byte`` times its bytes): a migration's pause.
 
@@ -45,7 +46,8 @@ class KeyedStageEngine:
     def step(self, plan) -> SimBatch:
         stage = plan.keyed[self.op_id]
         routing = np.asarray(stage.routing)
-        rows = self.rates(self.batch_id) * self.gap
+        rates = self.rates(self.batch_id)
+        rows = rates * self.gap
         if self.noise:
             rows = rows * self.rng.lognormal(0.0, self.noise, len(rows))
         rows = np.floor(rows)
@@ -58,7 +60,9 @@ class KeyedStageEngine:
         duration = self.overhead_s + float(span)
         batch = SimBatch(
             batch_id=self.batch_id, started_at=self.now, duration_s=duration, rows_in=int(rows.sum()),
-            plan_version=plan.version, rows_by_source={self.source: int(rows.sum())}, backlog={self.source: 0},
+            plan_version=plan.version, rows_by_source={self.source: int(rows.sum())},
+            # read at the batch's end, as the runtime does: what arrived while it ran
+            backlog={self.source: int(rates.sum() * duration)},
             operators={self.op_id: {"time_s": float(busy.sum()), "time_s_max": float(busy.max()), "input_wait_s": 0.0,
                                     "rows_in": float(rows.sum()), "state_read_s": float(loading.sum()),
                                     "state_read_bytes": float(self.state_bytes[moved].sum())}})
