@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.runtime.hash_routing import SALT, murmur3_int, salt_for, salt_sql, salt_temporaries
+from sluice.runtime.exchange.salt import SALT, murmur3_int, salt_for, salt_sql, salt_temporaries
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 

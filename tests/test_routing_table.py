@@ -8,9 +8,9 @@ import random
 import pytest
 
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.exchange.routing import packed_routing, routing_columns
 from sluice.runtime.kernels.keyed import KEY_GROUP
 from sluice.runtime.schemas import PARTITION
-from sluice.runtime.stages import packed_routing, routing_columns
 
 
 @pytest.mark.parametrize("partitions, max_parallelism", [(1, 128), (2, 128), (3, 128), (5, 100), (37, 128), (300, 512)])
@@ -48,8 +48,8 @@ def test_spark_routes_every_row_by_the_table(spark, partitions):
 def test_route_exchanges_by_the_table_and_ships_only_the_columns_asked_for(spark):
     """After the exchange every row is in the partition of its key group, and the columns the
     keyed stage does not read never crossed it (nor the partition: an expression only)."""
+    from sluice.runtime.exchange.routing import route
     from sluice.runtime.schemas import INGEST
-    from sluice.runtime.stages import route
 
     routing = tuple(random.Random(3).randrange(3) for _ in range(128))
     frame = spark.range(3_000).selectExpr("concat('key-', CAST(id % 500 AS STRING)) AS k", "id * 2.0 AS v",

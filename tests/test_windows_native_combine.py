@@ -18,7 +18,7 @@ from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.windows import WindowAggregateKernel
 from sluice.graph.operators import Operator
-from sluice.runtime.native_combine import late_records, native_combine, supports_native_combine
+from sluice.runtime.exchange.spark_combine import late_records, native_combine, supports_native_combine
 from sluice.runtime.schemas import INGEST, to_spark
 
 pytestmark = pytest.mark.spark

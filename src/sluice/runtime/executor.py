@@ -29,19 +29,19 @@ from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.combine import collocated_input, exchange
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
+from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange, prepare_hash_exchange
 from sluice.runtime.executors import executor_infos
 from sluice.runtime.joins import tagged_union
 from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.kernels.windows import LATE
 from sluice.runtime.metrics import BatchMetrics
-from sluice.runtime.native_combine import SourceStats, prepare_hash_exchange
 from sluice.runtime.planlog import PlanLog
-from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native
+from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
-from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain, quote
+from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain
+from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.task_metrics import MetricKey, MetricsParam, split_metrics
 from sluice.runtime.warmup import in_background
 
@@ -111,8 +111,6 @@ class BatchExecutor:
         return latest
 
     def _store(self, op: Operator):
-        from sluice.runtime.state import KeyGroupStore
-
         return KeyGroupStore(self.checkpoint.uri, op.id, keyed_kernel(op).key_columns)
 
     def _ended_sources(self, batch_id: int) -> set[str]:
@@ -216,8 +214,6 @@ class BatchExecutor:
         whole. History is collected here, between batches, and only once that snapshot is
         complete: no task is reading then, and no unfinished snapshot is mistaken for
         garbage."""
-        from sluice.runtime.state import KeyGroupStore
-
         if self._compaction is not None:
             if not self._compaction.done():
                 return
@@ -460,18 +456,16 @@ def combined_directly(graph: JobGraph, source: Operator) -> str | None:
     source feeds only a key_by that feeds only it), if there is one.
 
     The source's statistics (rows, latest event time) are then measured by that keyed
-    stage on the combined rows, a few per key and pane (``native_combine.SourceStats``),
+    stage on the combined rows, a few per key and pane (``exchange.SourceStats``),
     rather than observed on every record: an observation is an operator Spark cannot
     compile into the stage's generated code, so it costs on every row it sees."""
-    from sluice.runtime.native_combine import supports_native_combine
-
     consumers = graph.consumers(source.id)
     if len(consumers) != 1 or consumers[0].kind != "key_by":
         return None
     keyed = graph.consumers(consumers[0].id)
     if len(keyed) != 1 or not keyed[0].is_keyed:
         return None
-    return keyed[0].id if supports_native_combine(keyed_kernel(keyed[0]), consumers[0].schema) else None
+    return keyed[0].id if combined_by_spark(keyed_kernel(keyed[0]), consumers[0].schema) else None
 
 
 def ended_in_offset_log(entry: bytes | None) -> set[str]:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 from sluice.graph.joins import LEFT, RIGHT, SIDE, side_column
 from sluice.runtime.kernels.joins import JoinKernelBase
-from sluice.runtime.schemas import INGEST, to_spark
+from sluice.runtime.schemas import INGEST, quote, to_spark
 
 
 def tagged_union(left_df, right_df, kernel: JoinKernelBase):
     """The two sides' frames as one frame of the kernel's union schema (plus ``__ingest_ts``)."""
-    from sluice.runtime.stages import quote
-
     sides = kernel.sides
     spark_types = {f.name: f.dataType.simpleString() for f in to_spark(kernel.union).fields}
     frames = []

@@ -4,6 +4,7 @@ the result types of SQL expressions without running anything."""
 from __future__ import annotations
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
@@ -15,6 +16,17 @@ INGEST = "__ingest_ts"
 KEY_GROUP = "__kg"
 PARTITION = "__part"
 SOURCE_ID = "__src"
+
+
+def quote(name: str) -> str:
+    """A column name as a Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def partition_id() -> int:
+    """The partition of the Spark task running this code (0 outside a task)."""
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
 
 
 def to_spark(schema: pa.Schema) -> StructType:

@@ -23,16 +23,10 @@ from sluice.runtime.kernels.process import ProcessKernel
 from sluice.runtime.kernels.reduce import ReduceKernel
 from sluice.runtime.kernels.stateless import KernelContext, make_kernel, run_chain
 from sluice.runtime.reporting import reporting_to
-from sluice.runtime.schemas import INGEST, PARTITION, to_arrow, to_spark, with_hidden
+from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
+from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.task_metrics import TaskMetrics
-
-
-def _partition_id() -> int:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    return ctx.partitionId() if ctx is not None else 0
 
 
 # ---- fused Python chains ---------------------------------------------------------------------
@@ -47,7 +41,7 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
 
     def run(batches):
         metrics = TaskMetrics(accumulator)
-        dead = SideOutputWriter(root, DEAD_LETTER, batch_id, stage, _partition_id())
+        dead = SideOutputWriter(root, DEAD_LETTER, batch_id, stage, partition_id())
         ctx = KernelContext(dead=dead, metrics=metrics)
         yield from run_chain(kernels, batches, ctx)
         metrics.add(stage, "tasks", 1)  # the chaining policy weighs work per task
@@ -74,94 +68,12 @@ def keyed_kernel(op: Operator) -> KeyedKernel:
     raise ValueError(f"no kernel for keyed operator kind {op.kind!r}")
 
 
-def quote(name: str) -> str:
-    """A column name as a Spark SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def routing_columns(keys: list[str], stage: KeyedStagePlan, max_parallelism: int) -> dict[str, str]:
-    """SQL of the key group of each row and of the partition it is routed to.
-
-    Both are native expressions: the hash is Spark's xxhash64 (stable across runs and
-    machines), and the routing table is a literal indexed by key group. They are SQL text
-    added in one projection: built from ``F.lit`` per key group and two ``withColumn`` calls,
-    they cost a Py4J round trip per key group and two plan analyses on the driver, every
-    batch (about 0.1 s for 128 key groups).
-
-    The table is packed into 64-bit words, a few bits per key group (:func:`packed_routing`):
-    a row's partition is then a shift and a mask. An array of one literal per key group took
-    Spark twice as long to analyze, and a string of digits read with ``conv(substr(...))``
-    cost some 0.3 us a row, as much as the rest of the routing.
-
-    The partition is wrapped in ``IF(spark_partition_id() >= 0, ..., 0)`` (the condition
-    always holds, but Spark cannot know it) to keep Spark from folding it into a constant when
-    the key is one (a window over a whole stream): a constant grouping column is dropped from
-    an aggregate, and an aggregate grouped by the partition would then ask for a second
-    exchange, by hash, that scatters a key group over partitions (``sluice.runtime.native_combine``).
-    """
-    columns = ", ".join(quote(k) for k in keys)
-    kg = f"CAST(pmod(xxhash64({columns}), {int(max_parallelism)}) AS INT)"
-    return {KEY_GROUP: kg, PARTITION: partition_sql(kg, stage)}
-
-
-def partition_sql(kg: str, stage: KeyedStagePlan) -> str:
-    """SQL of the partition the routing table gives the key group ``kg`` (an SQL expression)."""
-    words, bits = packed_routing(stage.routing, stage.partitions)
-    per_word = 64 // bits
-    table = "array(" + ", ".join(f"{w}L" for w in words) + ")"
-    lookup = (f"CAST(shiftright(element_at({table}, CAST({kg} div {per_word} AS INT) + 1), "
-              f"({kg} % {per_word}) * {bits}) & {(1 << bits) - 1} AS INT)")
-    return f"IF(spark_partition_id() >= 0, {lookup}, 0)"
-
-
-def packed_routing(routing: list[int], partitions: int) -> tuple[list[int], int]:
-    """The routing table (partition per key group) packed into signed 64-bit words, and the
-    bits per entry: entry ``kg`` is bits ``(kg % k) * bits`` and up of word ``kg // k``,
-    ``k = 64 // bits``."""
-    bits = max(1, (max(partitions, 1) - 1).bit_length())
-    per_word = 64 // bits
-    words = []
-    for start in range(0, len(routing), per_word):
-        word = 0
-        for j, p in enumerate(routing[start:start + per_word]):
-            if not 0 <= p < partitions:
-                raise ValueError(f"routing table: key group {start + j} goes to partition {p}, "
-                                 f"not one of 0..{partitions - 1}")
-            word |= int(p) << (j * bits)
-        words.append(word - (1 << 64) if word >= 1 << 63 else word)
-    return words, bits
-
-
-def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str]):
-    """Keep ``columns`` and the ingest time, add the key group, and exchange
-    by the partition the routing table gives it.
-
-    One projection in SQL text (each transformation costs Spark an analysis on the driver,
-    every batch). The partition is an expression of the exchange, not a column: it is
-    computed from the key group column (one hash a row) and never shipped. Columns the
-    kernel does not read are dropped before the exchange, not after it: every byte of a row
-    is written to the shuffle, read back, and turned into Arrow for the keyed stage."""
-    from pyspark.sql import functions as F
-
-    routed = with_key_group(df, keys, stage, max_parallelism, columns)
-    return routed.repartitionById(stage.partitions, F.expr(partition_sql(KEY_GROUP, stage)))
-
-
-def with_key_group(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str]):
-    """``columns`` and the ingest time, and the key group of each row (one projection)."""
-    kept = [quote(c) for c in columns if c not in (INGEST, KEY_GROUP)]
-    kg = routing_columns(keys, stage, max_parallelism)[KEY_GROUP]
-    return df.selectExpr(*kept, INGEST, f"{kg} AS {KEY_GROUP}")
-
-
 def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
                 context: BatchContext, root: str, accumulator, source_stats=None):
     """Run a keyed operator over routed rows, reading and writing the key-group store.
 
     ``source_stats``: the statistics of the source whose records Spark combined into these
-    rows, to measure here (``native_combine.SourceStats``)."""
-    from sluice.runtime.state import KeyGroupStore
-
+    rows, to measure here (``exchange.SourceStats``)."""
     kernel = keyed_kernel(op)
     keys = kernel.key_columns
     routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP)
@@ -173,7 +85,7 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
 
     def run(batches):
         start = time.perf_counter()
-        partition = _partition_id()
+        partition = partition_id()
         metrics = TaskMetrics(accumulator)
         received = list(batches)
         # the wait for the input includes the upstream work Spark runs in the same task

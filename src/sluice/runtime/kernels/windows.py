@@ -34,7 +34,7 @@ that a window is emitted on time exactly once even if the key group is not proce
 every batch; the state of a key whose batch changed nothing is not rewritten.
 
 On Spark the runtime first runs :meth:`WindowAggregateKernel.combine` on every map task
-(``sluice.runtime.combine``): records are pre-aggregated per (key, pane) and late ones
+(``sluice.runtime.exchange.python_combine``): records are pre-aggregated per (key, pane) and late ones
 sorted out before the exchange, so one partial per (key, pane) and task crosses it; then
 ``process`` merges those partials into the state exactly as it would the records.
 """
@@ -177,7 +177,7 @@ class WindowAggregateKernel(CombiningKernel):
         layout = self.layout(schema)
         wm = batch_watermark(self.queries[0], ctx)
         records = rows.drop_columns([c for c in rows.column_names if c in (KEY_GROUP, INGEST)])
-        accepted, late_parts, panes = self._contributions(records, ctx, wm)
+        accepted, late_parts, panes = self.contributions(records, ctx, wm)
         late = pa.concat_tables(late_parts) if late_parts else late_schema(records.schema).empty_table()
         kept = rows.filter(pa.array(accepted)) if not accepted.all() else rows
         kept_panes = panes[accepted]
@@ -248,7 +248,7 @@ class WindowAggregateKernel(CombiningKernel):
         if combined:  # the combine already sorted out the late records
             late_parts = []
         else:
-            accepted, late_parts, panes = self._contributions(rows, ctx, wm)
+            accepted, late_parts, panes = self.contributions(rows, ctx, wm)
 
         outputs = []
         emitted_keys = []
@@ -326,7 +326,7 @@ class WindowAggregateKernel(CombiningKernel):
         """Which combined rows hold panes some query accepts (None: all), and how many
         records the rows of panes late for some query combine.
 
-        Spark's combine (``sluice.runtime.native_combine``) groups every record by its pane
+        Spark's combine (``sluice.runtime.exchange.spark_combine``) groups every record by its pane
         whether it is late or not: deciding it there would put the batch's watermark into
         the code Spark generates, and Spark would compile that code again every batch. The
         rows of panes no query accepts go; the records of panes late for some query are
@@ -347,7 +347,7 @@ class WindowAggregateKernel(CombiningKernel):
             late = int(np.asarray(rows[RECORDS].to_numpy(), np.int64)[~on_time].sum())
         return (None if accepted.all() else accepted), late
 
-    def _contributions(self, rows: pa.Table, ctx: BatchContext, wm: int) -> tuple[np.ndarray, list, np.ndarray]:
+    def contributions(self, rows: pa.Table, ctx: BatchContext, wm: int) -> tuple[np.ndarray, list, np.ndarray]:
         """Rule 2: (contributes to some query, late records per query, pane) of each record."""
         times, has_time = record_times(self.queries[0], rows, ctx)
         panes = np.floor_divide(times, self.pane)

@@ -21,7 +21,7 @@ grouping column (a NULL key) leaves murmur3's state as it was, in SQL's ``hash``
 exchange alike, and both hash -0.0 as 0.0 and every NaN alike, so the salt steers rows of
 such keys as exactly as any other. The
 functions here are pure (they build SQL text and compute Spark's hash in Python for tests);
-``sluice.runtime.native_combine`` puts them to work.
+``exchange.spark_combine`` puts them to work.
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@ in one aggregate, grouped by (partition, keys, pane, map task). Spark splits tha
 around its exchange as it does for its own ``window()``: a partial aggregate in each map
 task, so one row per (key, pane) crosses the exchange rather than every record, then the
 final aggregate. Its exchange hashes the grouping columns, which would scatter key groups
-over partitions; a last grouping column, the salt (``sluice.runtime.hash_routing``), makes
+over partitions; a last grouping column, the salt (``exchange.salt``), makes
 every row's hash the partition its key group is routed to, so the rows arrive where their
 state is, with no second exchange. Python sees the same rows as after the Python combine
-(``sluice.runtime.combine``), one per (key, pane, map task), and the raw records never cross
+(``exchange.python_combine``), one per (key, pane, map task), and the raw records never cross
 into Python: at size = slide that pass, not the kernel, was the gap to Spark's ``window()``.
 
 The map task (``spark_partition_id()`` before the exchange) is a grouping column so that a
@@ -41,7 +41,8 @@ import pyarrow.compute as pc
 from sluice.graph.operators import Operator
 from sluice.graph.windows import EventTime
 from sluice.plan.physical import KeyedStagePlan
-from sluice.runtime.hash_routing import SALT, salt_sql
+from sluice.runtime.exchange.routing import routing_columns
+from sluice.runtime.exchange.salt import SALT, salt_sql
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.panes import PartialField, PartialLayout
 from sluice.runtime.kernels.windows import (
@@ -54,9 +55,8 @@ from sluice.runtime.kernels.windows import (
     batch_watermark,
 )
 from sluice.runtime.schemas import INGEST, PARTITION
+from sluice.runtime.schemas import quote as _q
 from sluice.runtime.side_outputs import SideOutputWriter
-from sluice.runtime.stages import quote as _q
-from sluice.runtime.stages import routing_columns
 
 _MAX_EVENT = "__max_event_us"  # per group, for the source's statistics
 _KEY = "__combine_key"  # the key columns as Spark's combine groups them
@@ -177,8 +177,7 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     record_schema = kernel.record_schema(in_schema)
     layout = kernel.layout(record_schema)
     wm = batch_watermark(kernel.queries[0], context)
-    spark = df.sparkSession
-    prepare_hash_exchange(spark, stage.partitions, at_least=True)
+    spark = df.sparkSession  # its hash exchanges have enough partitions (prepare_hash_exchange)
     view = _view_name(op)
     df.createOrReplaceTempView(view)
 
@@ -234,15 +233,14 @@ def _view_name(op: Operator) -> str:
     return f"__sluice_combine_{hashlib.sha1(op.id.encode()).hexdigest()[:16]}"
 
 
-def prepare_hash_exchange(spark, partitions: int, at_least: bool = False) -> None:
-    """Make Spark's hash exchanges have ``partitions`` partitions (with ``at_least``, only
-    raise their number): a salted row goes to partition ``pmod(p, n)``, which is ``p`` only
-    for ``n > p``. Extra partitions stay empty, but each still runs a task. Adaptive
-    execution must not coalesce the partitions either."""
+def prepare_hash_exchange(spark, partitions: int) -> None:
+    """Make Spark's hash exchanges have ``partitions`` partitions, once a batch, before its
+    lineage is built: a salted row goes to partition ``pmod(p, n)``, which is ``p`` only for
+    ``n > p``, and no more partitions than the widest keyed stage's (each runs a task, even
+    empty). Adaptive execution must not coalesce the partitions either."""
     conf = spark.conf
-    if not at_least or int(conf.get("spark.sql.shuffle.partitions")) < partitions:
-        conf.set("spark.sql.shuffle.partitions", str(partitions))
-    if at_least and conf.get("spark.sql.adaptive.enabled") == "true":
+    conf.set("spark.sql.shuffle.partitions", str(partitions))
+    if conf.get("spark.sql.adaptive.enabled") == "true":
         conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
 
 
@@ -254,7 +252,7 @@ def late_records(combine: NativeCombine, context: BatchContext) -> list[pa.Table
     columns = {f.name: rows[f.name].cast(f.type) for f in combine.record_schema}
     records = pa.table(columns, schema=combine.record_schema)
     wm = batch_watermark(combine.kernel.queries[0], context)
-    return combine.kernel._contributions(records, context, wm)[1]
+    return combine.kernel.contributions(records, context, wm)[1]
 
 
 def write_late(combine: NativeCombine, op: Operator, context: BatchContext, root: str) -> int:

@@ -1,0 +1,100 @@
+"""The exchange in front of a keyed stage: how a batch's rows reach the partition that owns
+their key group's state.
+
+One interface, :func:`exchange`, picks one of three ways, by what the kernel can do:
+
+* **Spark combine** (``spark_combine``): a window kernel whose partials are all built-ins is
+  pre-aggregated by Spark itself, per (key, pane, map task), around Spark's own hash
+  exchange; the *salt* (``salt``) makes that hash send each row to its key group's partition.
+* **Python combine** (``python_combine``): another :class:`~sluice.runtime.kernels.keyed.CombiningKernel`
+  pre-aggregates each map task's records in one ``mapInArrow`` pass, then the rows are routed.
+* **Routing** (``routing``): the rows themselves, with their key group and the partition the
+  Plan's routing table gives it, exchanged by that partition (``repartitionById``).
+
+A keyed operator collocated with the keyed operator before it (``plan.collocation``) needs no
+exchange: :func:`collocated_input` only adds the key group (and combines a window's records
+per task first).
+
+The modules import each other one way only: routing and salt are leaves, the combines use
+them, and this package's ``exchange`` chooses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from sluice.graph.operators import Operator
+from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.exchange.python_combine import combine_stage
+from sluice.runtime.exchange.routing import route, with_key_group
+from sluice.runtime.exchange.spark_combine import (
+    SourceStats,
+    native_combine,
+    prepare_hash_exchange,
+    supports_native_combine,
+    write_late,
+)
+from sluice.runtime.kernels.keyed import BatchContext, CombiningKernel, KeyedKernel
+from sluice.runtime.task_metrics import MetricKey
+
+__all__ = ["Exchanged", "SourceStats", "collocated_input", "combined_by_spark", "exchange", "prepare_hash_exchange"]
+
+
+class Exchanged(NamedTuple):
+    """A keyed stage's input, routed: what :func:`exchange` returns."""
+
+    frame: object  # the pyspark DataFrame of the rows, each in its key group's partition
+    schema: pa.Schema  # its rows' schema without the hidden columns (records or combined rows)
+    # what the driver must do once the batch's job has run, if anything (Spark's combine
+    # fetches the late records then): returns metrics of the operator to add
+    finish: Callable[[], dict] | None
+
+
+def combined_by_spark(kernel: KeyedKernel, in_schema: pa.Schema) -> bool:
+    """True when Spark itself combines the input of ``kernel`` (records of ``in_schema``)."""
+    return supports_native_combine(kernel, in_schema)
+
+
+def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
+             context: BatchContext, max_parallelism: int, root: str, accumulator,
+             source_stats: SourceStats | None = None) -> Exchanged:
+    """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
+
+    ``source_stats``: the statistics of the source whose records ``df`` holds, to be measured
+    on Spark's combined rows (:class:`SourceStats`); only given when Spark combines."""
+    if supports_native_combine(kernel, in_schema):
+        combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism, source_stats)
+
+        def fetch_late() -> dict:
+            if not accumulator.value.get(MetricKey(op.id, "late_seen")):
+                return {}
+            return {"side_late": write_late(combined, op, context, root)}
+
+        return Exchanged(combined.frame, combined.schema, fetch_late)
+    if source_stats is not None:
+        raise ValueError(f"operator {op.name!r}: source statistics can only be observed on Spark's combine")
+    if isinstance(kernel, CombiningKernel):
+        df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
+        return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema, None)
+    read = kernel.input_columns(in_schema)  # only these cross the exchange
+    return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, read),
+                     pa.schema([in_schema.field(c) for c in read]), None)
+
+
+def collocated_input(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
+                     context: BatchContext, max_parallelism: int, root: str, accumulator):
+    """The input of a keyed operator that shares the stage of the keyed operator before it
+    (``plan.collocation``): no exchange, since every row is in the partition of its key group
+    already. Each row gets its key group (native SQL: the same hash the exchange uses, which
+    the keyed stage checks against the routing table), and a window's records are combined
+    per task first, in Python (Spark's own combine would bring an exchange back).
+
+    Returns (frame, schema of its rows without the hidden columns)."""
+    if isinstance(kernel, CombiningKernel):
+        df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
+    else:  # as before an exchange: only the columns the kernel reads go on
+        in_schema = pa.schema([in_schema.field(c) for c in kernel.input_columns(in_schema)])
+    return with_key_group(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema
