@@ -10,15 +10,13 @@
 
     orders.key_by("customer").lookup(customers.key_by("id"), version="seq")
 
-Both add one keyed ``join`` operator with two inputs. Its kernel needs both sides' schemas,
-so it is made when the job graph is validated (:class:`JoinBinder`).
+Both add one keyed ``join`` operator with two inputs; its output schema is the spec's
+(``graph.kinds``), and the runtime makes its kernel from both sides' schemas.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
 
 from sluice.errors import PipelineError
 from sluice.graph.joins import JoinSides, StreamJoin, TableLookup
@@ -39,25 +37,6 @@ def signed_duration(value: Duration, what: str) -> int:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
         return -parse_duration(-value, what, allow_zero=True)
     return parse_duration(value, what, allow_zero=True)
-
-
-class JoinBinder:
-    """Validation's hook for a join: given both sides' schemas, checks them, makes the
-    kernel (kept in the operator's params) and returns the output schema."""
-
-    def __init__(self, spec: StreamJoin | TableLookup, params: dict[str, Any]):
-        self.spec = spec
-        self.params = params
-
-    def __call__(self, left: pa.Schema | None, right: pa.Schema | None) -> pa.Schema:
-        from sluice.runtime.kernels.joins import join_kernel  # pure Arrow/numpy, no Spark
-
-        if left is None or right is None:
-            raise PipelineError("join: the schemas of both sides must be known; give schema= to the Python "
-                                "operators before it (a select's types come from Spark's analyzer)")
-        kernel = join_kernel(self.spec, left, right)
-        self.params["kernel"] = kernel
-        return kernel.out_schema
 
 
 def _event_time(keyed: KeyedStream, time: str | None, side: str) -> str:
@@ -123,7 +102,7 @@ def add_lookup(stream: KeyedStream, table: KeyedStream, *, version: str, how: st
 def _add(left: KeyedStream, right: KeyedStream, spec: StreamJoin | TableLookup, name: str | None) -> Stream:
     from sluice.api.stream import Stream
 
+    # a spec: its schema rule and kernel factory are the join kind's (graph.kinds)
     params: dict[str, Any] = {"keys": list(left.keys), "spec": spec}
-    params["check"] = JoinBinder(spec, params)
     op = Stream(left.pipeline, left.op)._then("join", name, inputs=(left.op.id, right.op.id), params=params)
     return Stream(left.pipeline, op)

@@ -94,24 +94,15 @@ def add_window_operator(keyed: KeyedStream, queries: list[WindowQuery], time: st
                         name: str | None, emit_keys: bool = True) -> Stream:
     """Add one ``window`` operator computing ``queries`` (sharing panes) after ``keyed``."""
     from sluice.api.stream import user_location
-    from sluice.runtime.kernels.keyed import CombiningKernel
-    from sluice.runtime.kernels.windows import window_kernel  # pure Arrow/numpy, no Spark
-
     location = user_location()
     try:
         domain = resolve_time(keyed, time)
         queries = [replace(q, time=domain) for q in queries]
         check_shared(queries)
-        kernel = window_kernel(keyed.keys, queries, emit_keys)
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "window", location) from None
-    return keyed._then(
-        "window",
-        name,
-        # validation binds the kernel to its input schema (its combined rows do not carry it)
-        params={"keys": keyed.keys, "queries": queries, "kernel": kernel,
-                "check": kernel.bind if isinstance(kernel, CombiningKernel) else kernel.output_schema},
-    )
+    # a spec: the runtime makes the kernel (graph.kinds names its factory)
+    return keyed._then("window", name, params={"keys": keyed.keys, "queries": queries, "emit_keys": emit_keys})
 
 
 def resolve_time(keyed: KeyedStream, time: str | TimeDomain | None) -> TimeDomain:

@@ -17,6 +17,7 @@ from typing import Any
 from sluice.errors import PipelineError
 
 BUILTIN = ("count", "sum", "min", "max", "mean")
+NUMERIC_AGGREGATES = ("sum", "mean")  # need a numeric column
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,15 @@ asks Spark only for what Spark alone knows (result types of SQL expressions), th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from sluice.errors import CycleError, PipelineError, SchemaError
-from sluice.graph.expressions import output_name, referenced_columns
+from sluice.graph.expressions import output_name
+from sluice.graph.kinds import ExpressionTyper
 from sluice.graph.operators import Operator
-
-# (operator, input schema) -> output schema, or raises SchemaError. Supplied by the runtime.
-ExpressionTyper = Callable[[Operator, pa.Schema], pa.Schema]
-
-NUMERIC_AGGREGATES = ("sum", "mean")
 
 
 @dataclass(frozen=True)
@@ -137,16 +133,12 @@ class JobGraph:
                 raise _schema_probably_missing(culprit, exc) from None
             if op.kind in ("map_batches", "map", "flat_map") and declared is None:
                 assumed[op.id] = op
-            elif culprit is not None and op.kind in _SCHEMA_PASSING:
+            elif culprit is not None and op.definition.passes_schema:
                 assumed[op.id] = culprit
 
         from sluice.graph.constraints import validate_constraints
 
         validate_constraints(self, self.constraints)
-
-
-# operators whose output columns are their input's: an assumed schema flows through them
-_SCHEMA_PASSING = frozenset({"filter_expr", "filter_fn", "key_by", "union", "reduce", "sink"})
 
 
 def _schema_probably_missing(culprit: Operator, error: SchemaError) -> SchemaError:
@@ -160,105 +152,10 @@ def _schema_probably_missing(culprit: Operator, error: SchemaError) -> SchemaErr
         culprit.name, culprit.location)
 
 
-def _fail(op: Operator, message: str, cls: type[PipelineError] = SchemaError) -> PipelineError:
-    return cls(message, op.name, op.location)
-
-
-def _require_columns(op: Operator, schema: pa.Schema | None, columns, what: str) -> None:
-    if schema is None:
-        return
-    missing = [c for c in columns if c not in schema.names]
-    if missing:
-        raise _fail(op, f"{what} uses unknown column(s) {missing}; available: {schema.names}")
-
-
 def _check(op: Operator, inputs: list[pa.Schema | None], typer: ExpressionTyper | None) -> pa.Schema | None:
-    """Check one operator against its input schemas and return its output schema."""
-    schema = inputs[0] if inputs else None
-    kind = op.kind
-    if kind == "source":
-        return op.schema
-    if kind == "sink":
-        return schema
-    if kind == "union":
-        for other in inputs[1:]:
-            if schema is not None and other is not None and not _same_columns(schema, other):
-                raise _fail(op, f"union of streams with different schemas: {schema} vs {other}")
-        return schema
-    if kind == "filter_expr":
-        _require_columns(op, schema, referenced_columns(op.params["expr"]), f"filter {op.params['expr']!r}")
-        return typer(op, schema) if typer and schema is not None else schema
-    if kind in ("select", "with_columns"):
-        exprs = op.params["exprs"] if kind == "select" else list(op.params["columns"].values())
-        for e in exprs:
-            _require_columns(op, schema, referenced_columns(e), f"expression {e!r}")
-        if typer and schema is not None:
-            return typer(op, schema)
-        if kind == "select":
-            return None  # names known, types only Spark knows
-        return None
-    if kind == "key_by":
-        _require_columns(op, schema, op.params["keys"], "key_by")
-        return schema
-    if kind in ("map_batches", "map", "flat_map"):
-        return op.schema if op.schema is not None else schema
-    if kind == "filter_fn":
-        return schema
-    if kind == "aggregate":
-        return _aggregate_schema(op, schema)
-    if kind in ("reduce",):
-        return schema
-    if kind == "join":  # both sides' schemas: the binder checks them and makes the kernel
-        try:
-            return op.params["check"](*inputs)
-        except PipelineError as exc:
-            raise _fail(op, str(exc), type(exc)) from None
-    if kind in ("process", "window"):
-        check = op.params.get("check")
-        if check is not None and schema is not None:
-            try:
-                return check(schema)
-            except PipelineError as exc:
-                raise _fail(op, str(exc), type(exc)) from None
-        return op.schema if op.schema is not None else schema
-    raise _fail(op, f"no validation rule for {kind}", PipelineError)  # pragma: no cover
-
-
-def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
-    return [(f.name, f.type) for f in a] == [(f.name, f.type) for f in b]
-
-
-def _aggregate_schema(op: Operator, schema: pa.Schema | None) -> pa.Schema | None:
-    keys = op.params["keys"]
-    aggs = op.params["aggregates"]
-    if schema is None:
-        return None
-    fields = [schema.field(k) for k in keys]
-    for name, agg in aggs.items():
-        if agg.column is not None:
-            _require_columns(op, schema, [agg.column], f"aggregate {name!r}")
-            col_type = schema.field(agg.column).type
-        else:
-            col_type = None
-        if agg.kind in (*NUMERIC_AGGREGATES, "min", "max") and col_type is not None:
-            numeric = pa.types.is_integer(col_type) or pa.types.is_floating(col_type) or pa.types.is_decimal(col_type)
-            orderable = numeric or pa.types.is_timestamp(col_type) or pa.types.is_string(col_type)
-            if agg.kind in NUMERIC_AGGREGATES and not numeric:
-                raise _fail(op, f"aggregate {name!r}: {agg.kind} needs a numeric column, {agg.column!r} is {col_type}")
-            if not orderable:
-                raise _fail(op, f"aggregate {name!r}: {agg.kind} cannot order {agg.column!r} of type {col_type}")
-        if agg.kind == "count":
-            out_type = pa.int64()
-        elif agg.kind == "mean":
-            out_type = pa.float64()
-        elif agg.kind == "sum":
-            out_type = pa.int64() if pa.types.is_integer(col_type) else pa.float64()
-        elif agg.kind in ("min", "max"):
-            out_type = col_type
-        else:
-            out_type = agg.result_type or pa.float64()
-        fields.append(pa.field(name, out_type))
-    return pa.schema(fields)
+    """Check one operator against its input schemas and return its output schema: the rule
+    its kind registered (``graph.kinds``)."""
+    return op.definition.check(op, inputs, typer)
 
 
 def select_output_names(exprs: list[str]) -> list[str]:

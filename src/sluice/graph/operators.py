@@ -7,14 +7,15 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.graph.kinds import KEYED, KINDS, NATIVE, PYTHON, OperatorKind, kind_of, names_of
+
 # Operators Spark runs natively (no Python): they become DataFrame expressions.
-NATIVE_KINDS = frozenset({"filter_expr", "select", "with_columns", "key_by", "union"})
+NATIVE_KINDS = names_of(NATIVE)
 # Stateless Python operators: consecutive ones are fused into one mapInArrow pass.
-PYTHON_KINDS = frozenset({"map_batches", "map", "flat_map", "filter_fn"})
+PYTHON_KINDS = names_of(PYTHON)
 # Stateful keyed operators: run after an exchange by key group, with state in the store.
 # A "join" has two inputs, the keyed streams of its two sides (sluice.graph.joins).
-KEYED_KINDS = frozenset({"aggregate", "reduce", "process", "window", "join"})
-ALL_KINDS = NATIVE_KINDS | PYTHON_KINDS | KEYED_KINDS | {"source", "sink"}
+KEYED_KINDS = names_of(KEYED)
 
 
 @dataclass
@@ -41,20 +42,25 @@ class Operator:
     identity: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ALL_KINDS:
+        if self.kind not in KINDS:
             raise ValueError(f"unknown operator kind {self.kind!r}")
 
     @property
+    def definition(self) -> OperatorKind:
+        """Its kind's definition (``graph.kinds``): params, schema rule, kernel factory."""
+        return kind_of(self.kind)
+
+    @property
     def is_native(self) -> bool:
-        return self.kind in NATIVE_KINDS
+        return self.definition.family == NATIVE
 
     @property
     def is_python(self) -> bool:
-        return self.kind in PYTHON_KINDS
+        return self.definition.family == PYTHON
 
     @property
     def is_keyed(self) -> bool:
-        return self.kind in KEYED_KINDS
+        return self.definition.family == KEYED
 
     def describe(self) -> str:
         where = f" at {self.location}" if self.location else ""

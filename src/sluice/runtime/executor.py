@@ -33,14 +33,15 @@ from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
 from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange, prepare_hash_exchange
 from sluice.runtime.executors import executor_infos
 from sluice.runtime.joins import tagged_union
-from sluice.runtime.kernels.keyed import BatchContext
+from sluice.runtime.kernels.factory import keyed_kernel
+from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.kernels.windows import LATE
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
-from sluice.runtime.stages import keyed_kernel, keyed_stage, python_chain
+from sluice.runtime.stages import keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.task_metrics import MetricKey, MetricsParam, split_metrics
 from sluice.runtime.warmup import in_background
@@ -79,6 +80,7 @@ class BatchExecutor:
         self.backlog = backlog or (dict)
         self.order = graph.topological_order()
         self.accumulator = spark.sparkContext.accumulator({}, MetricsParam())
+        self._kernels: dict[tuple, KeyedKernel] = {}  # (operator id, its active function) -> kernel
         self.stores = {op.id: self._store(op) for op in graph.operators if op.is_keyed}
         self.max_event_us = self._recover_event_times()
         self.last_batch: BatchMetrics | None = None
@@ -111,7 +113,16 @@ class BatchExecutor:
         return latest
 
     def _store(self, op: Operator):
-        return KeyGroupStore(self.checkpoint.uri, op.id, keyed_kernel(op).key_columns)
+        return KeyGroupStore(self.checkpoint.uri, op.id, self.kernel(op).key_columns)
+
+    def kernel(self, op: Operator) -> KeyedKernel:
+        """The kernel of a keyed operator as planned (its active alternate's function): made
+        once, here, and kept; the exchange and the keyed stage of every batch share it."""
+        key = (op.id, id(op.params.get("fn")))
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self._kernels[key] = keyed_kernel(op, [self.graph[i].schema for i in op.inputs])
+        return kernel
 
     def _ended_sources(self, batch_id: int) -> set[str]:
         """Sources whose input has ended as of ``batch_id``, read from Spark's offset log.
@@ -258,7 +269,7 @@ class BatchExecutor:
                 frame = df if len(self.sources) == 1 else df.filter(F.col(SOURCE_ID) == src.index)
                 if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
                     frame = frame.select(*op.schema.names, INGEST)
-                combined_by = combined_directly(self.graph, op)
+                combined_by = combined_directly(self.graph, op, self.kernel)
                 if combined_by is not None:  # measured after Spark's combine, on far fewer rows
                     source_stats[combined_by] = observations[op.id] = SourceStats(op.id, src.event_time)
                 else:
@@ -293,7 +304,7 @@ class BatchExecutor:
                 stage = plan.keyed[op.id]
                 store = self.stores[op.id]
                 index = store.index(before_batch=batch_id)
-                kernel = keyed_kernel(planned)
+                kernel = self.kernel(planned)
                 keyed_input, keyed_schema = frames[key_by.id], key_by.schema
                 if op.kind == "join":  # both sides, as one tagged union (sluice.runtime.joins)
                     keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], kernel)
@@ -308,7 +319,8 @@ class BatchExecutor:
                     routed, in_schema = collocated_input(keyed_input, planned, kernel, keyed_schema, stage, context,
                                                          plan.max_parallelism, self.checkpoint, self.accumulator)
                 frame = keyed_stage(routed, planned, in_schema, stage, (self.checkpoint.uri, op.id, kernel.key_columns),
-                                    index, context, self.checkpoint, self.accumulator, source_stats.get(op.id))
+                                    index, context, self.checkpoint, self.accumulator, source_stats.get(op.id),
+                                    kernel=kernel)
             if len(self.graph.consumers(op.id)) > 1:
                 frame = frame.persist()  # fan-out: no branch recomputes the shared upstream
                 persisted.append(frame)
@@ -451,7 +463,7 @@ def executors_held(plan: Plan, executors: list[dict]) -> int:
     return plan.executors or 1
 
 
-def combined_directly(graph: JobGraph, source: Operator) -> str | None:
+def combined_directly(graph: JobGraph, source: Operator, kernel_of=None) -> str | None:
     """The keyed operator whose Spark combine sees exactly the source's records (the
     source feeds only a key_by that feeds only it), if there is one.
 
@@ -465,7 +477,8 @@ def combined_directly(graph: JobGraph, source: Operator) -> str | None:
     keyed = graph.consumers(consumers[0].id)
     if len(keyed) != 1 or not keyed[0].is_keyed:
         return None
-    return keyed[0].id if combined_by_spark(keyed_kernel(keyed[0]), consumers[0].schema) else None
+    kernel = kernel_of(keyed[0]) if kernel_of is not None else keyed_kernel(keyed[0], [consumers[0].schema])
+    return keyed[0].id if combined_by_spark(kernel, consumers[0].schema) else None
 
 
 def ended_in_offset_log(entry: bytes | None) -> set[str]:

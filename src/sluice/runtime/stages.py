@@ -16,12 +16,10 @@ import pyarrow.compute as pc
 from sluice.errors import StateError
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
-from sluice.runtime.kernels.aggregate import AggregateKernel
+from sluice.runtime.kernels.factory import keyed_kernel, python_kernel
 from sluice.runtime.kernels.grouping import dense_ids, exact_key_type
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
-from sluice.runtime.kernels.process import ProcessKernel
-from sluice.runtime.kernels.reduce import ReduceKernel
-from sluice.runtime.kernels.stateless import KernelContext, make_kernel, run_chain
+from sluice.runtime.kernels.stateless import KernelContext, run_chain
 from sluice.runtime.reporting import reporting_to
 from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
@@ -35,7 +33,7 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
     schemas = [in_schema]
     for op in ops:
         schemas.append(op.schema or schemas[-1])
-    kernels = [make_kernel(op, schemas[i]) for i, op in enumerate(ops)]
+    kernels = [python_kernel(op, schemas[i]) for i, op in enumerate(ops)]
     out_schema = with_hidden(schemas[-1], INGEST)
     stage = ops[0].id
 
@@ -54,27 +52,15 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
 
 
 # ---- keyed stages ----------------------------------------------------------------------------
-def keyed_kernel(op: Operator) -> KeyedKernel:
-    """The kernel of a keyed operator: built-ins here; others bring their own (``kernel``)."""
-    if "kernel" in op.params:
-        return op.params["kernel"]
-    keys = op.params["keys"]
-    if op.kind == "aggregate":
-        return AggregateKernel(keys, op.params["aggregates"])
-    if op.kind == "reduce":
-        return ReduceKernel(keys, op.params["fn"])
-    if op.kind == "process":
-        return ProcessKernel(keys, op.params["fn"], op.schema)
-    raise ValueError(f"no kernel for keyed operator kind {op.kind!r}")
-
-
 def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
-                context: BatchContext, root: str, accumulator, source_stats=None):
+                context: BatchContext, root: str, accumulator, source_stats=None, kernel: KeyedKernel | None = None):
     """Run a keyed operator over routed rows, reading and writing the key-group store.
 
     ``source_stats``: the statistics of the source whose records Spark combined into these
-    rows, to measure here (``exchange.SourceStats``)."""
-    kernel = keyed_kernel(op)
+    rows, to measure here (``exchange.SourceStats``). ``kernel``: the operator's kernel, as
+    the exchange before saw it (default: made from the operator)."""
+    if kernel is None:
+        kernel = keyed_kernel(op)
     keys = kernel.key_columns
     routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP)
     out_schema = with_hidden(kernel.output_schema(in_schema.append(pa.field(KEY_GROUP, pa.int32()))), INGEST)

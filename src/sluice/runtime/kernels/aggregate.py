@@ -7,13 +7,13 @@ key's new values as one array), never once per record.
 from __future__ import annotations
 
 import pickle
-from types import SimpleNamespace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.graph.aggregates import Aggregate
+from sluice.graph.kinds import aggregate_output_schema
 from sluice.runtime.kernels.grouping import state_and_row_ids
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
 
@@ -60,11 +60,9 @@ class AggregateKernel(KeyedKernel):
         return [name for name in input_schema.names if name in read]
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        from sluice.graph.jobgraph import _aggregate_schema  # one rule for output types
-
-        # a minimal stand-in for the operator, carrying what the rule reads
-        op = SimpleNamespace(params={"keys": self.key_columns, "aggregates": self.aggregates}, name="aggregate", location=None)
-        return _aggregate_schema(op, input_schema)  # type: ignore[arg-type]
+        schema = aggregate_output_schema(self.key_columns, self.aggregates, input_schema)  # the kind's one rule
+        assert schema is not None
+        return schema
 
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         input_schema = rows.schema

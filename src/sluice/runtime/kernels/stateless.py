@@ -194,13 +194,6 @@ def _repeat_min(ingest: pa.Array, n: int) -> pa.Array:
     return pa.array([oldest.as_py()] * n, ingest.type) if n else pa.array([], ingest.type)
 
 
-def make_kernel(op: Operator, in_schema: pa.Schema) -> Kernel:
-    out_schema = op.schema or in_schema
-    if op.kind == "map_batches":
-        return MapBatchesKernel(op, in_schema, out_schema)
-    return RecordKernel(op, in_schema, out_schema)
-
-
 def run_chain(kernels: list[Kernel], batches: Iterator[pa.RecordBatch], ctx: KernelContext) -> Iterator[pa.RecordBatch]:
     """Run a fused chain over a partition's batches; hidden ingest time rides alongside."""
     for batch in batches:

@@ -1,0 +1,249 @@
+"""One definition per operator kind: its family, its parameters, its schema rule (which also
+validates the operator against its inputs) and where the runtime finds its kernel.
+
+An operator of the job graph is a kind name plus ``params`` (``graph.operators.Operator``).
+Everything that depends on the kind is registered here, once, in an :class:`OperatorKind`:
+
+* ``family``: how it runs. ``native`` (a Spark expression), ``python`` (fused into a
+  ``mapInArrow`` chain), ``keyed`` (after an exchange by key group, with state), ``source``,
+  ``sink``;
+* ``params``: the entries an operator of the kind must have in its ``params``;
+* ``output_schema``: the rule giving the output schema from the input schemas, raising a
+  :class:`~sluice.errors.PipelineError` naming the operator when the inputs do not fit;
+* ``kernel``: for ``python`` and ``keyed`` kinds, the runtime's factory of the kernel, as
+  ``"module:function"`` (the graph is pure and never imports the runtime; the runtime
+  resolves the name, ``runtime.kernels.factory``).
+
+The fluent API (``sluice.api``) builds operators, that is kind names and params; it never
+builds kernels. Pure Python: no Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from sluice.errors import PipelineError, SchemaError
+from sluice.graph.aggregates import NUMERIC_AGGREGATES, Aggregate, UserAggregate
+from sluice.graph.expressions import referenced_columns
+from sluice.graph.windows import window_output_schema
+
+if TYPE_CHECKING:
+    from sluice.graph.operators import Operator
+
+# (operator, input schema) -> output schema, or raises SchemaError. Supplied by the runtime.
+ExpressionTyper = Callable[["Operator", pa.Schema], pa.Schema]
+# (operator, its input schemas, the typer if any) -> its output schema (None: unknown yet)
+SchemaRule = Callable[["Operator", list[pa.Schema | None], ExpressionTyper | None], pa.Schema | None]
+
+SOURCE, SINK, NATIVE, PYTHON, KEYED = "source", "sink", "native", "python", "keyed"
+FAMILIES = (SOURCE, SINK, NATIVE, PYTHON, KEYED)
+
+
+@dataclass(frozen=True)
+class OperatorKind:
+    """What one kind of operator is, in one place."""
+
+    name: str
+    family: str  # one of FAMILIES
+    params: tuple[str, ...]  # entries every operator of this kind has in its params
+    output_schema: SchemaRule
+    # the runtime's kernel factory ("module:function") of a python or keyed kind: called with
+    # (operator, input schema, output schema) for python kinds, (operator, input schemas) for
+    # keyed ones
+    kernel: str | None = None
+    # its output columns are its input's: a schema assumed upstream flows through it
+    passes_schema: bool = False
+
+    def check(self, op: Operator, inputs: list[pa.Schema | None], typer: ExpressionTyper | None) -> pa.Schema | None:
+        """Validate ``op`` against its input schemas; return its output schema."""
+        missing = [p for p in self.params if p not in op.params]
+        if missing:
+            raise fail(op, f"{self.name} operator without {', '.join(missing)} in its params", PipelineError)
+        return self.output_schema(op, inputs, typer)
+
+
+KINDS: dict[str, OperatorKind] = {}
+
+
+def register(kind: OperatorKind) -> OperatorKind:
+    """Add a kind (a name may be registered once)."""
+    if kind.family not in FAMILIES:
+        raise ValueError(f"operator kind {kind.name!r}: family must be one of {FAMILIES}, got {kind.family!r}")
+    if kind.name in KINDS and KINDS[kind.name] != kind:
+        raise ValueError(f"operator kind {kind.name!r} is registered already")
+    KINDS[kind.name] = kind
+    return kind
+
+
+def kind_of(name: str) -> OperatorKind:
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown operator kind {name!r}; known: {sorted(KINDS)}") from None
+
+
+def names_of(family: str) -> frozenset[str]:
+    """The kinds of one family."""
+    return frozenset(k.name for k in KINDS.values() if k.family == family)
+
+
+# ---- shared pieces of the rules ----------------------------------------------------------------
+def fail(op: Operator, message: str, cls: type[PipelineError] = SchemaError) -> PipelineError:
+    """An error of ``cls`` at the operator (its name and the user's line)."""
+    return cls(message, op.name, op.location)
+
+
+def require_columns(op: Operator, schema: pa.Schema | None, columns, what: str) -> None:
+    if schema is None:
+        return
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise fail(op, f"{what} uses unknown column(s) {missing}; available: {schema.names}")
+
+
+def _first(inputs: list[pa.Schema | None]) -> pa.Schema | None:
+    return inputs[0] if inputs else None
+
+
+def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
+    return [(f.name, f.type) for f in a] == [(f.name, f.type) for f in b]
+
+
+def aggregate_output_schema(keys: list[str], aggregates: dict[str, Aggregate], schema: pa.Schema | None,
+                            op: Any = None) -> pa.Schema | None:
+    """Keys, then one column per aggregate, typed from its input column; ``op`` names the
+    operator in errors."""
+    if schema is None:
+        return None
+
+    def error(message: str) -> PipelineError:
+        return fail(op, message) if op is not None else SchemaError(message)
+
+    fields = [schema.field(k) for k in keys]
+    for name, agg in aggregates.items():
+        if agg.column is not None:
+            if agg.column not in schema.names:
+                raise error(f"aggregate {name!r} uses unknown column(s) {[agg.column]}; available: {schema.names}")
+            col_type = schema.field(agg.column).type
+        else:
+            col_type = None
+        if agg.kind in (*NUMERIC_AGGREGATES, "min", "max") and col_type is not None:
+            numeric = pa.types.is_integer(col_type) or pa.types.is_floating(col_type) or pa.types.is_decimal(col_type)
+            orderable = numeric or pa.types.is_timestamp(col_type) or pa.types.is_string(col_type)
+            if agg.kind in NUMERIC_AGGREGATES and not numeric:
+                raise error(f"aggregate {name!r}: {agg.kind} needs a numeric column, {agg.column!r} is {col_type}")
+            if not orderable:
+                raise error(f"aggregate {name!r}: {agg.kind} cannot order {agg.column!r} of type {col_type}")
+        if isinstance(agg, UserAggregate):
+            out_type = agg.result_type or pa.float64()
+        elif agg.kind == "count":
+            out_type = pa.int64()
+        elif agg.kind == "mean":
+            out_type = pa.float64()
+        elif agg.kind == "sum":
+            out_type = pa.int64() if col_type is not None and pa.types.is_integer(col_type) else pa.float64()
+        else:  # min, max
+            out_type = col_type
+        fields.append(pa.field(name, out_type))
+    return pa.schema(fields)
+
+
+# ---- the rules ---------------------------------------------------------------------------------
+def _source(op, inputs, typer):
+    return op.schema
+
+
+def _same_as_input(op, inputs, typer):
+    return _first(inputs)
+
+
+def _union(op, inputs, typer):
+    schema = _first(inputs)
+    for other in inputs[1:]:
+        if schema is not None and other is not None and not _same_columns(schema, other):
+            raise fail(op, f"union of streams with different schemas: {schema} vs {other}")
+    return schema
+
+
+def _filter_expr(op, inputs, typer):
+    schema = _first(inputs)
+    require_columns(op, schema, referenced_columns(op.params["expr"]), f"filter {op.params['expr']!r}")
+    return typer(op, schema) if typer and schema is not None else schema
+
+
+def _expressions(exprs_of: Callable[[Any], list[str]]) -> SchemaRule:
+    def rule(op, inputs, typer):
+        schema = _first(inputs)
+        for e in exprs_of(op):
+            require_columns(op, schema, referenced_columns(e), f"expression {e!r}")
+        if typer and schema is not None:
+            return typer(op, schema)
+        return None  # names known, types only Spark knows
+
+    return rule
+
+
+def _key_by(op, inputs, typer):
+    schema = _first(inputs)
+    require_columns(op, schema, op.params["keys"], "key_by")
+    return schema
+
+
+def _declared_or_input(op, inputs, typer):
+    return op.schema if op.schema is not None else _first(inputs)
+
+
+def _aggregate(op, inputs, typer):
+    return aggregate_output_schema(op.params["keys"], op.params["aggregates"], _first(inputs), op)
+
+
+def _window(op, inputs, typer):
+    schema = _first(inputs)
+    if schema is None:
+        return op.schema
+    try:
+        return window_output_schema(op.params["keys"], op.params["queries"], schema, op.params.get("emit_keys", True))
+    except PipelineError as exc:
+        raise fail(op, str(exc), type(exc)) from None
+
+
+def _join(op, inputs, typer):
+    left, right = [*inputs, None, None][:2]
+    if left is None or right is None:
+        raise fail(op, "join: the schemas of both sides must be known; give schema= to the Python "
+                       "operators before it (a select's types come from Spark's analyzer)", PipelineError)
+    try:
+        return op.params["spec"].output_schema(left, right)
+    except PipelineError as exc:
+        raise fail(op, str(exc), type(exc)) from None
+
+
+_STATELESS = "sluice.runtime.kernels.stateless"
+_FACTORY = "sluice.runtime.kernels.factory"
+
+for _kind in (
+    OperatorKind("source", SOURCE, (), _source),
+    OperatorKind("sink", SINK, ("spec",), _same_as_input, passes_schema=True),
+    OperatorKind("union", NATIVE, (), _union, passes_schema=True),
+    OperatorKind("filter_expr", NATIVE, ("expr",), _filter_expr, passes_schema=True),
+    OperatorKind("select", NATIVE, ("exprs",), _expressions(lambda op: op.params["exprs"])),
+    OperatorKind("with_columns", NATIVE, ("columns",), _expressions(lambda op: list(op.params["columns"].values()))),
+    OperatorKind("key_by", NATIVE, ("keys",), _key_by, passes_schema=True),
+    OperatorKind("map_batches", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:MapBatchesKernel"),
+    OperatorKind("map", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:RecordKernel"),
+    OperatorKind("flat_map", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:RecordKernel"),
+    OperatorKind("filter_fn", PYTHON, ("fn",), _same_as_input, kernel=f"{_STATELESS}:RecordKernel",
+                 passes_schema=True),
+    OperatorKind("aggregate", KEYED, ("keys", "aggregates"), _aggregate, kernel=f"{_FACTORY}:aggregate_kernel"),
+    OperatorKind("reduce", KEYED, ("keys", "fn"), _same_as_input, kernel=f"{_FACTORY}:reduce_kernel",
+                 passes_schema=True),
+    OperatorKind("process", KEYED, ("keys", "fn"), _declared_or_input, kernel=f"{_FACTORY}:process_kernel"),
+    OperatorKind("window", KEYED, ("keys", "queries"), _window, kernel=f"{_FACTORY}:window_kernel_of"),
+    # two inputs, the keyed streams of its two sides (sluice.graph.joins)
+    OperatorKind("join", KEYED, ("keys", "spec"), _join, kernel=f"{_FACTORY}:join_kernel_of"),
+):
+    register(_kind)
