@@ -91,7 +91,8 @@ def test_offset_log_entry_names_the_ended_sources():
 def _executor(sources_: list[tuple[str, str | None]], seen: dict[str, int]):
     """A BatchExecutor with just what ``_watermark`` reads (no Spark)."""
     from sluice.graph.operators import Operator
-    from sluice.runtime.executor import BatchExecutor, SourceInfo
+    from sluice.runtime.compile import SourceInfo
+    from sluice.runtime.executor import BatchExecutor
 
     executor = object.__new__(BatchExecutor)
     executor.sources = [SourceInfo(Operator(name, "source", name), i, time, 100)

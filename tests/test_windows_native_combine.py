@@ -196,7 +196,7 @@ def test_a_source_feeding_spark_combine_is_measured_on_the_combined_rows(spark, 
     same watermarks, same windows."""
     import json
 
-    from sluice.runtime.executor import combined_directly
+    from sluice.runtime.compile import combined_directly
     from sluice.runtime.sinks import clear_memory, memory_table
 
     runs = {}

@@ -2,25 +2,25 @@
 
 Inside ``foreachBatch(df, batch_id)``:
 1. take the Plan for ``batch_id`` from the plan log (a replay uses the plan it ran with);
-2. build the batch's DataFrame lineage: native expressions, fused Python chains, exchanges
-   by key group, keyed stages over the key-group store; persist at fan-out points;
+2. build the batch's DataFrame lineage (``runtime.compile``: named stages for sources, native
+   expressions, fused Python chains, and exchanges by key group into keyed stages over the
+   key-group store, read through the batch's ``StateTransaction``); persist at fan-out points;
 3. write every sink idempotently for ``batch_id``;
 4. commit the key-group state for ``batch_id``, then record the batch as done with its
-   metrics; a batch already done (crash after step 4, before Spark's commit log) is skipped.
+   metrics; a batch already done (crash after step 4, before Spark's commit log) is skipped;
+5. the controller reads the metrics and may write the Plan of a later batch.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.graph import JobGraph
-from sluice.graph.alternates import with_alternate
 from sluice.graph.constraints import measuring_sinks, path_operators
 from sluice.graph.operators import Operator
 from sluice.graph.sinks import SinkSpec
@@ -29,35 +29,27 @@ from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
 from sluice.runtime.checkpoint import Checkpoint
+from sluice.runtime.compile import BatchInputs, SourceInfo, compile_batch
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
-from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange, prepare_hash_exchange
+from sluice.runtime.exchange import prepare_hash_exchange
 from sluice.runtime.executors import executor_infos
-from sluice.runtime.joins import tagged_union
 from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.kernels.windows import LATE
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.planlog import PlanLog
-from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote
+from sluice.runtime.schemas import INGEST
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
-from sluice.runtime.stages import keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
-from sluice.runtime.task_metrics import MetricKey, MetricsParam, split_metrics
+from sluice.runtime.state.transaction import StateTransaction
+from sluice.runtime.task_metrics import MetricsParam, split_metrics
 from sluice.runtime.warmup import in_background
 
 MICROS = 1_000_000
 # quantiles of the ingest times of a batch's output rows: the oldest 1 % and 5 % give the
 # latency's p99 and p95, the median its p50
 LATENCY_QUANTILES = (0.01, 0.05, 0.5)
-
-
-@dataclass
-class SourceInfo:
-    op: Operator
-    index: int  # value of the hidden __src column when several sources are unioned
-    event_time: str | None
-    watermark_delay_us: int
 
 
 class BatchExecutor:
@@ -169,46 +161,51 @@ class BatchExecutor:
             self.in_batch = False
 
     def _run(self, df, batch_id: int) -> None:
+        """DESIGN.md section 4, step by step."""
         started = time.time()
+        # 1. the Plan for this batch, and its time and watermark (fixed for any replay)
         plan = self.plan_log.plan_for(batch_id)
         start = self._read_record(batch_id, "start")
         replay = start is not None
-        if start is None:  # first execution: fix time and watermark for any replay
+        if start is None:  # first execution
             watermark = self._watermark(self._ended_sources(batch_id))
             start = {"processing_time": int(started * MICROS), "watermark": watermark, "plan": plan.version}
             self._write_record(batch_id, "start", start)
         context = BatchContext(batch_id, 0, start["watermark"], start["processing_time"])
         clear_side_output(self.checkpoint, DEAD_LETTER, batch_id)
         self.accumulator.value = {}
+
+        # 2. the batch's lineage: named stages over the state the batch reads
+        state = StateTransaction(self.stores, batch_id)
         if plan.keyed:  # Spark's combines route through its hash exchange: as many partitions as needed
             prepare_hash_exchange(df.sparkSession, max(stage.partitions for stage in plan.keyed.values()))
+        lineage = compile_batch(self.graph, plan, BatchInputs(
+            batch_id, context, self.checkpoint, self.accumulator, self.sources, self.stores, state, self.kernel))
+        frames = lineage.build(df)
 
-        frames, observations, persisted, finishers = self._build(df, batch_id, plan, context)
-        sink_stats = {}
-        for op in self.graph.sinks():
-            sink_stats[op.id] = self._write_sink(op, frames[op.inputs[0]], batch_id, started)
-        for op_id, finish in finishers.items():
-            self.accumulator.add({MetricKey(op_id, metric): n for metric, n in finish().items() if n})
+        # 3. every sink, idempotently for batch_id (this runs the batch's Spark job)
+        sink_stats = {op.id: self._write_sink(op, frames[op.inputs[0]], batch_id, started) for op in self.graph.sinks()}
+        lineage.finish(self.accumulator)  # the stages' driver-side work: late records fetched
         dead = self._forward_dead_letters(batch_id, replay)
         self._forward_late_records(batch_id, replay)
         check_budget(self.graph, batch_id, dead, split_metrics(self.accumulator.value), self.dead_letter_budget,
                      self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"))
-        for store in self.stores.values():
-            store.commit(batch_id, store.committed_files(batch_id))
 
+        # 4. commit the key-group state, then record the batch as done with its metrics
+        state.commit()
         per_op = split_metrics(self.accumulator.value)
-        observed = {op_id: obs.take(per_op) if isinstance(obs, SourceStats) else obs.get
-                    for op_id, obs in observations.items()}
-        m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context)
+        observed = lineage.source_statistics(per_op)
+        m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context, state)
         observed_event_us = self._observed_event_times(observed)  # also advances self.max_event_us
         self._write_record(batch_id, "done", {"max_event_us": observed_event_us,
                                               "max_event_us_so_far": dict(self.max_event_us)})
         metrics_log.append(self.checkpoint, m)
-        self._compact(batch_id)
-        for frame in persisted:
-            frame.unpersist()
+        self._compact(batch_id, state)
+        lineage.release()
         self.last_batch = m
         self.batches_done += 1
+
+        # 5. the controller reads the metrics and may plan a later batch
         if self.controller:  # before on_batch, so a progress line shows this batch's decision
             new_plan = self.controller(m, plan)
             if new_plan is not None:
@@ -216,7 +213,7 @@ class BatchExecutor:
         if self.on_batch:
             self.on_batch(m)
 
-    def _compact(self, batch_id: int) -> None:
+    def _compact(self, batch_id: int, state: StateTransaction) -> None:
         """Keep state reads bounded: snapshot a store once its deltas outweigh its state.
 
         Called between batches, after ``batch_id`` is recorded done (no replay needs the
@@ -233,7 +230,7 @@ class BatchExecutor:
             for op_id in compacted:
                 self.stores[op_id].gc(before_batch=batch_id + 1)
         due = [op_id for op_id, store in self.stores.items()
-               if KeyGroupStore.compaction_due(store.index(before_batch=batch_id + 1), max_delta_ratio=2.0)]
+               if KeyGroupStore.compaction_due(state.committed_index(op_id), max_delta_ratio=2.0)]
         if due:
             # a store of its own: the batch thread's store keeps its caches to itself
             stores = [self._store(self.graph[op_id]) for op_id in due]
@@ -252,80 +249,6 @@ class BatchExecutor:
             compacted, self._compaction = self._compaction.result(), None
             for op_id in compacted:
                 self.stores[op_id].gc()
-
-    def _build(self, df, batch_id: int, plan: Plan, context: BatchContext):
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-
-        frames: dict = {}
-        observations: dict = {}
-        persisted = []
-        finishers: dict = {}  # operator -> driver work once the job ran (returns metrics)
-        source_stats: dict = {}  # keyed operator -> the statistics of the source it combines
-        chain_of = {chain[-1]: chain for chain in plan.chains}
-        for op in self.order:
-            if op.kind == "source":
-                src = next(s for s in self.sources if s.op.id == op.id)
-                frame = df if len(self.sources) == 1 else df.filter(F.col(SOURCE_ID) == src.index)
-                if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
-                    frame = frame.select(*op.schema.names, INGEST)
-                combined_by = combined_directly(self.graph, op, self.kernel)
-                if combined_by is not None:  # measured after Spark's combine, on far fewer rows
-                    source_stats[combined_by] = observations[op.id] = SourceStats(op.id, src.event_time)
-                else:
-                    obs = observations[op.id] = Observation(f"src_{op.id}_{batch_id}")
-                    # SQL text: each F function would cost Py4J round trips, every batch
-                    exprs = [F.expr("count(1) AS rows")]
-                    if src.event_time:
-                        exprs.append(F.expr(f"max(unix_micros({quote(src.event_time)})) AS max_event_us"))
-                    frame = frame.observe(obs, *exprs)
-            elif op.kind == "sink":
-                continue
-            elif op.kind == "key_by":
-                frame = frames[op.inputs[0]]
-            elif op.kind == "union":
-                frame = frames[op.inputs[0]]
-                for other in op.inputs[1:]:
-                    frame = frame.unionByName(frames[other])
-            elif op.is_native:
-                frame = apply_native(op, frames[op.inputs[0]])
-            elif op.is_python:
-                if op.id not in chain_of:
-                    continue  # inside a fused chain: runs in its tail's pass
-                chain = [_as_planned(self.graph[i], plan) for i in chain_of[op.id]]
-                upstream = self.graph[chain[0].inputs[0]]
-                frame = frames[upstream.id]
-                if chain[0].id in plan.rebalance:  # a costly chain gets more tasks than its input has
-                    frame = frame.repartition(plan.rebalance[chain[0].id])
-                frame = python_chain(frame, chain, upstream.schema, batch_id, self.checkpoint, self.accumulator)
-            else:  # keyed
-                planned = _as_planned(op, plan)  # the active alternate's function
-                key_by = self.graph[op.inputs[0]]
-                stage = plan.keyed[op.id]
-                store = self.stores[op.id]
-                index = store.index(before_batch=batch_id)
-                kernel = self.kernel(planned)
-                keyed_input, keyed_schema = frames[key_by.id], key_by.schema
-                if op.kind == "join":  # both sides, as one tagged union (sluice.runtime.joins)
-                    keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], kernel)
-                    keyed_schema = kernel.union
-                if plan.exchanges_before(op.id):
-                    routed, in_schema, finish = exchange(keyed_input, planned, kernel, keyed_schema, stage, context,
-                                                         plan.max_parallelism, self.checkpoint, self.accumulator,
-                                                         source_stats.get(op.id))
-                    if finish is not None:
-                        finishers[op.id] = finish
-                else:  # collocated with the keyed operator before it: its rows are where they belong
-                    routed, in_schema = collocated_input(keyed_input, planned, kernel, keyed_schema, stage, context,
-                                                         plan.max_parallelism, self.checkpoint, self.accumulator)
-                frame = keyed_stage(routed, planned, in_schema, stage, (self.checkpoint.uri, op.id, kernel.key_columns),
-                                    index, context, self.checkpoint, self.accumulator, source_stats.get(op.id),
-                                    kernel=kernel)
-            if len(self.graph.consumers(op.id)) > 1:
-                frame = frame.persist()  # fan-out: no branch recomputes the shared upstream
-                persisted.append(frame)
-            frames[op.id] = frame
-        return frames, observations, persisted, finishers
 
     def _write_sink(self, op: Operator, frame, batch_id: int, started: float) -> dict:
         """Write one sink and measure it: rows, and latency from the ingest times of its rows.
@@ -392,13 +315,14 @@ class BatchExecutor:
                     self.max_event_us[src.op.id] = max(self.max_event_us.get(src.op.id, int(value)), int(value))
         return out
 
-    def _metrics(self, batch_id, plan, started, per_op, observed, sink_stats, dead, context) -> BatchMetrics:
+    def _metrics(self, batch_id, plan, started, per_op, observed, sink_stats, dead, context,
+                 state: StateTransaction) -> BatchMetrics:
         """``per_op``: the tasks' metrics by operator; ``observed``: each source's rows and
         latest event time."""
         key_groups = {}
         for op_id, store in self.stores.items():
             rows = per_op.pop(f"{op_id}#kg", {})
-            sizes = store.key_group_sizes(store.index(before_batch=batch_id + 1))
+            sizes = store.key_group_sizes(state.committed_index(op_id))
             key_groups[op_id] = {
                 str(kg): {"rows": int(rows.get(str(kg), 0)), "state_bytes": int(sizes.get(kg, 0))}
                 for kg in sorted({int(k) for k in rows} | set(sizes))
@@ -463,24 +387,6 @@ def executors_held(plan: Plan, executors: list[dict]) -> int:
     return plan.executors or 1
 
 
-def combined_directly(graph: JobGraph, source: Operator, kernel_of=None) -> str | None:
-    """The keyed operator whose Spark combine sees exactly the source's records (the
-    source feeds only a key_by that feeds only it), if there is one.
-
-    The source's statistics (rows, latest event time) are then measured by that keyed
-    stage on the combined rows, a few per key and pane (``exchange.SourceStats``),
-    rather than observed on every record: an observation is an operator Spark cannot
-    compile into the stage's generated code, so it costs on every row it sees."""
-    consumers = graph.consumers(source.id)
-    if len(consumers) != 1 or consumers[0].kind != "key_by":
-        return None
-    keyed = graph.consumers(consumers[0].id)
-    if len(keyed) != 1 or not keyed[0].is_keyed:
-        return None
-    kernel = kernel_of(keyed[0]) if kernel_of is not None else keyed_kernel(keyed[0], [consumers[0].schema])
-    return keyed[0].id if combined_by_spark(kernel, consumers[0].schema) else None
-
-
 def ended_in_offset_log(entry: bytes | None) -> set[str]:
     """Names of the sources whose offset in one entry of Spark's offset log is an
     end-of-input punctuation (``sluice.runtime.sources.row_reader.end_of_input``).
@@ -517,16 +423,6 @@ def _ingest_mean(hidden: pa.Table) -> float | None:
     micros = pc.drop_null(hidden[INGEST].cast(pa.timestamp("us", tz="UTC"))).cast(pa.int64())
     mean = pc.mean(micros).as_py()
     return None if mean is None else float(mean)
-
-
-def _as_planned(op: Operator, plan: Plan) -> Operator:
-    """The operator as the plan runs it: its active alternate (``graph.alternates``), and
-    the worker threads the plan may give it."""
-    from dataclasses import replace
-
-    op = with_alternate(op, plan.alternates.get(op.id))
-    threads = plan.threads.get(op.id)
-    return op if threads is None or threads == op.threads else replace(op, threads=threads)
 
 
 def _as_version(plan: Plan, version: int) -> Plan:

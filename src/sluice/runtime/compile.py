@@ -1,0 +1,281 @@
+"""One batch's physical graph, named: (graph, plan, batch) -> :class:`BatchLineage`.
+
+DESIGN.md section 4, step 2: build the DataFrame lineage of the Plan. :func:`compile_batch`
+turns the job graph, the batch's Plan and what the batch knows (its id, context, the
+state it reads) into stages, in topological order, each owning what it measures:
+
+* :class:`SourceStage`: the batch's records of one source; its statistics (rows, latest
+  event time), observed by Spark or, when a keyed stage's Spark combine sees exactly its
+  records, measured there on the combined rows (``exchange.SourceStats``);
+* :class:`NativeStage`: a Spark expression (filter, select, with_columns), a key_by or a union;
+* :class:`ChainStage`: consecutive Python operators fused into one ``mapInArrow`` pass;
+* :class:`KeyedStage`: the exchange by key group (``runtime.exchange``; none for an operator
+  collocated with the keyed operator before it) and the keyed stage over the key-group
+  store (``runtime.stages``); after the job, its late records.
+
+``BatchLineage.build(df)`` builds every stage's frame (persisting at fan-out points, so no
+branch recomputes its upstream) and returns the frames by operator id; once the sinks have run
+the job, ``finish`` lets each stage do its driver-side work and ``source_statistics`` hands
+over the sources' statistics. Sinks are not stages: the executor writes them (step 3).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sluice.graph import JobGraph
+from sluice.graph.alternates import with_alternate
+from sluice.graph.operators import Operator
+from sluice.plan.physical import KeyedStagePlan, Plan
+from sluice.runtime.checkpoint import Checkpoint
+from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange
+from sluice.runtime.joins import tagged_union
+from sluice.runtime.kernels.factory import keyed_kernel
+from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
+from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote
+from sluice.runtime.stages import keyed_stage, python_chain
+from sluice.runtime.state import KeyGroupStore
+from sluice.runtime.state.transaction import StateTransaction
+from sluice.runtime.task_metrics import MetricKey
+
+BATCH_INPUT = "__batch__"  # the frames' entry of the batch's input DataFrame
+
+
+@dataclass
+class SourceInfo:
+    op: Operator
+    index: int  # value of the hidden __src column when several sources are unioned
+    event_time: str | None
+    watermark_delay_us: int
+
+
+@dataclass(frozen=True)
+class BatchInputs:
+    """What a batch's stages need besides the graph and the Plan."""
+
+    batch_id: int
+    context: BatchContext  # its processing time and watermark (fixed for any replay)
+    checkpoint: Checkpoint
+    accumulator: Any  # the job's task-metrics accumulator (task_metrics.MetricsParam)
+    sources: list[SourceInfo]
+    stores: dict[str, KeyGroupStore]  # keyed operator id -> its store
+    state: StateTransaction  # the batch's state: the index each keyed stage reads
+    kernel_of: Any  # Callable[[Operator], KeyedKernel]: the executor's kernel per planned operator
+
+
+class Stage(ABC):
+    """One node of a batch's physical graph; its frame is ``frames[op.id]``."""
+
+    op: Operator
+
+    @abstractmethod
+    def build(self, frames: dict) -> Any:
+        """The stage's DataFrame, from the frames of the stages before it."""
+
+    def finish(self) -> dict[str, float]:
+        """Driver-side work once the batch's job has run; returns metrics of ``op`` to add."""
+        return {}
+
+
+@dataclass
+class SourceStage(Stage):
+    op: Operator
+    source: SourceInfo
+    n_sources: int
+    batch_id: int
+    # the statistics as a keyed stage's Spark combine measures them, or None: Spark observes them
+    measured: SourceStats | None
+    observation: Any = None  # the pyspark Observation, set by build
+
+    def build(self, frames: dict) -> Any:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        op = self.op
+        df = frames[BATCH_INPUT]
+        frame = df if self.n_sources == 1 else df.filter(F.col(SOURCE_ID) == self.source.index)
+        if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
+            frame = frame.select(*op.schema.names, INGEST)
+        if self.measured is not None:  # measured after Spark's combine, on far fewer rows
+            return frame
+        self.observation = Observation(f"src_{op.id}_{self.batch_id}")
+        # SQL text: each F function would cost Py4J round trips, every batch
+        exprs = [F.expr("count(1) AS rows")]
+        if self.source.event_time:
+            exprs.append(F.expr(f"max(unix_micros({quote(self.source.event_time)})) AS max_event_us"))
+        return frame.observe(self.observation, *exprs)
+
+    def statistics(self, per_op: dict) -> dict:
+        """Rows and latest event time of the batch's records (taken out of ``per_op`` when a
+        keyed stage measured them)."""
+        if self.measured is not None:
+            return self.measured.take(per_op)
+        return self.observation.get
+
+
+@dataclass
+class NativeStage(Stage):
+    op: Operator
+
+    def build(self, frames: dict) -> Any:
+        op = self.op
+        frame = frames[op.inputs[0]]
+        if op.kind == "key_by":  # the exchange happens in the keyed stage
+            return frame
+        if op.kind == "union":
+            for other in op.inputs[1:]:
+                frame = frame.unionByName(frames[other])
+            return frame
+        return apply_native(op, frame)
+
+
+@dataclass
+class ChainStage(Stage):
+    op: Operator  # the chain's last operator
+    chain: list[Operator]  # as planned (alternates, threads)
+    upstream: Operator
+    rebalance: int | None  # partitions a costly chain spreads its input over
+    batch_id: int
+    checkpoint: Checkpoint
+    accumulator: Any
+
+    def build(self, frames: dict) -> Any:
+        frame = frames[self.upstream.id]
+        if self.rebalance is not None:  # a costly chain gets more tasks than its input has
+            frame = frame.repartition(self.rebalance)
+        return python_chain(frame, self.chain, self.upstream.schema, self.batch_id, self.checkpoint, self.accumulator)
+
+
+@dataclass
+class KeyedStage(Stage):
+    op: Operator  # as planned (its active alternate)
+    kernel: KeyedKernel
+    key_by: Operator
+    plan: KeyedStagePlan
+    max_parallelism: int
+    store: KeyGroupStore
+    state: StateTransaction
+    context: BatchContext
+    checkpoint: Checkpoint
+    accumulator: Any
+    source_stats: SourceStats | None = None
+    # False when collocated with the keyed operator before it (plan.collocation): its rows
+    # are in their key group's partition already, so no exchange
+    exchanges: bool = True
+    _finish: Any = field(default=None, repr=False)
+
+    def build(self, frames: dict) -> Any:
+        op, kernel = self.op, self.kernel
+        keyed_input, keyed_schema = frames[self.key_by.id], self.key_by.schema
+        if op.kind == "join":  # both sides, as one tagged union (sluice.runtime.joins)
+            keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], kernel)
+            keyed_schema = kernel.union
+        if self.exchanges:
+            routed = exchange(keyed_input, op, kernel, keyed_schema, self.plan, self.context, self.max_parallelism,
+                              self.checkpoint, self.accumulator, self.source_stats)
+            frame, schema, self._finish = routed
+        else:
+            frame, schema = collocated_input(keyed_input, op, kernel, keyed_schema, self.plan, self.context,
+                                             self.max_parallelism, self.checkpoint, self.accumulator)
+        return keyed_stage(frame, op, schema, self.plan, (self.store.root, op.id, kernel.key_columns),
+                           self.state.index(op.id), self.context, self.checkpoint, self.accumulator,
+                           self.source_stats, kernel=kernel)
+
+    def finish(self) -> dict[str, float]:
+        return self._finish() if self._finish is not None else {}
+
+
+@dataclass
+class BatchLineage:
+    """The stages of one batch, in topological order, and the frames they built."""
+
+    graph: JobGraph
+    stages: list[Stage]
+    frames: dict = field(default_factory=dict)
+    persisted: list = field(default_factory=list)
+
+    def build(self, df) -> dict:
+        """Every stage's frame by operator id; outputs with several consumers are persisted."""
+        self.frames = {BATCH_INPUT: df}
+        for stage in self.stages:
+            frame = stage.build(self.frames)
+            if len(self.graph.consumers(stage.op.id)) > 1:
+                frame = frame.persist()  # fan-out: no branch recomputes the shared upstream
+                self.persisted.append(frame)
+            self.frames[stage.op.id] = frame
+        return self.frames
+
+    def finish(self, accumulator) -> None:
+        """Each stage's driver-side work after the job; its metrics join the tasks'."""
+        for stage in self.stages:
+            metrics = stage.finish()
+            accumulator.add({MetricKey(stage.op.id, metric): n for metric, n in metrics.items() if n})
+
+    def source_statistics(self, per_op: dict) -> dict[str, dict]:
+        """Source id -> its batch statistics (rows, max_event_us)."""
+        return {s.op.id: s.statistics(per_op) for s in self.stages if isinstance(s, SourceStage)}
+
+    def release(self) -> None:
+        for frame in self.persisted:
+            frame.unpersist()
+        self.persisted = []
+
+
+def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLineage:
+    """The batch's stages, from the graph and its Plan (chains, routing, alternates)."""
+    stages: list[Stage] = []
+    chain_of = {chain[-1]: chain for chain in plan.chains}
+    measured: dict[str, SourceStats] = {}  # keyed operator id -> the source statistics it measures
+    for op in graph.topological_order():
+        if op.kind == "source":
+            info = next(s for s in batch.sources if s.op.id == op.id)
+            keyed = combined_directly(graph, op, batch.kernel_of)
+            stats = None
+            if keyed is not None:
+                stats = measured[keyed] = SourceStats(op.id, info.event_time)
+            stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats))
+        elif op.kind == "sink":
+            continue  # written by the executor, step 3
+        elif op.is_native:
+            stages.append(NativeStage(op))
+        elif op.is_python:
+            if op.id not in chain_of:
+                continue  # inside a fused chain: runs in its tail's pass
+            chain = [as_planned(graph[i], plan) for i in chain_of[op.id]]
+            stages.append(ChainStage(op, chain, graph[chain[0].inputs[0]], plan.rebalance.get(chain[0].id),
+                                     batch.batch_id, batch.checkpoint, batch.accumulator))
+        else:  # keyed
+            planned = as_planned(op, plan)  # the active alternate's function
+            stages.append(KeyedStage(planned, batch.kernel_of(planned), graph[op.inputs[0]], plan.keyed[op.id],
+                                     plan.max_parallelism, batch.stores[op.id], batch.state, batch.context,
+                                     batch.checkpoint, batch.accumulator, measured.get(op.id),
+                                     exchanges=plan.exchanges_before(op.id)))
+    return BatchLineage(graph, stages)
+
+
+def combined_directly(graph: JobGraph, source: Operator, kernel_of=None) -> str | None:
+    """The keyed operator whose Spark combine sees exactly the source's records (the
+    source feeds only a key_by that feeds only it), if there is one.
+
+    The source's statistics (rows, latest event time) are then measured by that keyed
+    stage on the combined rows, a few per key and pane (``exchange.SourceStats``),
+    rather than observed on every record: an observation is an operator Spark cannot
+    compile into the stage's generated code, so it costs on every row it sees."""
+    consumers = graph.consumers(source.id)
+    if len(consumers) != 1 or consumers[0].kind != "key_by":
+        return None
+    keyed = graph.consumers(consumers[0].id)
+    if len(keyed) != 1 or not keyed[0].is_keyed:
+        return None
+    kernel = kernel_of(keyed[0]) if kernel_of is not None else keyed_kernel(keyed[0], [consumers[0].schema])
+    return keyed[0].id if combined_by_spark(kernel, consumers[0].schema) else None
+
+
+def as_planned(op: Operator, plan: Plan) -> Operator:
+    """The operator as the plan runs it: its active alternate (``graph.alternates``), and
+    the worker threads the plan may give it."""
+    op = with_alternate(op, plan.alternates.get(op.id))
+    threads = plan.threads.get(op.id)
+    return op if threads is None or threads == op.threads else replace(op, threads=threads)
