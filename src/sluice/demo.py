@@ -69,7 +69,7 @@ def build_pipeline(output_dir: str, rate: float | None = 20_000, meters: int = 1
             "meter": sources.Keys(meters, distribution="zipf", skew=1.1, prefix="meter-"),
             "kwh": sources.Normal(0.4, 0.15),
             "voltage": sources.Normal(230.0, 6.0),
-            "status": sources.Choice(["ok", "corrupt"], weights=[0.9999, 0.0001]),
+            "status": sources.Choice(("ok", "corrupt"), weights=(0.9999, 0.0001)),
             "ts": sources.EventTime(),
         },
         rate=rate, seed=seed, total_rows=total_rows, max_rows_per_batch=100_000,

@@ -14,17 +14,32 @@ from sluice.runtime.sinks import memory_table, read_files
 
 
 def postgres(dsn: str, table: str, key=()) -> PostgresSink:
-    """Rows into a PostgreSQL table: appended, or upserted by the ``key`` column(s)."""
+    """Rows into a PostgreSQL table: appended, or upserted by the ``key`` column(s).
+
+    >>> from sluice import sinks
+    >>> sinks.postgres("postgresql://localhost/energy", "totals", key=["meter"]).target
+    "PostgreSQL at 'postgresql://localhost/energy' (table 'totals')"
+    """
     return PostgresSink(dsn=dsn, table=table, key=key)
 
 
 def redis(name: str, key=(), url: str = "redis://127.0.0.1:6379/0") -> RedisSink:
-    """Rows into Redis: entries of stream ``name``, or hashes ``name:<key>`` upserted by ``key``."""
+    """Rows into Redis: entries of stream ``name``, or hashes ``name:<key>`` upserted by ``key``.
+
+    >>> from sluice import sinks
+    >>> sinks.redis("totals", key=["meter"]).target
+    "Redis at redis://127.0.0.1:6379/0 (hashes 'totals')"
+    """
     return RedisSink(name=name, key=key, url=url)
 
 
 def nats(subject: str, url: str = "nats://127.0.0.1:4222") -> NatsSink:
-    """Rows as JSON messages on a JetStream subject, deduplicated by ``Nats-Msg-Id``."""
+    """Rows as JSON messages on a JetStream subject, deduplicated by ``Nats-Msg-Id``.
+
+    >>> from sluice import sinks
+    >>> sinks.nats("readings").target
+    "NATS JetStream at nats://127.0.0.1:4222 (subject 'readings')"
+    """
     return NatsSink(subject=subject, url=url)
 
 

@@ -47,7 +47,14 @@ mqtt = MqttSource
 def postgres(dsn: str, table: str, column: str, schema: _pa.Schema | None = None,
              **options) -> PostgresTableSource:
     """Rows of ``table`` in the order of ``column`` (which must only grow); ``schema``
-    defaults to the table's columns, read from the database now."""
+    defaults to the table's columns, read from the database now.
+
+    >>> import pyarrow as pa
+    >>> from sluice import sources as S
+    >>> S.postgres("postgresql://localhost/energy", "readings", "id",
+    ...            schema=pa.schema([("id", pa.int64()), ("kwh", pa.float64())])).table
+    'readings'
+    """
     if schema is None:
         from sluice.runtime.connectors.postgres import table_schema
 

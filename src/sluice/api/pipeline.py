@@ -35,7 +35,15 @@ class Pipeline:
         return self.graph.name
 
     def source(self, spec: Any, *, name: str | None = None) -> Stream:
-        """Add a source (see :mod:`sluice.sources`) and return its stream."""
+        """Add a source (see :mod:`sluice.sources`) and return its stream.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> readings.schema.names
+        ['meter', 'kwh', 'ts']
+        """
         if not hasattr(spec, "schema"):
             raise PipelineError(f"source needs a source spec (sluice.sources.*), got {spec!r}", name or "source",
                                 user_location())
@@ -48,7 +56,13 @@ class Pipeline:
         """Where records whose operator raised, or that a source could not parse, go (always
         JSON files in the checkpoint's ``dead_letter/``; ``spec``: a sink that gets them too),
         and the budget: the job stops when an operator sends at least this fraction of the
-        records it receives in a batch (of 100 or more) to dead letters (default 1.0, all)."""
+        records it receives in a batch (of 100 or more) to dead letters (default 1.0, all).
+
+        >>> import sluice
+        >>> p = sluice.Pipeline("example").dead_letter(sluice.sinks.files("out/dead"), budget=0.01)
+        >>> p.dead_letter_budget
+        0.01
+        """
         from sluice.runtime.dead_letters import check_budget_value
 
         if spec is not None and not isinstance(spec, SinkSpec):
@@ -69,14 +83,23 @@ class Pipeline:
         ``path``: (from_stream, to_stream), streams or operator ids; None means from every
         source to every sink. Durations: ``"800ms"``, ``"1.5s"``, ``"30s"`` or seconds.
         Several constraints may be set; the path is checked when the graph is validated.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> out = readings.key_by("meter").aggregate(n=sluice.agg.count()).sink(sluice.sinks.memory("n"))
+        >>> p.constrain("2s", over="30s").graph.constraints[0].bound_s
+        2.0
         """
         from sluice.graph.constraints import make_constraint
 
-        ends = None
+        ends: tuple[str, str] | None = None
         if path is not None:
             if not isinstance(path, (tuple, list)) or len(path) != 2:
                 raise PipelineError(f"constrain: path must be (from_stream, to_stream) or None, got {path!r}")
-            ends = tuple(end.op.id if hasattr(end, "op") else str(end) for end in path)
+            first, last = (end.op.id if hasattr(end, "op") else str(end) for end in path)
+            ends = (first, last)
         label = name or f"latency_{len(self.graph.constraints) + 1}"
         self.graph.constraints.append(make_constraint(label, latency, path=ends, over=over, p95=p95))
         return self
@@ -99,13 +122,29 @@ class Pipeline:
 
     def late_data(self, spec: SinkSpec) -> Pipeline:
         """Where the records a window received after its watermark passed go, every batch
-        (default: JSON files in the checkpoint, ``side/<operator>/late``)."""
+        (default: JSON files in the checkpoint, ``side/<operator>/late``).
+
+        >>> import sluice
+        >>> p = sluice.Pipeline("example").late_data(sluice.sinks.files("out/late"))
+        >>> p.late_data_sink.path
+        'out/late'
+        """
         if not isinstance(spec, SinkSpec):
             raise PipelineError(f"late_data needs a sink spec, got {spec!r}")
         self.late_data_sink = spec
         return self
 
     def job_graph(self) -> JobGraph:
+        """The pipeline's job graph (``sluice.graph.JobGraph``): its operators, as built so far.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> p.source(S.generator(fields={"n": S.Sequence()})).sink(sluice.sinks.memory("n")) is not None
+        True
+        >>> [op.kind for op in p.job_graph().operators]
+        ['source', 'sink']
+        """
         return self.graph
 
     def run(self, checkpoint: str, **options) -> JobResult:
@@ -124,6 +163,13 @@ class Pipeline:
         from the first batch / let the controller hold at most that many; docs/elastic.md),
         ``collocate`` (False: an exchange before every keyed operator, also one keyed on the
         key of the keyed operator before it; see docs/balancing.md).
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> _ = readings.key_by("meter").aggregate(total=sluice.agg.sum("kwh")).sink(sluice.sinks.memory("totals"))
+        >>> result = p.run("/tmp/sluice-example", duration=20)  # doctest: +SKIP
         """
         from sluice.runtime.job import run_pipeline
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from sluice.errors import PipelineError
@@ -28,7 +29,7 @@ _SLUICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def user_location() -> str | None:
     """'file.py:line' of the first caller outside the sluice package."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         filename = os.path.abspath(frame.f_code.co_filename)
         if not filename.startswith(_SLUICE_DIR):
@@ -107,7 +108,18 @@ class Stream:
         ``alternates={"arima": Alt(arima, value=0.95, cost=2e-4), "mean": Alt(mean, value=0.7)}``
         (``value``: quality relative to the best, in (0, 1]; ``cost``: CPU seconds per record,
         measured when not given). Every alternate returns this operator's ``schema``.
-        ``active``: the one to start with (default: the highest value). See docs/dynamic.md."""
+        ``active``: the one to start with (default: the highest value). See docs/dynamic.md.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> import pyarrow.compute as pc
+        >>> def to_wh(batch):
+        ...     return batch.set_column(1, "kwh", pc.multiply(batch.column("kwh"), 1000.0))
+        >>> readings.map_batches(to_wh).op.kind
+        'map_batches'
+        """
         if format not in ("arrow", "pandas"):
             raise PipelineError(f"format must be 'arrow' or 'pandas', not {format!r}", name or "map_batches", user_location())
         function = _function_params(fn, alternates, active, "map_batches", name)
@@ -127,7 +139,16 @@ class Stream:
 
         ``chain=False`` keeps the operator in a Python pass of its own: neither the initial
         plan nor the chaining policy fuses it with its neighbours. ``alternates``, ``active``:
-        several implementations instead of ``fn``, as for :meth:`map_batches`."""
+        several implementations instead of ``fn``, as for :meth:`map_batches`.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> wh = readings.map(lambda r: {"meter": r["meter"], "wh": r["kwh"] * 1000}, schema={"meter": "string", "wh": "double"})
+        >>> wh.schema.names
+        ['meter', 'wh']
+        """
         function = _function_params(fn, alternates, active, "map", name)
         op = self._then("map", name, params=function, schema=as_schema(schema), threads=threads, perf_model=perf_model,
                         chain=chain)
@@ -147,7 +168,16 @@ class Stream:
 
         ``chain=False`` keeps the operator in a Python pass of its own: neither the initial
         plan nor the chaining policy fuses it with its neighbours. ``alternates``, ``active``:
-        several implementations instead of ``fn``, as for :meth:`map_batches`."""
+        several implementations instead of ``fn``, as for :meth:`map_batches`.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> halves = readings.flat_map(lambda r: [{**r, "kwh": r["kwh"] / 2}] * 2)
+        >>> halves.op.kind
+        'flat_map'
+        """
         function = _function_params(fn, alternates, active, "flat_map", name)
         op = self._then("flat_map", name, params=function, schema=as_schema(schema), perf_model=perf_model,
                         chain=chain)
@@ -156,7 +186,15 @@ class Stream:
     def filter(self, condition: str | Callable[[dict], bool], *, name: str | None = None,
                chain: bool = True) -> Stream:
         """Keep records matching a Spark SQL condition (runs natively) or a Python predicate.
-        ``chain=False`` (Python predicates): never fused with its neighbours."""
+        ``chain=False`` (Python predicates): never fused with its neighbours.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> readings.filter("kwh > 0").op.kind, readings.filter(lambda r: r["kwh"] > 0).op.kind
+        ('filter_expr', 'filter_fn')
+        """
         if isinstance(condition, str):
             op = self._then("filter_expr", name, params={"expr": condition})
         else:
@@ -166,19 +204,44 @@ class Stream:
 
     # ---- stateless, native Spark SQL -----------------------------------------------------
     def select(self, *exprs: str, name: str | None = None) -> Stream:
-        """Project with Spark SQL expressions, e.g. ``select("meter", "kwh * 1000 AS wh")``."""
+        """Project with Spark SQL expressions, e.g. ``select("meter", "kwh * 1000 AS wh")``.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> readings.select("meter", "kwh * 1000 AS wh").op.params["exprs"]
+        ['meter', 'kwh * 1000 AS wh']
+        """
         if not exprs or not all(isinstance(e, str) for e in exprs):
             raise PipelineError("select needs one or more SQL expression strings", name or "select", user_location())
         return Stream(self.pipeline, self._then("select", name, params={"exprs": list(exprs)}))
 
     def with_columns(self, name: str | None = None, **columns: str) -> Stream:
-        """Add or replace columns from Spark SQL expressions: ``with_columns(wh="kwh * 1000")``."""
+        """Add or replace columns from Spark SQL expressions: ``with_columns(wh="kwh * 1000")``.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> readings.with_columns(wh="kwh * 1000").op.params["columns"]
+        {'wh': 'kwh * 1000'}
+        """
         if not columns or not all(isinstance(e, str) for e in columns.values()):
             raise PipelineError("with_columns needs name=SQL-expression pairs", name or "with_columns", user_location())
         return Stream(self.pipeline, self._then("with_columns", name, params={"columns": dict(columns)}))
 
     def union(self, *others: Stream, name: str | None = None) -> Stream:
-        """Interleave this stream with others of the same schema."""
+        """Interleave this stream with others of the same schema.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> more = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> readings.union(more).op.inputs == (readings.op.id, more.op.id)
+        True
+        """
         for other in others:
             if not isinstance(other, Stream) or other.pipeline is not self.pipeline:
                 raise PipelineError("union needs streams of the same pipeline", name or "union", user_location())
@@ -187,7 +250,15 @@ class Stream:
 
     # ---- keyed -----------------------------------------------------------------------------
     def key_by(self, *keys: str, name: str | None = None) -> KeyedStream:
-        """Partition the stream by key columns: records of one key meet in one place, with state."""
+        """Partition the stream by key columns: records of one key meet in one place, with state.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> readings.key_by("meter").keys
+        ['meter']
+        """
         if not keys or not all(isinstance(k, str) for k in keys):
             raise PipelineError("key_by needs one or more column names", name or "key_by", user_location())
         op = self._then("key_by", name, params={"keys": list(keys)})
@@ -197,14 +268,32 @@ class Stream:
     def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append"):
         """Windows over the whole stream (one global key): ``.window(sluice.windows.tumbling("1m"))
         .aggregate(n=agg.count())``. ``time``: the sources' event-time column (default when
-        declared), or ``"processing"``."""
+        declared), or ``"processing"``.
+
+        >>> import sluice
+        >>> from sluice import agg, sources as S, windows as W
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> readings.window(W.tumbling("1m")).aggregate(n=agg.count()).op.kind
+        'window'
+        """
         from sluice.api.windows import window_of_stream
 
         return window_of_stream(self, window, time, allowed_lateness, mode)
 
     # ---- sinks -----------------------------------------------------------------------------
     def sink(self, spec: SinkSpec, *, name: str | None = None) -> Stream:
-        """Write the stream to a sink. Call several times (or keep using the stream) to fan out."""
+        """Write the stream to a sink. Call several times (or keep using the stream) to fan out.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> readings.sink(sluice.sinks.files("out/readings")) is readings  # it returns the stream
+        True
+        >>> [op.kind for op in p.graph.operators]
+        ['source', 'sink']
+        """
         if not isinstance(spec, SinkSpec):
             raise PipelineError(f"sink needs a sink spec (sluice.sinks.*), got {spec!r}", name or "sink", user_location())
         self._then("sink", name, params={"spec": spec})
@@ -228,6 +317,14 @@ class KeyedStream:
         """Running aggregates per key; emits the updated row of every key a batch touched.
 
         ``aggregate(n=agg.count(), total=agg.sum("kwh"), avg=agg.mean("kwh"))``
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> per_meter = readings.key_by("meter").aggregate(n=sluice.agg.count(), avg=sluice.agg.mean("kwh"))
+        >>> per_meter.op.kind, sorted(per_meter.op.params["aggregates"])
+        ('aggregate', ['avg', 'n'])
         """
         if not aggregates:
             raise PipelineError("aggregate needs at least one aggregate, e.g. n=sluice.agg.count()",
@@ -240,7 +337,16 @@ class KeyedStream:
         """Fold records of a key pairwise, ``fn(accumulated, record) -> accumulated``; emits
         the accumulated record of every key a batch touched. ``alternates``, ``active``:
         several implementations instead of ``fn`` (:meth:`process` says what happens to the
-        state on a switch)."""
+        state on a switch).
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> latest = readings.key_by("meter").reduce(lambda acc, r: r if r["ts"] >= acc["ts"] else acc)
+        >>> latest.op.kind
+        'reduce'
+        """
         function = _function_params(fn, alternates, active, "reduce", name)
         return self._then("reduce", name, params={"keys": self.keys, **function})
 
@@ -263,6 +369,17 @@ class KeyedStream:
         key's ``state`` is the one value whichever alternate runs, so a switch between
         batches carries it over (the alternate switched to reads what the other wrote, so
         they must agree on what the state holds), and a switch never loses or resets state.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> def spikes(key, rows, state):
+        ...     seen = state.value or 0
+        ...     state.update(seen + rows.num_rows)
+        ...     return None
+        >>> readings.key_by("meter").process(spikes).op.kind
+        'process'
         """
         function = _function_params(fn, alternates, active, "process", name)
         return self._then("process", name, params={"keys": self.keys, **function}, schema=as_schema(schema))
@@ -275,6 +392,14 @@ class KeyedStream:
         declare one) or ``"processing"``; ``allowed_lateness``: how long a window stays open
         after the watermark passes its end; ``mode``: ``"append"`` (emit when the watermark
         passes the end) or ``"update"`` (early results every batch).
+
+        >>> import sluice
+        >>> from sluice import agg, sources as S, windows as W
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> hourly = readings.key_by("meter").window(W.sliding("1h", "5m")).aggregate(avg=agg.mean("kwh"))
+        >>> hourly.op.params["queries"][0].window.label
+        'sliding(1h,5m)'
         """
         from sluice.api.windows import WindowedStream
 
@@ -282,7 +407,18 @@ class KeyedStream:
 
     def windows(self, *queries, time=None, name: str | None = None) -> Stream:
         """Several window queries (``sluice.windows.query(...)``) over this stream sharing one
-        set of panes, so each record is processed once; rows carry the query's name in ``query``."""
+        set of panes, so each record is processed once; rows carry the query's name in ``query``.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> from sluice import agg, windows as W
+        >>> both = readings.key_by("meter").windows(W.query(W.tumbling("1m"), n=agg.count()),
+        ...                                         W.query(W.sliding("5m", "1m"), avg=agg.mean("kwh")))
+        >>> len(both.op.params["queries"])
+        2
+        """
         from sluice.api.windows import add_window_operator
 
         return add_window_operator(self, list(queries), time, name)
@@ -303,7 +439,16 @@ class KeyedStream:
         columns (default: the sources' declared ones). Records later than the watermark (plus
         ``allowed_lateness``) go to the operator's ``late`` side output. Output columns: the
         keys (this side's names), the window columns, this side's other columns, then the
-        other side's; a name both sides have gets ``suffixes``. See docs/joins.md."""
+        other side's; a name both sides have gets ``suffixes``. See docs/joins.md.
+
+        >>> import sluice
+        >>> from sluice import sources as S, windows as W
+        >>> p = sluice.Pipeline("example")
+        >>> clicks = p.source(S.generator(fields={"user": S.Keys(10), "ts": S.EventTime()})).key_by("user")
+        >>> views = p.source(S.generator(fields={"user": S.Keys(10), "ts": S.EventTime()})).key_by("user")
+        >>> clicks.join(views, window=W.tumbling("1m"), how="left").op.kind
+        'join'
+        """
         from sluice.api.joins import add_join
 
         return add_join(self, other, window=window, between=between, how=how, time=time, right_time=right_time,
@@ -317,7 +462,16 @@ class KeyedStream:
         kept in the key-group store, so it moves with the stream's key groups. A record sees
         the table as of its batch (the batch's changes first). ``how``: ``"left"`` (records
         without a row get nulls) or ``"inner"``; ``deleted``: a boolean column of the table
-        marking a deletion. See docs/joins.md."""
+        marking a deletion. See docs/joins.md.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> orders = p.source(S.generator(fields={"customer": S.Keys(10), "amount": S.Normal(50, 10)}))
+        >>> customers = p.source(S.generator(fields={"id": S.Keys(10), "seq": S.Sequence(), "tier": S.Choice(("a", "b"))}))
+        >>> orders.key_by("customer").lookup(customers.key_by("id"), version="seq").op.kind
+        'join'
+        """
         from sluice.api.joins import add_lookup
 
         return add_lookup(self, table, version=version, how=how, deleted=deleted, suffixes=suffixes, name=name)

@@ -51,7 +51,13 @@ def query(
     mode: str = "append",
     **aggregates: Any,
 ) -> WindowQuery:
-    """One window query for :meth:`KeyedStream.windows` (its time is set by ``windows``)."""
+    """One window query for :meth:`KeyedStream.windows` (its time is set by ``windows``).
+
+    >>> from sluice import agg, windows as W
+    >>> q = W.query(W.sliding("1h", "5m"), name="hourly", avg=agg.mean("kwh"))
+    >>> q.display_name, q.window.label
+    ('hourly', 'sliding(1h,5m)')
+    """
     if not aggregates:
         raise PipelineError("window query needs at least one aggregate, e.g. n=sluice.agg.count()")
     parsed = tuple((out, agg_mod.parse(spec, out)) for out, spec in aggregates.items())

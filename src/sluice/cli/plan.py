@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Literal
 
 from sluice.errors import ConfigError
 
@@ -34,7 +35,7 @@ def register(subparsers) -> None:
 
 
 def make_plan(dag, rate: float, allocation: str = "MBA", mapping: str = "SAM",
-              vm_classes=(4, 2, 1), routing: str = "capacity") -> dict:
+              vm_classes=(4, 2, 1), routing: Literal["even", "capacity"] = "capacity") -> dict:
     """The whole planning chain on a DAG, as a JSON-able report."""
     from sluice.plan.allocation import allocate
     from sluice.plan.mapping import plan_mapping, slot_name
@@ -46,7 +47,7 @@ def make_plan(dag, rate: float, allocation: str = "MBA", mapping: str = "SAM",
     alloc = allocate(allocation, dag, rate, models)
     result = plan_mapping(dag, alloc, mapping, models, vm_classes=vm_classes)
     prediction = predict(dag, result.mapping, models, routing=routing, at_rate=rate)
-    other = "even" if routing == "capacity" else "capacity"
+    other: Literal["even", "capacity"] = "even" if routing == "capacity" else "capacity"
     other_rate = predict(dag, result.mapping, models, routing=other).rate
     operators = []
     for tid, a in alloc.tasks.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Mapping
 
 from sluice.runtime.metrics import BatchMetrics
 
@@ -58,12 +59,12 @@ class ProgressLine:
             self.stream.write("\n")
 
 
-def format_backlog(backlog: dict[str, float | None]) -> str:
+def format_backlog(backlog: Mapping[str, float | None]) -> str:
     """Rows waiting at the sources; ``unbounded`` when a source could produce any number
     at once (a generator without a rate reports None)."""
     if any(v is None for v in backlog.values()):
         return "unbounded"
-    return f"{int(sum(backlog.values())):,}"
+    return f"{int(sum(v for v in backlog.values() if v is not None)):,}"
 
 
 def control_summary(state: dict) -> str:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from typing import Literal
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -90,8 +91,9 @@ def progress_table(t: RunTotals, control_state: dict | None = None) -> Group:
         ("   late ", "dim"), (f"{t.late:,}", "bold yellow" if t.late else ""),
     )
     table = Table(box=None, pad_edge=False, header_style="dim", show_edge=False)
-    for name, justify in (("", "left"), ("name", "left"), ("rows", "right"), ("rows/s", "right"),
-                          ("", "right")):
+    columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
+        ("", "left"), ("name", "left"), ("rows", "right"), ("rows/s", "right"), ("", "right"))
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     for source, rows in t.by_source.items():
         waiting = format_backlog({source: m.backlog[source]}) if m and source in m.backlog else ""
@@ -106,7 +108,7 @@ def progress_table(t: RunTotals, control_state: dict | None = None) -> Group:
         p99 = s.get("latency_p99_ms")
         table.add_row("sink", sink, f"{rows:,}", f"{t.rate(rows):,.0f}",
                       f"latency p99 {p99:,.0f} ms" if p99 is not None else "")
-    parts = [head, table]
+    parts: list[RenderableType] = [head, table]
     summary = control_summary(control_state).strip() if control_state else ""
     if summary:
         parts.insert(1, Text.assemble(("control  ", "dim"), (summary, "magenta")))

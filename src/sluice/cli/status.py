@@ -56,7 +56,8 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
                      f"p95 {median(worst['p95']):,.0f} ms  p99 {median(worst['p99']):,.0f} ms; "
                      f"last batch p99 {worst['p99'][-1]:,.0f} ms")
     for name, c in view.constraints().items():
-        state = c.get("state") or {True: "met", False: "violated"}.get(c.get("holds"), "")
+        holds = c.get("holds")
+        state = c.get("state") or ("" if holds is None else "met" if holds else "violated")
         value = f"mean {c['value_ms']:,.0f} ms" if c.get("value_ms") is not None else "not measured yet"
         bound = f"{c['bound_ms']:,.0f} ms" if c.get("bound_ms") is not None else "?"
         lines.append(f"  constraint {name:<8} {value} against a bound of {bound}: {state}")

@@ -89,18 +89,18 @@ def fit_batch_time(rows: list[float], seconds: list[float], slope: float | None 
     if len(n) < 3 or n.min() <= 0:
         return None
     spread = float(((n - n.mean()) ** 2).sum())
-    b = a = None
+    fitted: tuple[float, float] | None = None  # (a, b)
     if spread > 0 and len(n) >= 4:
-        b, a = np.polyfit(n, d, 1)
+        b, a = (float(x) for x in np.polyfit(n, d, 1))
         residual = d - (a + b * n)
         error = math.sqrt(float((residual ** 2).sum()) / (len(n) - 2) / spread)
-        if b <= 0 or error > max_rel_error * b:
-            b = None
-    if b is None:
+        if not (b <= 0 or error > max_rel_error * b):
+            fitted = (a, b)
+    if fitted is None:
         if slope is None:
             return None
-        b = slope
-        a = float(np.median(d - b * n))
+        fitted = (float(np.median(d - slope * n)), slope)
+    a, b = fitted
     if a < 0:  # through the origin: a negative fixed cost is noise
         a, b = 0.0, float((n * d).sum() / (n * n).sum())
     return LinearFit(float(a), float(b), len(n))
@@ -166,7 +166,7 @@ def _gap_s(view: ControlView, last: int = 10) -> float:
 def _bottleneck(view: ControlView, constraint: str) -> str | None:
     """The operator on the constraint's path that took most of the window's latency."""
     ops = view.status[constraint].split.get("operators", {}) if constraint in view.status else {}
-    return max(ops, key=ops.get) if ops else None
+    return max(ops, key=lambda op: ops[op]) if ops else None
 
 
 def _latest_pressure(view: ControlView) -> tuple[float, str | None]:
@@ -310,6 +310,7 @@ class ModelBatchSizing(Policy):
             cap = n_bound if feasible else (view.admission_total or view.latest.rows_in)
             expected_rows = cap
         else:
+            assert rate is not None  # not pull mode: the offered rate is measured
             judged = rate * 1.05 if self.escalated else rate
             cycle = (fit.a + gap) / (1 - fit.b * judged) if fit.b * judged < 1 else math.inf
             feasible = fit.b * judged < 1 and tight.k * cycle <= tight.bound_ms / 1000 and n_bound >= MIN_ROWS
@@ -386,7 +387,7 @@ class ModelBatchSizing(Policy):
                           f"the bound")
                 details = {"bottleneck": _bottleneck(view, name) if name else None, "max_rate": 0.0,
                            "offered_rate": view.offered_rate(), "fixed_cost_ms": round(latest.duration_s * 1000, 1)}
-                return [*self._escalate_or_counter(view, Action(ESCALATE, name, details, reason)),
+                return [*self._escalate_or_counter(view, Action(ESCALATE, name or view.constraints[0].name, details, reason)),
                         Action(ADMISSION, ALL_SOURCES, int(shrunk[0]), "back to the larger batch: smaller ones "
                                "cost throughput and gain no latency", {"rows": int(shrunk[0])})]
         if pressure > 1.0:

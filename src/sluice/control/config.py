@@ -70,6 +70,7 @@ def build_policies(spec) -> list[Policy]:
         if isinstance(entry, Policy):
             out.append(entry)
             continue
+        kwargs: dict
         if isinstance(entry, str):
             name, kwargs = entry, {}
         elif isinstance(entry, dict) and len(entry) == 1:

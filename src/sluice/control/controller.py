@@ -23,6 +23,7 @@ import logging
 import time
 import warnings
 from collections import deque
+from typing import TYPE_CHECKING
 
 from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, EXECUTORS, Action
 from sluice.control.actuators import MemoryAdmission, apply_admission, plan_change
@@ -34,6 +35,9 @@ from sluice.control.qos import MET, UNKNOWN, VIOLATED, QoSManager
 from sluice.control.swap import PolicySwaps
 from sluice.control.view import ControlView, Resources
 from sluice.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sluice.runtime.checkpoint import Checkpoint
 
 log = logging.getLogger("sluice.control")
 
@@ -49,7 +53,7 @@ class EscalationWarning(UserWarning):
 
 
 class Controller:
-    def __init__(self, graph, policies: list[Policy], *, checkpoint: str | None = None,
+    def __init__(self, graph, policies: list[Policy], *, checkpoint: str | Checkpoint | None = None,
                  admission: MemoryAdmission | None = None, resources: Resources | None = None,
                  history: list | None = None, executors: ExecutorActuator | None = None,
                  swaps: PolicySwaps | None = None):

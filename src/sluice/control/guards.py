@@ -143,15 +143,17 @@ def _rounded(v: Any) -> Any:
 def measurements(view: ControlView) -> dict[str, Any]:
     """The names a guard's condition may use, from the view (None where not measured)."""
     latest = view.latest
+    latency: float | None
+    p95: float | None
     statuses = [s for s in view.status.values() if getattr(s, "mean_ms", None) is not None]
     if statuses:
-        latency = max(s.mean_ms for s in statuses)
+        latency = max(s.mean_ms for s in statuses if s.mean_ms is not None)
         p95s = [s.p95_ms for s in statuses if s.p95_ms is not None]
         p95 = max(p95s) if p95s else None
     else:
-        means = [v.get("latency_mean_ms") for v in latest.sinks.values() if v.get("latency_mean_ms") is not None]
-        p95s = [v.get("latency_p95_ms") for v in latest.sinks.values() if v.get("latency_p95_ms") is not None]
-        latency, p95 = (max(means) if means else None), (max(p95s) if p95s else None)
+        sink_means = [float(v["latency_mean_ms"]) for v in latest.sinks.values() if v.get("latency_mean_ms") is not None]
+        sink_p95s = [float(v["latency_p95_ms"]) for v in latest.sinks.values() if v.get("latency_p95_ms") is not None]
+        latency, p95 = (max(sink_means) if sink_means else None), (max(sink_p95s) if sink_p95s else None)
     bounds = [c.bound_s * 1000.0 for c in view.constraints]
     rate = view.offered_rate()
     if rate is None and latest.duration_s > 0:

@@ -12,6 +12,8 @@ profiler runs no Spark plan), so the sample may hold rows the pipeline would hav
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from sluice.errors import ConfigError
@@ -80,8 +82,8 @@ class PipelineOperator:
 
     def __init__(self, pipeline: str, operator: str, sample_rows: int = 2000):
         self.path, self.name, self.sample_rows = pipeline, operator, sample_rows
-        self.op = None
-        self.batch: pa.RecordBatch | None = None
+        self.op: Any = None  # the operator, found by setup()
+        self.batch: Any = None  # its sample input (a pyarrow RecordBatch), made by setup()
         self.records: list[dict] = []
 
     def setup(self) -> None:

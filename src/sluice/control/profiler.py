@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -141,7 +142,7 @@ def _slot_pipeline(groups: Sequence[Group], rate: float | None, duration: float,
     if not _IDLE_RSS:
         _IDLE_RSS.append(_rss_bytes())
     ops = [_operator(spec) for spec, _, _ in groups]
-    queues = [queue.Queue() for _ in groups]
+    queues: list[queue.Queue] = [queue.Queue() for _ in groups]
     stop = threading.Event()
     t0 = time.monotonic()
     deadline = t0 + duration
@@ -273,7 +274,7 @@ class SparkSlotRunner:
     """Runs trials of a mapping on Spark: slot p (one Spark partition, one core) hosts groups of
     (operator, threads, share of the rate). The profiler uses one slot with one group."""
 
-    spark: object
+    spark: Any  # a SparkSession (the profiler's pure parts never import pyspark)
     slots: Sequence[Sequence[Group]]
     slot_memory_bytes: int = 1 << 30
     max_latency_slope: float = 0.05

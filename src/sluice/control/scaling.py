@@ -130,8 +130,9 @@ class OneStepScaling(Policy):
         consecutive batches stay within ``STEADY_SPREAD`` of their mean (a window across a
         rate step would size for a mixture of the old and the new rate and need a second
         step). Without a backlog report it cannot tell, and says yes."""
-        rates = [view.offered_rate(1, before=i) for i in range(self.window)]
-        if any(r is None for r in rates):
+        measured = [view.offered_rate(1, before=i) for i in range(self.window)]
+        rates = [r for r in measured if r is not None]
+        if len(rates) < len(measured):
             return True
         mean = sum(rates) / len(rates)
         return mean <= 0 or max(abs(r - mean) for r in rates) <= STEADY_SPREAD * mean

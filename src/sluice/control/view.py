@@ -78,9 +78,10 @@ class ControlView:
     @property
     def admission_total(self) -> int | None:
         """The job's rows per batch in force (None if any source is uncapped)."""
-        if not self.admission or any(v is None for v in self.admission.values()):
+        caps = list(self.admission.values()) if self.admission else []
+        if not caps or any(v is None for v in caps):
             return None
-        return sum(self.admission.values())
+        return sum(v for v in caps if v is not None)
 
     @property
     def chains(self) -> tuple[tuple[str, ...], ...]:

@@ -52,23 +52,52 @@ class UserAggregate(Aggregate):
 
 
 def count(column: str | None = None) -> Aggregate:
-    """Number of rows (or of non-null values of ``column``)."""
+    """Number of rows (or of non-null values of ``column``), as int64.
+
+    >>> from sluice import agg
+    >>> agg.count(), agg.count("kwh")
+    (BuiltinAggregate(kind='count', column=None), BuiltinAggregate(kind='count', column='kwh'))
+    """
     return BuiltinAggregate("count", column)
 
 
 def sum(column: str) -> Aggregate:
+    """Sum of the non-null values of ``column``: int64 for an integer column, else float64.
+
+    >>> from sluice import agg
+    >>> agg.sum("kwh")
+    BuiltinAggregate(kind='sum', column='kwh')
+    """
     return BuiltinAggregate("sum", column)
 
 
 def min(column: str) -> Aggregate:
+    """Smallest non-null value of ``column`` (numbers, timestamps, strings), in its type.
+
+    >>> from sluice import agg
+    >>> agg.min("voltage")
+    BuiltinAggregate(kind='min', column='voltage')
+    """
     return BuiltinAggregate("min", column)
 
 
 def max(column: str) -> Aggregate:
+    """Largest non-null value of ``column`` (numbers, timestamps, strings), in its type.
+
+    >>> from sluice import agg
+    >>> agg.max("voltage")
+    BuiltinAggregate(kind='max', column='voltage')
+    """
     return BuiltinAggregate("max", column)
 
 
 def mean(column: str) -> Aggregate:
+    """Mean of the non-null values of a numeric ``column``, as float64 (null when none).
+
+    >>> from sluice import agg
+    >>> agg.mean("kwh")
+    BuiltinAggregate(kind='mean', column='kwh')
+    """
     return BuiltinAggregate("mean", column)
 
 
@@ -80,7 +109,20 @@ def udaf(
     result: Callable[[Any], Any],
     result_type: Any = None,
 ) -> Aggregate:
-    """A user-defined aggregate over ``column`` from (create, add, merge, result)."""
+    """A user-defined aggregate over ``column`` from (create, add, merge, result).
+
+    ``add`` gets a key's new values as one pyarrow Array, so it can be vectorized;
+    accumulators must be picklable (they are kept in the key-group store).
+
+    >>> from sluice import agg
+    >>> import pyarrow.compute as pc
+    >>> spread = agg.udaf("kwh", create=lambda: (float("inf"), float("-inf")),
+    ...                   add=lambda acc, v: (min(acc[0], pc.min(v).as_py()), max(acc[1], pc.max(v).as_py())),
+    ...                   merge=lambda a, b: (min(a[0], b[0]), max(a[1], b[1])),
+    ...                   result=lambda acc: acc[1] - acc[0])
+    >>> spread.kind, spread.column
+    ('udaf', 'kwh')
+    """
     for name, fn in (("create", create), ("add", add), ("merge", merge), ("result", result)):
         if not callable(fn):
             raise PipelineError(f"udaf over {column!r}: {name} must be callable, got {fn!r}")

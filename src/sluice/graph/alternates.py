@@ -156,8 +156,11 @@ def application_value(graph, active: Mapping[str, str]) -> float:
 
 def value_bounds(graph) -> tuple[float, float]:
     """(Gamma_min, Gamma_max): every operator on its worst / on its best alternate."""
-    worst = {op.id: min(alternates_of(op), key=lambda n, op=op: alternates_of(op)[n].value)
-             for op in graph.operators if alternates_of(op)}
-    best = {op.id: max(alternates_of(op), key=lambda n, op=op: alternates_of(op)[n].value)
-            for op in graph.operators if alternates_of(op)}
+    worst: dict[str, str] = {}
+    best: dict[str, str] = {}
+    for op in graph.operators:
+        values = {name: alt.value for name, alt in alternates_of(op).items()}
+        if values:
+            worst[op.id] = min(values, key=values.__getitem__)
+            best[op.id] = max(values, key=values.__getitem__)
     return application_value(graph, worst), application_value(graph, best)

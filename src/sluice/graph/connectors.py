@@ -84,7 +84,13 @@ class ConnectorSource(SourceSpec):
 
 @dataclass(frozen=True, kw_only=True)
 class NatsSource(ConnectorSource):
-    """Messages of a JetStream ``stream`` (JSON objects), in stream sequence order."""
+    """Messages of a JetStream ``stream`` (JSON objects), in stream sequence order.
+
+    >>> import pyarrow as pa
+    >>> from sluice import sources as S
+    >>> S.nats("readings", schema=pa.schema([("meter", pa.string()), ("kwh", pa.float64())])).stream
+    'readings'
+    """
 
     stream: str
     url: str = "nats://127.0.0.1:4222"
@@ -105,7 +111,13 @@ class NatsSource(ConnectorSource):
 
 @dataclass(frozen=True, kw_only=True)
 class RedisStreamSource(ConnectorSource):
-    """Entries of the Redis stream ``key``; each field is a column (text cast to its type)."""
+    """Entries of the Redis stream ``key``; each field is a column (text cast to its type).
+
+    >>> import pyarrow as pa
+    >>> from sluice import sources as S
+    >>> S.redis("readings", schema=pa.schema([("meter", pa.string()), ("kwh", pa.float64())])).key
+    'readings'
+    """
 
     key: str
     url: str = "redis://127.0.0.1:6379/0"
@@ -127,7 +139,14 @@ class RedisStreamSource(ConnectorSource):
 @dataclass(frozen=True, kw_only=True)
 class MqttSource(ConnectorSource):
     """Messages (JSON objects) on MQTT ``topics``, received with QoS 1 in a persistent session
-    named ``client_id`` and journaled before they are admitted (see the module docstring)."""
+    named ``client_id`` and journaled before they are admitted (see the module docstring).
+
+    >>> import pyarrow as pa
+    >>> from sluice import sources as S
+    >>> S.mqtt(["meters/#"], schema=pa.schema([("meter", pa.string()), ("kwh", pa.float64())]),
+    ...        client_id="energy-1").topics
+    ('meters/#',)
+    """
 
     topics: tuple
     client_id: str
@@ -264,3 +283,7 @@ class NatsSink(SinkSpec):
 
 
 CONNECTOR_SINKS = (PostgresSink, RedisSink, NatsSink)
+
+
+# the sinks that write to a server (and retry while it is away, for patience_s)
+ConnectorSink = PostgresSink | RedisSink | NatsSink

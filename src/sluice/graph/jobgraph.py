@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from sluice.errors import CycleError, PipelineError, SchemaError
+from sluice.graph.economics import Economics
 from sluice.graph.expressions import output_name
 from sluice.graph.kinds import ExpressionTyper
 from sluice.graph.operators import Operator
@@ -34,7 +35,7 @@ class JobGraph:
         self.max_parallelism = max_parallelism
         self._operators: dict[str, Operator] = {}
         self.constraints: list = []  # LatencyConstraint s (graph.constraints), checked by validate
-        self.economics = None  # graph.economics.Economics: prices and break-even costs (None: the defaults)
+        self.economics: Economics | None = None  # prices and break-even costs (None: the defaults)
 
     # ---- building -------------------------------------------------------------------------
     def add(self, op: Operator) -> Operator:

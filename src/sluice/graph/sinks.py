@@ -77,15 +77,32 @@ def files(path: str, format: str = "parquet") -> FileSink:
     key read it with ``sluice.sinks.read_latest(path, keys=[...])``; for every record in batch
     order, ``sluice.sinks.read_files(path)``; from Spark or pandas, read the Parquet files
     of ``path`` and keep, per key, the row of the highest ``batch=`` directory.
+
+    >>> from sluice import sinks
+    >>> sinks.files("out/per_meter", format="json").format
+    'json'
     """
     return FileSink(path=str(path), format=format)
 
 
 def console(rows: int = 20) -> ConsoleSink:
+    """Print up to ``rows`` records of each micro-batch on the driver's console.
+
+    >>> from sluice import sinks
+    >>> sinks.console(rows=5).rows
+    5
+    """
     return ConsoleSink(rows=rows)
 
 
 def memory(name: str) -> MemorySink:
+    """Keep each micro-batch's records in the driver's memory under ``name`` (read them with
+    ``sluice.sinks.memory_table(name)``): for tests and notebooks.
+
+    >>> from sluice import sinks
+    >>> sinks.memory("alerts").name
+    'alerts'
+    """
     return MemorySink(name=name)
 
 
@@ -101,5 +118,11 @@ def callback(fn: Callable, format: str = "arrow") -> CallbackSink:
     transaction as the data and skip a batch id it has already applied. ``fn`` runs between
     the batch's start and its commit: if it raises, the job stops with the error, and the
     restarted job runs that batch again.
+
+    >>> from sluice import sinks
+    >>> seen = {}
+    >>> sink = sinks.callback(lambda batch_id, table: seen.__setitem__(batch_id, table.num_rows))
+    >>> sink.format
+    'arrow'
     """
     return CallbackSink(fn=fn, format=format)

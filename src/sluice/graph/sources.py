@@ -119,6 +119,10 @@ class Keys(FieldGenerator):
     ``distribution="zipf"`` gives key of rank k (k = 1..n) probability proportional to
     k^-skew: key 0 is the hottest. Keys are int64 0..n-1, or strings ``prefix + str(k)`` when
     ``prefix`` is a string (``prefix=""`` gives plain digit strings).
+
+    >>> from sluice import sources as S
+    >>> S.generator(fields={"meter": S.Keys(1000, distribution="zipf", skew=1.1)}).schema().names
+    ['meter']
     """
 
     n: int
@@ -153,7 +157,12 @@ class Keys(FieldGenerator):
 
 @dataclass(frozen=True)
 class Sequence(FieldGenerator):
-    """The row number: ``start + step * row`` (int64). Unique, handy to check exactly-once."""
+    """The row number: ``start + step * row`` (int64). Unique, handy to check exactly-once.
+
+    >>> from sluice import sources as S
+    >>> S.generator(fields={"id": S.Sequence()}).schema().field("id").type
+    DataType(int64)
+    """
 
     start: int = 0
     step: int = 1
@@ -173,7 +182,12 @@ class Sequence(FieldGenerator):
 
 @dataclass(frozen=True)
 class Uniform(FieldGenerator):
-    """Floats uniform in [low, high)."""
+    """Floats uniform in [low, high).
+
+    >>> from sluice import sources as S
+    >>> S.generator(fields={"load": S.Uniform(0.0, 1.0)}).schema().field("load").type
+    DataType(double)
+    """
 
     low: float = 0.0
     high: float = 1.0
@@ -193,7 +207,12 @@ class Uniform(FieldGenerator):
 
 @dataclass(frozen=True)
 class Normal(FieldGenerator):
-    """Floats from a normal distribution N(mean, std^2)."""
+    """Floats from a normal distribution N(mean, std^2).
+
+    >>> from sluice import sources as S
+    >>> S.generator(fields={"kwh": S.Normal(0.4, 0.15)}).schema().field("kwh").type
+    DataType(double)
+    """
 
     mean: float = 0.0
     std: float = 1.0
@@ -214,7 +233,12 @@ class Normal(FieldGenerator):
 @dataclass(frozen=True)
 class Choice(FieldGenerator):
     """A categorical column: one of ``values`` (strings, ints, floats or bools), with optional
-    ``weights`` (relative, normalized here)."""
+    ``weights`` (relative, normalized here).
+
+    >>> from sluice import sources as S
+    >>> S.generator(fields={"status": S.Choice(("ok", "corrupt"), weights=(0.99, 0.01))}).schema().names
+    ['status']
+    """
 
     values: tuple
     weights: tuple | None = None
@@ -268,6 +292,10 @@ class EventTime(FieldGenerator):
     watermark delay of ``jitter`` is exact). ``step`` defaults to the source's 1/rate, so
     without jitter the event time equals the arrival time; with no rate it is
     ``DEFAULT_EVENT_STEP``.
+
+    >>> from sluice import sources as S
+    >>> S.generator(fields={"ts": S.EventTime()}, rate=100).event_time
+    'ts'
     """
 
     jitter: float = 0.0
@@ -295,7 +323,12 @@ class EventTime(FieldGenerator):
 class Text(FieldGenerator):
     """A string of ``min_words``..``max_words`` words from a vocabulary (words ``w0``, ``w1``,
     ... when ``vocabulary`` is a number), uniform or Zipf-skewed (``skew`` > 0) like natural
-    text."""
+    text.
+
+    >>> from sluice import sources as S
+    >>> S.generator(fields={"line": S.Text()}).schema().field("line").type
+    DataType(string)
+    """
 
     vocabulary: int | tuple = 1000
     min_words: int = 1
@@ -457,6 +490,12 @@ class GeneratorSource(SourceSpec):
 
     ``event_time`` defaults to the only EventTime field, if there is exactly one, and
     ``watermark_delay`` to its jitter.
+
+    >>> from sluice import sources as S
+    >>> readings = S.generator(fields={"meter": S.Keys(100, prefix="m-"), "kwh": S.Normal(0.4, 0.1),
+    ...                                "ts": S.EventTime()}, rate=1000)
+    >>> readings.schema().names, readings.event_time
+    (['meter', 'kwh', 'ts'], 'ts')
     """
 
     fields: Mapping[str, FieldGenerator]
@@ -496,8 +535,8 @@ class GeneratorSource(SourceSpec):
         if self.event_time is None and len(clocks) == 1:
             object.__setattr__(self, "event_time", clocks[0])
         if self.watermark_delay is None:
-            gen = self.fields.get(self.event_time) if self.event_time else None
-            delay = gen.jitter if isinstance(gen, EventTime) else 0.0
+            clock = self.fields.get(self.event_time) if self.event_time else None
+            delay = clock.jitter if isinstance(clock, EventTime) else 0.0
             object.__setattr__(self, "watermark_delay", float(delay))
         self._validate_common(where)
         self._validate_event_time(where, self.schema())
@@ -618,6 +657,13 @@ class DirectorySource(SourceSpec):
     ``order`` ("name", or "mtime" then name) and appended to the source's file log. Write a
     file elsewhere (or under a hidden name, '.x' or '_x') and rename it into place, so
     that the source never sees it half-written. ``schema`` defaults to the first file's.
+
+    >>> import tempfile, pyarrow as pa
+    >>> from sluice import sources as S
+    >>> inbox = S.directory(tempfile.mkdtemp(), schema=pa.schema([("meter", pa.string()), ("kwh", pa.float64())]),
+    ...                     format="json")
+    >>> inbox.schema().names
+    ['meter', 'kwh']
     """
 
     path: str
@@ -654,7 +700,15 @@ class ReplaySource(SourceSpec):
     """A recorded file (or a small directory of files, in name order) replayed at ``rate``
     rows/s: row i becomes available at start + i/rate (or by a schedule of steps, as for
     GeneratorSource). ``rate=None`` replays as fast as admitted. ``start_time`` as for
-    GeneratorSource. The source ends after the last row."""
+    GeneratorSource. The source ends after the last row.
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> path = os.path.join(tempfile.mkdtemp(), "recorded.parquet")
+    >>> pq.write_table(pa.table({"meter": ["m-1"], "kwh": [0.5]}), path)
+    >>> from sluice import sources as S
+    >>> S.replay(path, format="parquet", rate=100).schema().names
+    ['meter', 'kwh']
+    """
 
     path: str
     format: str = "json"
@@ -706,6 +760,13 @@ class SparkSource(SourceSpec):
     for the job graph to validate against. Admission control is the wrapped source's own
     (e.g. ``maxFilesPerTrigger``); ``INGEST_TS`` is the batch's processing time unless the
     DataFrame already has that column.
+
+    >>> import pyarrow as pa
+    >>> from sluice import sources as S
+    >>> ticks = S.spark(lambda spark: spark.readStream.format("rate").load(),
+    ...                 schema=pa.schema([("timestamp", pa.timestamp("us", tz="UTC")), ("value", pa.int64())]))
+    >>> ticks.schema().names
+    ['timestamp', 'value']
     """
 
     factory: Callable[[Any], Any]

@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from sluice.errors import PipelineError, SchemaError
 from sluice.graph import aggregates as agg_mod
-from sluice.graph.aggregates import Aggregate
+from sluice.graph.aggregates import Aggregate, UserAggregate
 
 MICROS_PER_SECOND = 1_000_000
 
@@ -86,6 +86,10 @@ def parse_duration(value: Duration, what: str = "duration", allow_zero: bool = F
     Accepts seconds as a number (``90``, ``0.5``), a ``timedelta``, or a string with units:
     ``"15m"``, ``"1h30m"``, ``"500ms"``, ``"10 seconds"``. ``what`` names the parameter in the
     error message.
+
+    >>> from sluice import windows as W
+    >>> W.parse_duration("1m"), W.parse_duration(1.5), W.parse_duration("500ms")
+    (60000000, 1500000, 500000)
     """
     if isinstance(value, bool):
         raise PipelineError(f"{what}: expected a duration (seconds or e.g. '15m'), got {value!r}")
@@ -210,17 +214,33 @@ WindowShape = Sliding | Session  # Tumbling is a Sliding
 
 
 def tumbling(size: Duration) -> Tumbling:
-    """Tumbling windows of ``size`` (seconds or a string like ``"15m"``)."""
+    """Tumbling windows of ``size`` (seconds or a string like ``"15m"``): a sliding window
+    whose slide is its size.
+
+    >>> from sluice import windows as W
+    >>> W.tumbling("15m")
+    Tumbling(size=900000000, slide=900000000)
+    """
     return Tumbling(parse_duration(size, "tumbling window size"))
 
 
 def sliding(size: Duration, slide: Duration) -> Sliding:
-    """Sliding windows of ``size`` every ``slide`` (seconds or strings like ``"15m"``, ``"1m"``)."""
+    """Sliding windows of ``size`` every ``slide`` (seconds or strings like ``"15m"``, ``"1m"``).
+
+    >>> from sluice import windows as W
+    >>> W.sliding("15m", "1m")
+    Sliding(size=900000000, slide=60000000)
+    """
     return Sliding(parse_duration(size, "sliding window size"), parse_duration(slide, "sliding window slide"))
 
 
 def session(gap: Duration) -> Session:
-    """Session windows closed by ``gap`` of inactivity (seconds or a string like ``"30s"``)."""
+    """Session windows closed by ``gap`` of inactivity (seconds or a string like ``"30s"``).
+
+    >>> from sluice import windows as W
+    >>> W.session("30s")
+    Session(gap=30000000)
+    """
     return Session(parse_duration(gap, "session window gap"))
 
 
@@ -297,6 +317,20 @@ class WindowQuery:
         return isinstance(self.window, Session)
 
     @property
+    def sliding(self) -> Sliding:
+        """The window as a fixed-size one (size, slide); raises for a session window."""
+        if not isinstance(self.window, Sliding):
+            raise PipelineError(f"window query {self.display_name!r}: a session window has no size and slide")
+        return self.window
+
+    @property
+    def session(self) -> Session:
+        """The window as a session window (gap); raises for a fixed-size one."""
+        if not isinstance(self.window, Session):
+            raise PipelineError(f"window query {self.display_name!r}: not a session window")
+        return self.window
+
+    @property
     def event_time_column(self) -> str | None:
         return self.time.column if isinstance(self.time, EventTime) else None
 
@@ -339,7 +373,7 @@ def pane_length(queries: list[WindowQuery] | tuple[WindowQuery, ...]) -> int:
     for query in queries:
         if query.is_session:
             raise PipelineError(f"window query {query.display_name!r}: session windows have no fixed panes")
-        lengths += [query.window.size, query.window.slide]
+        lengths += [query.sliding.size, query.sliding.slide]
     if not lengths:
         raise PipelineError("pane length: no window queries given")
     return math.gcd(*lengths)
@@ -390,8 +424,9 @@ def aggregate_output_type(agg: Aggregate, input_schema: pa.Schema) -> pa.DataTyp
         raise SchemaError(f"window aggregate {agg.kind}({agg.column!r}): no such column; input has {input_schema.names}")
     if agg.kind == "count":
         return pa.int64()
-    if agg.kind == "udaf":
+    if isinstance(agg, UserAggregate):
         return agg.result_type or pa.float64()
+    assert agg.column is not None  # only count(*) has none
     if agg.kind == "mean":
         value_kind(agg.column, input_schema.field(agg.column).type, "mean")
         return pa.float64()

@@ -119,7 +119,7 @@ def predict(
     if execution == "staged":
         seconds_per_tuple = sum(1.0 / lim for lim in task_limits.values() if lim > 0 and math.isfinite(lim))
         rate = 1.0 / seconds_per_tuple if seconds_per_tuple > 0 else math.inf
-        bottleneck = min(task_limits, key=task_limits.get) if task_limits else ""
+        bottleneck = min(task_limits, key=lambda t: task_limits[t]) if task_limits else ""
     else:
         rate, bottleneck = min(((v, k) for k, v in task_limits.items()), default=(math.inf, ""))
 

@@ -32,6 +32,10 @@ def read_latest(path: str, keys: list[str] | str, format: str = "parquet") -> pa
     """The latest row per key that a file sink at ``path`` wrote (None if it wrote nothing).
 
         sluice.sinks.read_latest("out/per_meter", keys="meter").to_pandas()
+
+    >>> from sluice import sinks
+    >>> sinks.read_latest("/tmp/no-such-sluice-output", keys="meter") is None
+    True
     """
     keys = [keys] if isinstance(keys, str) else list(keys)
     changelog = read_files(path, format)

@@ -42,7 +42,7 @@ class Checkpoint:
     """Every file of one job's checkpoint, by name, through ``pyarrow.fs``."""
 
     def __init__(self, location: str | Checkpoint):
-        self.uri = location.uri if isinstance(location, Checkpoint) else files.normalize(location)
+        self.uri: str = location.uri if isinstance(location, Checkpoint) else files.normalize(location)
         self._fs: pafs.FileSystem | None = None
         self._base = ""
 
@@ -56,7 +56,9 @@ class Checkpoint:
         return {"uri": self.uri}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["uri"])
+        self.uri = state["uri"]
+        self._fs = None
+        self._base = ""
 
     def __repr__(self) -> str:
         return f"Checkpoint({self.uri!r})"

@@ -111,7 +111,8 @@ class LocalCluster:
             shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> Self:
-        return self.start()
+        self.start()
+        return self
 
     def __exit__(self, *exc) -> None:
         self.stop()

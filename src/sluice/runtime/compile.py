@@ -33,6 +33,7 @@ from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange
 from sluice.runtime.joins import tagged_union
 from sluice.runtime.kernels.factory import keyed_kernel
+from sluice.runtime.kernels.joins import JoinKernelBase
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote
 from sluice.runtime.stages import keyed_stage, python_chain
@@ -94,6 +95,7 @@ class SourceStage(Stage):
         from pyspark.sql import functions as F
 
         op = self.op
+        assert op.schema is not None  # a source declares its schema
         df = frames[BATCH_INPUT]
         frame = df if self.n_sources == 1 else df.filter(F.col(SOURCE_ID) == self.source.index)
         if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
@@ -169,7 +171,7 @@ class KeyedStage(Stage):
     def build(self, frames: dict) -> Any:
         op, kernel = self.op, self.kernel
         keyed_input, keyed_schema = frames[self.key_by.id], self.key_by.schema
-        if op.kind == "join":  # both sides, as one tagged union (sluice.runtime.joins)
+        if isinstance(kernel, JoinKernelBase):  # both sides, as one tagged union (sluice.runtime.joins)
             keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], kernel)
             keyed_schema = kernel.union
         if self.exchanges:

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import Future
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.errors import PlanError
 from sluice.graph import JobGraph
 from sluice.graph.constraints import measuring_sinks, path_operators
 from sluice.graph.operators import Operator
 from sluice.graph.sinks import SinkSpec
+from sluice.models.economics import EconomicsMeter
 from sluice.models.latency import split_path_latency
 from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
@@ -79,8 +82,8 @@ class BatchExecutor:
         self.in_batch = False
         self.failure: Exception | None = None  # what a batch raised, for the job to report
         self.batches_done = 0
-        self._compaction = None  # a concurrent.futures.Future: the running background compaction
-        self._economics = None  # models.economics.EconomicsMeter, made at the first batch
+        self._compaction: Future | None = None  # the running background compaction
+        self._economics: EconomicsMeter | None = None  # made at the first batch
 
     # ---- persistence of batch records -----------------------------------------------------
     def _read_record(self, batch_id: int, what: str) -> dict | None:
@@ -165,6 +168,8 @@ class BatchExecutor:
         started = time.time()
         # 1. the Plan for this batch, and its time and watermark (fixed for any replay)
         plan = self.plan_log.plan_for(batch_id)
+        if plan is None:
+            raise PlanError(f"batch {batch_id}: the plan log {self.plan_log.root!r} has no plan for it")
         start = self._read_record(batch_id, "start")
         replay = start is not None
         if start is None:  # first execution
@@ -273,6 +278,7 @@ class BatchExecutor:
             stats = obs.get
             rows, q, mean_us = int(stats.get("rows") or 0), stats.get("q"), stats.get("mean_us")
         else:
+            assert collected is not None  # a sink that writes on the driver returns its rows
             rows, q, mean_us = collected.num_rows, _ingest_quantiles(collected), _ingest_mean(collected)
         # committed_ms: from the batch's start to this sink's commit (the latency split's
         # in-batch part; models.latency)
@@ -335,7 +341,7 @@ class BatchExecutor:
             if split is not None:
                 paths[constraint.name] = split
         executors = executor_infos(self.spark)
-        backlog = self.backlog()
+        backlog: dict[str, int | None] = self.backlog()
         return BatchMetrics(
             batch_id=batch_id,
             plan_version=plan.version,

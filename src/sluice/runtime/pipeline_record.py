@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import replace
 
-from sluice.errors import PipelineChangedError
+from sluice.errors import PipelineChangedError, PlanError
 from sluice.graph import JobGraph
 from sluice.graph.identity import describe, differences, identity_of, legacy_ids, state_record, with_ids
 from sluice.plan.physical import adapted_plan, initial_plan
@@ -152,6 +152,8 @@ def fit_plan_log(plan_log: PlanLog, graph: JobGraph, partitions: int, first: int
     """Make every plan a batch from ``first`` on runs with fit ``graph`` (a changed pipeline):
     operators it no longer has are dropped, new ones planned afresh."""
     current = plan_log.plan_for(first)
+    if current is None:
+        raise PlanError(f"the plan log has no plan for batch {first}")
     later = [plan_log.read(v) for v in plan_log.versions() if v > first]
     for plan in [current, *later]:
         fitted = adapted_plan(plan, graph, partitions, max(plan.version, first))

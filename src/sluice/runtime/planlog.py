@@ -3,6 +3,7 @@ so a batch replayed after a crash runs with the plan it ran with before."""
 
 from __future__ import annotations
 
+from sluice.errors import PlanError
 from sluice.plan.physical import Plan
 from sluice.runtime.checkpoint import PLANS, Checkpoint
 
@@ -10,6 +11,7 @@ from sluice.runtime.checkpoint import PLANS, Checkpoint
 class PlanLog:
     def __init__(self, checkpoint: str | Checkpoint):
         self.checkpoint = Checkpoint.of(checkpoint)
+        self.root = self.checkpoint.uri
         self._cache: dict[int, Plan] = {}
 
     def versions(self) -> list[int]:
@@ -21,7 +23,10 @@ class PlanLog:
 
     def read(self, version: int) -> Plan:
         if version not in self._cache:
-            self._cache[version] = Plan.from_json(self.checkpoint.read_bytes(_plan_file(version)).decode())
+            data = self.checkpoint.read_bytes(_plan_file(version))
+            if data is None:
+                raise PlanError(f"the plan log has no plan version {version} ({self.checkpoint.path(_plan_file(version))})")
+            self._cache[version] = Plan.from_json(data.decode())
         return self._cache[version]
 
     def plan_for(self, batch_id: int) -> Plan | None:

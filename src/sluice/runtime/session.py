@@ -99,7 +99,9 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     # A query that dies is reported by run_pipeline as the SluiceError it was raised as (or
     # with Spark's message): Spark's own log of it, Java and Python stack traces of some 80
     # lines, would bury that one clear message.
-    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # a driver's context always has its JVM
+    log4j = jvm.org.apache.logging.log4j
     log4j.core.config.Configurator.setLevel(QUERY_LOGGER, log4j.Level.OFF)
     return spark
 

@@ -33,7 +33,7 @@ class SideOutputWriter:
         self.stage, self.partition = stage, partition
         self.records: list[dict] = []
 
-    def dead(self, operator: str, record: dict | None, error: BaseException | str, location: str | None = None,
+    def dead(self, operator: str, record: object, error: BaseException | str, location: str | None = None,
              key: tuple | None = None) -> None:
         """One dead letter; ``key``: the record's key values, for a keyed operator's."""
         if isinstance(error, BaseException):

@@ -61,6 +61,7 @@ def write_table(spec: SinkSpec, table: pa.Table, batch_id: int, spark=None, chec
         with _MEMORY_LOCK:
             _MEMORY.setdefault(spec.name, {})[batch_id] = table
     elif isinstance(spec, CallbackSink):
+        assert spec.fn is not None  # callback() requires one
         spec.fn(batch_id, table.to_pandas() if spec.format == "pandas" else table)
     elif spark is not None:
         frame = spark.createDataFrame(table.to_pandas()) if table.num_rows else spark.createDataFrame([], "record string")
@@ -76,7 +77,12 @@ def memory_batches(name: str) -> dict[int, pa.Table]:
 
 
 def memory_table(name: str) -> pa.Table | None:
-    """All rows a memory sink holds, in batch order (None if it holds nothing)."""
+    """All rows a memory sink holds, in batch order (None if it holds nothing).
+
+    >>> from sluice import sinks
+    >>> sinks.memory_table("a memory sink no job wrote to") is None
+    True
+    """
     batches = memory_batches(name)
     tables = [batches[b] for b in sorted(batches) if batches[b].num_rows]
     if not tables:
@@ -94,7 +100,12 @@ def clear_memory(name: str | None = None) -> None:
 
 def read_files(path: str, format: str = "parquet") -> pa.Table | None:
     """All complete batches a file sink wrote (directories with Spark's _SUCCESS marker), from
-    a local path or any ``pyarrow.fs`` URI."""
+    a local path or any ``pyarrow.fs`` URI (None if it wrote nothing).
+
+    >>> from sluice import sinks
+    >>> sinks.read_files("/tmp/no-such-sluice-output") is None
+    True
+    """
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 

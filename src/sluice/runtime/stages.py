@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 from sluice.errors import StateError
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.kernels.factory import keyed_kernel, python_kernel
 from sluice.runtime.kernels.grouping import dense_ids, exact_key_type
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
@@ -28,7 +29,7 @@ from sluice.runtime.task_metrics import TaskMetrics
 
 
 # ---- fused Python chains ---------------------------------------------------------------------
-def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str, accumulator):
+def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str | Checkpoint, accumulator):
     """One mapInArrow pass running every operator of the chain in turn."""
     schemas = [in_schema]
     for op in ops:
@@ -53,7 +54,7 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
 
 # ---- keyed stages ----------------------------------------------------------------------------
 def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
-                context: BatchContext, root: str, accumulator, source_stats=None, kernel: KeyedKernel | None = None):
+                context: BatchContext, root: str | Checkpoint, accumulator, source_stats=None, kernel: KeyedKernel | None = None):
     """Run a keyed operator over routed rows, reading and writing the key-group store.
 
     ``source_stats``: the statistics of the source whose records Spark combined into these

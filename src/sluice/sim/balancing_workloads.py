@@ -132,7 +132,9 @@ def collocation_workload(
     mean = NODE_MEAN_LOAD * num_nodes / k
     load = mean * (1.0 + rng.uniform(-KEY_GROUP_JITTER, KEY_GROUP_JITTER, k))
     out_rate = 100.0 * load / mean  # tuples/s, in proportion to the work done
-    src, dst, rate = [], [], []
+    src: list[np.ndarray] = []
+    dst: list[np.ndarray] = []
+    rate: list[np.ndarray] = []
     for op in range(num_operators - 1):
         ups = np.arange(op * per_op, (op + 1) * per_op)
         downs = np.arange((op + 1) * per_op, (op + 2) * per_op)
@@ -140,9 +142,13 @@ def collocation_workload(
         targets = rng.permutation(downs)
         for i, up in enumerate(ups):
             if one_to_one[i]:
-                src.append([up]), dst.append([targets[i]]), rate.append([out_rate[up]])
+                src.append(np.array([up]))
+                dst.append(np.array([targets[i]]))
+                rate.append(np.array([out_rate[up]]))
             else:
-                src.append(np.full(per_op, up)), dst.append(downs), rate.append(np.full(per_op, out_rate[up] / per_op))
+                src.append(np.full(per_op, up))
+                dst.append(downs)
+                rate.append(np.full(per_op, out_rate[up] / per_op))
     traffic = Traffic(np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64), np.concatenate(rate))
     nodes = np.arange(num_nodes)
     problem = BalancingProblem(

@@ -82,7 +82,7 @@ class ElasticEngine:
         executors = [{"id": "driver", "cores": 0, "since": 0.0}] + [
             {"id": str(i), "cores": resources.cores_per_executor, "since": since}
             for i, since in enumerate(resources.since)]
-        backlog = {self.source: int(self.arrived) - self.admitted}
+        backlog: dict[str, int | None] = {self.source: int(self.arrived) - self.admitted}
         facts = BatchFacts(started_at=start, ended_at=self.clock, value=application_value(self.graph, plan.alternates),
                            rows_in=rows, backlog=backlog, executors=len(held_executors(executors)))
         m = BatchMetrics(
@@ -115,7 +115,7 @@ def figures(batches: list, offered_rows: float | None = None) -> dict:
     (``dynamics`` also has ``omega_mean``, the time mean of each batch's admitted over
     admitted-plus-waiting; with a source arriving at a rate it sits near 0.5 even when the
     job keeps up, since the rows that arrive while a batch runs wait for the next one.)"""
-    last = next((m.dynamics for m in reversed(batches) if m.dynamics), {})
+    last: dict = next((m.dynamics for m in reversed(batches) if m.dynamics), {})
     executor_seconds = sum(m.duration_s * len(held_executors(m.executors)) for m in batches)
     processed = sum(m.rows_in for m in batches)
     omega = None if not offered_rows else min(1.0, processed / offered_rows)

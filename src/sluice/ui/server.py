@@ -44,6 +44,7 @@ class DashboardServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}/"
 
     def start(self) -> DashboardServer:

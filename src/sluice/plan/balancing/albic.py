@@ -126,16 +126,17 @@ def split_set(
         return [np.array([k]) for k in members]
     load = problem.load[members].sum()
     cost = problem.migration_cost[members].sum()
-    over_cost = budget.max_cost is not None and cost > budget.max_cost
-    over_count = budget.max_count is not None and len(members) > budget.max_count
+    max_cost, max_count = budget.max_cost, budget.max_count
+    over_cost = max_cost is not None and cost > max_cost
+    over_count = max_count is not None and len(members) > max_count
     over_load = load > max_partition_load
     if len(members) <= 1 or not (over_cost or over_count or over_load):
         return [members]
     need = 2
-    if over_cost:
-        need = max(need, math.ceil(cost / max(budget.max_cost, 1e-12)))
-    if over_count:
-        need = max(need, math.ceil(len(members) / max(budget.max_count, 1)))
+    if max_cost is not None and over_cost:
+        need = max(need, math.ceil(cost / max(max_cost, 1e-12)))
+    if max_count is not None and over_count:
+        need = max(need, math.ceil(len(members) / max(max_count, 1)))
     if over_load:
         need = max(need, math.ceil(load / max_partition_load))
     if over_cost:

@@ -49,11 +49,12 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float, deadlin
         return None  # the pins alone exceed the budget
     w, mean, staying = um.capacity, um.mean, ~um.removing
     load = np.bincount(place, weights=um.unit_load, minlength=um.num_nodes)
+    unit_res, resource_cap = um.unit_res, um.resource_cap  # given together, or neither
     res = None
-    if um.unit_res is not None:
-        res = np.zeros((um.num_nodes, um.unit_res.shape[1]))
-        np.add.at(res, place, um.unit_res)
-        if (res > um.resource_cap + 1e-9).any():
+    if unit_res is not None and resource_cap is not None:
+        res = np.zeros((um.num_nodes, unit_res.shape[1]))
+        np.add.at(res, place, unit_res)
+        if (res > resource_cap + 1e-9).any():
             return None  # the start breaks a resource cap: no greedy start
     movable = um.allowed.sum(axis=1) > 1
     target = np.where(staying, 0.0, -mean)  # in deviations from L-bar
@@ -78,8 +79,8 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float, deadlin
             cand &= spent_cost + extra_cost <= budget.max_cost + 1e-9 * max(1.0, budget.max_cost)
         if budget.max_count is not None:
             cand &= spent_count + extra_count <= budget.max_count
-        if res is not None:
-            cand &= (res[None, cols, :] + um.unit_res[:, None, :] <= um.resource_cap[None, cols, :] + 1e-9).all(axis=2)
+        if res is not None and unit_res is not None and resource_cap is not None:
+            cand &= (res[None, cols, :] + unit_res[:, None, :] <= resource_cap[None, cols, :] + 1e-9).all(axis=2)
         draining = drained_count < um.required_drain_count - 1e-9 or drained_cost < um.required_drain_cost - 1e-9
         if draining:  # first meet the drain pace row, with the best moves out of N_r
             extra_drain = um.drain_count[:, cols] - um.drain_count[units, place][:, None]
@@ -125,9 +126,9 @@ def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float, deadlin
         drained_cost += float(um.drain_cost[u, n] - um.drain_cost[u, place[u]])
         load[s] -= um.unit_load[u]
         load[n] += um.unit_load[u]
-        if res is not None:
-            res[s] -= um.unit_res[u]
-            res[n] += um.unit_res[u]
+        if res is not None and unit_res is not None:
+            res[s] -= unit_res[u]
+            res[n] += unit_res[u]
         place[u] = n
         tie_now[u] = um.tie_cost[u, n]
         movable[u] = False  # each unit moves at most once

@@ -36,12 +36,13 @@ def metis_split(members: np.ndarray, vertex_weight: np.ndarray, traffic: sp.csr_
     sub.eliminate_zeros()
     eweights = _integer_weights(sub.data) if sub.nnz else None
     try:
-        _, membership = pymetis.part_graph(
+        _, parts_of = pymetis.part_graph(
             parts,
             adjacency=pymetis.CSRAdjacency(sub.indptr.astype(np.int64), sub.indices.astype(np.int64)),
             vweights=_integer_weights(vertex_weight),
             eweights=eweights,
         )
+        membership = np.asarray(parts_of)
     except Exception:  # pragma: no cover - METIS rejects a few degenerate graphs; split by weight instead
         order = np.argsort(-np.asarray(vertex_weight))
         membership = np.empty(len(members), dtype=np.int64)

@@ -107,6 +107,7 @@ def solve_milp(
     )
     start = greedy_descent(um, budget, settings.secondary_weight, deadline, settings.descent_targets)
     large = int(um.allowed.sum()) > settings.full_model_columns
+    place: np.ndarray | None
     if large and start is not None:
         place, status, gap = _neighbourhood_search(um, budget, settings, start, deadline)
     else:
@@ -284,7 +285,7 @@ def _build_lp(um: UnitModel, budget: MigrationBudget, settings: MilpSettings, al
     # (5) eps_u <= eps, eps_l <= eps
     add_rows([0, 0, 1, 1], [i_up, i_eps, i_lo, i_eps], [1, -1, 1, -1], [-np.inf, -np.inf], [0, 0])
     # optional caps on the other resources
-    if um.unit_res is not None:
+    if um.unit_res is not None and um.resource_cap is not None:  # given together
         for r in range(um.unit_res.shape[1]):
             add_rows(col_node, xs, um.unit_res[col_unit, r], np.full(n_count, -np.inf), um.resource_cap[:, r])
 

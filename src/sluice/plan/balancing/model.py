@@ -66,8 +66,9 @@ class BalancingProblem:
     state_bytes: np.ndarray
     assignment: np.ndarray
     nodes: np.ndarray
-    capacity: np.ndarray | None = None
-    removing: np.ndarray | None = None
+    # per node; not given (empty): every node weighs 1.0, and none is being removed
+    capacity: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    removing: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     traffic: Traffic = field(default_factory=Traffic.empty)
     operator: np.ndarray | None = None
     resource_load: np.ndarray | None = None
@@ -86,8 +87,11 @@ class BalancingProblem:
         nodes = np.asarray(self.nodes, dtype=np.int64)
         set_("nodes", nodes)
         n = nodes.shape[0]
-        set_("capacity", np.ones(n) if self.capacity is None else np.asarray(self.capacity, dtype=float))
-        set_("removing", np.zeros(n, bool) if self.removing is None else np.asarray(self.removing, dtype=bool))
+        def given(a: np.ndarray | None) -> bool:
+            return a is not None and np.size(a) > 0
+
+        set_("capacity", np.asarray(self.capacity, dtype=float) if given(self.capacity) else np.ones(n))
+        set_("removing", np.asarray(self.removing, dtype=bool) if given(self.removing) else np.zeros(n, bool))
         if self.operator is not None:
             set_("operator", np.asarray(self.operator, dtype=np.int64))
         if self.resource_load is not None:
@@ -125,7 +129,8 @@ class BalancingProblem:
             raise PlanError("balancing input: traffic names a key group outside 0..K-1")
         if (self.resource_load is None) != (self.resource_cap is None):
             raise PlanError("balancing input: resource_load and resource_cap must be given together")
-        if self.resource_load is not None and self.resource_load.shape[1] != self.resource_cap.shape[1]:
+        if (self.resource_load is not None and self.resource_cap is not None
+                and self.resource_load.shape[1] != self.resource_cap.shape[1]):
             raise PlanError("balancing input: resource_load and resource_cap disagree on the number of resources")
 
     # -- sizes and derived arrays -------------------------------------------------------------

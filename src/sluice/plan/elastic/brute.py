@@ -47,7 +47,7 @@ class BruteForceScheduler:
         n_out = len(df.outputs)
         slack = n_out * (1.0 - inp.omega_target)
 
-        best = (-np.inf, None, None)
+        best: tuple[float, np.ndarray | None, tuple[np.ndarray, np.ndarray] | None] = (-np.inf, None, None)
         leaves = 0
         combos = itertools.product(*[range(int(k)) for k in df.n_alternates])
         for combo in combos:
@@ -83,9 +83,10 @@ class BruteForceScheduler:
             k = int(np.argmax(theta))
             if theta[k] > best[0]:
                 best = (float(theta[k]), active, (fast_cores[k], slow_cores[k]))
-        if best[1] is None:
+        _, best_active, best_cores = best
+        if best_active is None or best_cores is None:
             raise PlanError("BR: no deployment reaches Omega-hat")
-        _, active, (fast_cores, slow_cores) = best
+        active, (fast_cores, slow_cores) = best_active, best_cores
         placement = Placement(df, active)
         for speed, cores in ((fast, fast_cores), (unit, slow_cores)):
             if speed == unit and ratio == 1 and cores is slow_cores:

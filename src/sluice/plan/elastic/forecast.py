@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sluice.plan.elastic.base import SchedulerInput
-from sluice.plan.elastic.greedy import caf
+from sluice.plan.elastic.greedy import Estimator, caf
 
 
 def horizon_errors(mean_error: float, steps: int) -> np.ndarray:
@@ -72,6 +72,7 @@ class ForecastSummary:
         if fc is None:
             return rate, speeds
         r = np.asarray(fc.rates, dtype=float)
+        pick_speed: Callable[[np.ndarray], float]
         if self.mode == "mean":
             rate = r.mean(axis=0)
             pick_speed = np.mean
@@ -85,7 +86,7 @@ class ForecastSummary:
         return rate, speeds
 
 
-ESTIMATORS = {
+ESTIMATORS: dict[str, Estimator] = {
     "CAF": caf,
     "WAAF": WindowedAverage(),
     "WPA": ForecastSummary("mean", "WPA"),

@@ -127,7 +127,7 @@ class GreedyScheduler:
             raise PlanError(f"{self.name}: adapt() needs the active alternates of a deployed dataflow")
         rate, speeds = self.estimator(inp)
         placement = Placement.from_input(inp)
-        placement.speed = np.array([speeds.get(i, s) for i, s in zip(placement.ids, placement.speed)])
+        placement.speed = np.array([s if i is None else speeds.get(i, s) for i, s in zip(placement.ids, placement.speed)])
         dt = inp.step_s
         omega = float(placement.estimate(rate, dt, inp.queue).omega)
         lo, hi = inp.omega_target - inp.epsilon, inp.omega_target + inp.epsilon

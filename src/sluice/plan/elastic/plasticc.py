@@ -52,6 +52,8 @@ class _Plan:
 
     def __init__(self, inp: SchedulerInput):
         fc = inp.forecast
+        if fc is None:
+            raise PlanError("PLASTICC plans over a forecast: the scheduler input has none")
         self.inp = inp
         self.df = inp.dataflow
         self.h = fc.steps
@@ -205,7 +207,7 @@ class PlasticcScheduler:
                 break
             options = []
             # option A: remove an instance from the lightest VM hosting it at every step >= ot
-            hosts = np.flatnonzero(plan.counts[:, ot:, ope].min(axis=1) > 0) if per_op[ope] > 1 else []
+            hosts = np.flatnonzero(plan.counts[:, ot:, ope].min(axis=1) > 0) if per_op[ope] > 1 else np.zeros(0, int)
             if len(hosts):
                 age = plan.now + ot * plan.dt - plan.started[hosts]
                 used = plan.counts[hosts, ot, :].sum(axis=1)

@@ -14,12 +14,14 @@ import importlib
 import json
 import threading
 import time
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 
 from sluice.errors import SinkError
 from sluice.graph.connectors import (
     CONNECTOR_SINKS,
+    ConnectorSink,
     MqttSource,
     NatsSink,
     NatsSource,
@@ -41,7 +43,7 @@ _READERS = {
 }
 _WRITER_TYPES = {PostgresSink: ("postgres", "PostgresWriter"), RedisSink: ("redis_streams", "RedisWriter"),
                  NatsSink: ("nats", "NatsWriter")}
-_WRITERS: dict[SinkSpec, object] = {}
+_WRITERS: dict[SinkSpec, Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -56,7 +58,7 @@ def reader_type(spec) -> type | None:
     return _load(where) if where else None
 
 
-def is_connector_sink(spec: SinkSpec) -> bool:
+def is_connector_sink(spec: SinkSpec) -> TypeGuard[ConnectorSink]:
     return isinstance(spec, CONNECTOR_SINKS)
 
 
@@ -73,7 +75,7 @@ def job_id(checkpoint: str | Checkpoint) -> str:
     return checkpoint.uri
 
 
-def write(spec: SinkSpec, table: pa.Table, batch_id: int, checkpoint: str | Checkpoint) -> None:
+def write(spec: ConnectorSink, table: pa.Table, batch_id: int, checkpoint: str | Checkpoint) -> None:
     """Write ``table`` (user columns) to a connector sink for ``batch_id``; connections are
     kept per sink for the next batch. While the server is unreachable the write is retried
     (it is idempotent), for at most ``spec.patience_s``."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -60,7 +61,7 @@ class Connection:
 
     def __init__(self, url: str):
         self.url = url
-        self.nc = None
+        self.nc: Any = None  # the nats client, connected on first use
 
     async def jetstream(self):
         if self.nc is None or self.nc.is_closed or not self.nc.is_connected:
@@ -131,7 +132,7 @@ class NatsStreamReader(ConnectorStreamReader):
                                     opt_start_seq=span.start + 1, ack_policy=AckPolicy.NONE,
                                     inactive_threshold=60.0)
             sub = await js.pull_subscribe("", stream=self.spec.stream, config=config)
-            got = []
+            got: list = []
             try:
                 while not got or got[-1].metadata.sequence.stream < span.end:
                     want = min(FETCH_BATCH, span.end - (got[-1].metadata.sequence.stream if got else span.start))

@@ -17,6 +17,7 @@ inserted first: if it already exists the batch was written and the transaction e
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -86,11 +87,12 @@ def table_schema(dsn: str, table: str) -> pa.Schema:
 
 class PostgresTableReader(ConnectorStreamReader):
     spec: PostgresTableSource
+    _conn: Any = None  # the connection, opened on first use (a task's reader keeps it)
 
     def _call(self, work):
         import psycopg
 
-        if getattr(self, "_conn", None) is None or self._conn.closed:
+        if self._conn is None or self._conn.closed:
             self._conn = connect(self.spec.dsn)
         try:
             return work(self._conn)

@@ -178,7 +178,8 @@ class ConnectorStreamReader(DataSourceStreamReader):
             return []
         return [Span(start["position"], end["position"], end["rows"] - start["rows"], end.get("at_us", 0))]
 
-    def read(self, span: Span) -> Iterator[pa.RecordBatch]:
+    def read(self, span: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(span, Span)  # what partitions() made
         parsed, ingest_us, positions, payloads = self.with_patience(lambda: self.fetch(span))
         if parsed.rejects:
             self._dead_letter(span, [(f"{self.spec.broker}, message {positions[i]}", reason,

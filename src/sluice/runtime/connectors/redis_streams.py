@@ -87,7 +87,7 @@ class RedisStreamReader(ConnectorStreamReader):
 
         entries = self._call(work) if span.rows else []
         names = self.spec.schema().names
-        columns = {n: [] for n in names}
+        columns: dict[str, list] = {n: [] for n in names}
         keys = [n.encode() for n in names]
         for _, fields in entries:
             for name, key in zip(names, keys):

@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange.python_combine import combine_stage
 from sluice.runtime.exchange.routing import route, with_key_group
 from sluice.runtime.exchange.spark_combine import (
@@ -59,7 +60,7 @@ def combined_by_spark(kernel: KeyedKernel, in_schema: pa.Schema) -> bool:
 
 
 def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
-             context: BatchContext, max_parallelism: int, root: str, accumulator,
+             context: BatchContext, max_parallelism: int, root: str | Checkpoint, accumulator,
              source_stats: SourceStats | None = None) -> Exchanged:
     """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
 

@@ -21,13 +21,14 @@ import time
 import pyarrow as pa
 
 from sluice.graph.operators import Operator
+from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.kernels.keyed import BatchContext, CombiningKernel
 from sluice.runtime.schemas import INGEST, partition_id, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.task_metrics import TaskMetrics
 
 
-def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str,
+def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str | Checkpoint,
                   accumulator):
     """A mapInArrow pass combining each task's records; returns (frame, schema of its rows)."""
     kernel.bind(in_schema)

@@ -3,6 +3,8 @@ gives it, as native Spark SQL, and the exchange by that partition (``repartition
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import functions as F
 
 from sluice.plan.physical import KeyedStagePlan
@@ -44,7 +46,7 @@ def partition_sql(kg: str, stage: KeyedStagePlan) -> str:
     return f"IF(spark_partition_id() >= 0, {lookup}, 0)"
 
 
-def packed_routing(routing: list[int], partitions: int) -> tuple[list[int], int]:
+def packed_routing(routing: Sequence[int], partitions: int) -> tuple[list[int], int]:
     """The routing table (partition per key group) packed into signed 64-bit words, and the
     bits per entry: entry ``kg`` is bits ``(kg % k) * bits`` and up of word ``kg // k``,
     ``k = 64 // bits``."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
@@ -41,9 +42,10 @@ import pyarrow.compute as pc
 from sluice.graph.operators import Operator
 from sluice.graph.windows import EventTime
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange.routing import routing_columns
 from sluice.runtime.exchange.salt import SALT, salt_sql
-from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel
 from sluice.runtime.kernels.panes import PartialField, PartialLayout
 from sluice.runtime.kernels.windows import (
     COMBINE_TASK,
@@ -64,7 +66,7 @@ _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
 
 
-def supports_native_combine(kernel, in_schema: pa.Schema) -> bool:
+def supports_native_combine(kernel: KeyedKernel, in_schema: pa.Schema) -> TypeGuard[WindowAggregateKernel]:
     """True when Spark can compute every partial of ``kernel``'s panes over ``in_schema``."""
     if not isinstance(kernel, WindowAggregateKernel):
         return False
@@ -100,6 +102,7 @@ def _partial_sql(f: PartialField, layout: PartialLayout, schema: pa.Schema) -> s
     """The Spark aggregate of one partial field, null-free like ``PartialLayout.field_values``."""
     if f.kind == "rows":
         return "count(1)"
+    assert f.column is not None  # every partial but rows reads a column
     if f.kind == "n":
         return f"count({_q(f.column)})"
     is_int = layout.numpy_dtype(f) is np.int64
@@ -155,9 +158,9 @@ class SourceStats:
 class NativeCombine:
     """The combined frame of one batch, and the frame of its late records."""
 
-    frame: object  # pyspark DataFrame: keys, pane, map task, partials, key group, ingest, late count
+    frame: Any  # pyspark DataFrame: keys, pane, map task, partials, key group, ingest, late count
     schema: pa.Schema  # its rows' schema without the hidden columns (the kernel's combined_schema)
-    late: Callable[[], object]  # builds the DataFrame of the records late for some query, when needed
+    late: Callable[[], Any]  # builds the DataFrame of the records late for some query, when needed
     kernel: WindowAggregateKernel
     record_schema: pa.Schema
 
@@ -216,12 +219,12 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
               for f in record_schema]
     start = f"{_q(PANE_STATE)} * {kernel.pane}L"
     on_time = " AND ".join(  # the kernel's rule 2: the last window holding the pane is still open
-        f"coalesce(({start} - pmod({start}, {q.window.slide}L) + {q.window.size}L) > "
+        f"coalesce(({start} - pmod({start}, {q.sliding.slide}L) + {q.sliding.size}L) > "
         f"({wm}L - {q.allowed_lateness}L), false)"
         for q in kernel.queries
     )
     # built only when some record was late, in the same batch (the view is the batch's until the next)
-    def late() -> object:  # a pyspark DataFrame
+    def late() -> Any:  # a pyspark DataFrame
         return spark.sql(f"SELECT {', '.join(fields)} FROM (SELECT *, {pane} FROM {view}) WHERE NOT ({on_time})")
 
     schema = kernel.combined_schema(in_schema).append(pa.field(RECORDS, pa.int64()))
@@ -255,7 +258,7 @@ def late_records(combine: NativeCombine, context: BatchContext) -> list[pa.Table
     return combine.kernel.contributions(records, context, wm)[1]
 
 
-def write_late(combine: NativeCombine, op: Operator, context: BatchContext, root: str) -> int:
+def write_late(combine: NativeCombine, op: Operator, context: BatchContext, root: str | Checkpoint) -> int:
     """Write the batch's late records to the ``late`` side output; returns how many were written
     (a record late for two queries counts twice, as in the Python combine)."""
     writer = SideOutputWriter(root, f"side/{op.id}/{LATE}", context.batch_id, f"{op.id}.combine", 0)

@@ -7,12 +7,13 @@ key's new values as one array), never once per record.
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.graph.aggregates import Aggregate
+from sluice.graph.aggregates import Aggregate, UserAggregate
 from sluice.graph.kinds import aggregate_output_schema
 from sluice.runtime.kernels.grouping import state_and_row_ids
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
@@ -78,7 +79,8 @@ class AggregateKernel(KeyedKernel):
         n_state = state.num_rows
 
         # 1. this batch's partial aggregates per key, in one vectorized group-by
-        specs, labels = [], []
+        specs: list[tuple[Any, str]] = []  # (column, or [] for count(*); Arrow aggregate function)
+        labels: list[str] = []
         for name, agg in self.aggregates.items():
             if agg.kind == "count":
                 specs.append(([], "count_all") if agg.column is None else (agg.column, "count"))
@@ -132,7 +134,9 @@ class AggregateKernel(KeyedKernel):
                 columns[f"{name}__sum"], columns[f"{name}__count"] = s, c
                 results[name] = pc.divide(s, pc.cast(c, pa.float64()))
             else:
-                accs, values = [], []
+                assert isinstance(agg, UserAggregate)
+                accs: list[bytes | None] = []
+                values: list[pa.Scalar | None] = []
                 out_type = out_schema.field(name).type
                 new_lists = joined.column(f"__new__{name}__values").combine_chunks()
                 for g, (acc_bytes, new_values) in enumerate(zip(joined.column(f"{name}__acc").to_pylist(), new_lists)):

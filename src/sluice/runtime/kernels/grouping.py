@@ -35,7 +35,7 @@ def dense_ids(columns: list[pa.Array | pa.ChunkedArray]) -> np.ndarray:
     (as SQL's GROUP BY compares them: nulls are one key, NaN one key, -0.0 = 0.0) share an
     id; ids are numbered in order of first appearance and stay below the row count. One
     dictionary encoding per column, no sort."""
-    ids = None
+    ids: np.ndarray | None = None
     for column in columns:
         encoded = pc.dictionary_encode(canonical_key(column), null_encoding="encode")
         codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -44,6 +44,8 @@ def dense_ids(columns: list[pa.Array | pa.ChunkedArray]) -> np.ndarray:
         else:  # mixed radix, then re-densify so that ids stay below the row count
             combined = ids * (len(encoded.dictionary) + 1) + codes
             ids = np.asarray(pc.dictionary_encode(pa.array(combined)).indices.to_numpy(zero_copy_only=False), np.int64)
+    if ids is None:  # no key columns: every row is one key
+        raise ValueError("dense_ids needs at least one key column")
     return ids
 
 

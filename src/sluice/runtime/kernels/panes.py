@@ -43,12 +43,24 @@ class PartialField:
     name: str  # column name in the state table and key in PaneTable.parts
     kind: str  # rows | n | sum | min | max | udaf
     column: str | None = None  # input column (None for rows)
-    udaf: UserAggregate | None = None
+    user_aggregate: UserAggregate | None = None  # the UDAF of a "udaf" field
 
     @property
-    def combine(self) -> np.ufunc | None:
-        """The numpy ufunc combining two partials (None for a UDAF: its merge does)."""
-        return {"rows": np.add, "n": np.add, "sum": np.add, "min": np.minimum, "max": np.maximum}.get(self.kind)
+    def combine(self) -> np.ufunc:
+        """The numpy ufunc combining two partials of a built-in field (a UDAF's merge does)."""
+        if self.kind == "udaf":
+            raise TypeError(f"partial {self.name!r}: a UDAF's partials combine by its merge, not a ufunc")
+        return _COMBINE[self.kind]
+
+    @property
+    def udaf(self) -> UserAggregate:
+        """The user-defined aggregate of a "udaf" field."""
+        if self.user_aggregate is None:
+            raise TypeError(f"partial {self.name!r} is a built-in {self.kind}, not a UDAF")
+        return self.user_aggregate
+
+
+_COMBINE = {"rows": np.add, "n": np.add, "sum": np.add, "min": np.minimum, "max": np.maximum}
 
 
 class PartialLayout:
@@ -82,6 +94,7 @@ class PartialLayout:
             fields.setdefault(f"n:{agg.column}", PartialField(f"n:{agg.column}", "n", agg.column))
             if agg.kind == "count":
                 continue
+            assert agg.column is not None  # only count(*) has none
             dtype = input_schema.field(agg.column).type
             kind = "sum" if agg.kind in ("sum", "mean") else agg.kind
             self.value_kind[f"{kind}:{agg.column}"] = value_kind(agg.column, dtype, agg.kind)
@@ -299,7 +312,7 @@ def combine_ranges(layout: PartialLayout, table: PaneTable, lo: np.ndarray, hi: 
     return out
 
 
-def sliding_udaf(table: PaneTable, name: str, agg: Aggregate, lo: np.ndarray, hi: np.ndarray) -> list[Any]:
+def sliding_udaf(table: PaneTable, name: str, agg: UserAggregate, lo: np.ndarray, hi: np.ndarray) -> list[Any]:
     """UDAF accumulators of windows ``[lo, hi)`` with the two-stacks sliding aggregation.
 
     Windows come sorted, so lo and hi never decrease: the panes in play form a FIFO queue.
@@ -352,10 +365,10 @@ def finalize(
     """The output column of one aggregate from combined partials (one entry per window)."""
     if agg.kind == "count":
         return pa.array(combined["rows" if agg.column is None else f"n:{agg.column}"], pa.int64())
-    if agg.kind == "udaf":
+    if isinstance(agg, UserAggregate):
         name = layout.udaf_field[id(agg)]
-        values = [agg.result(acc) for acc in udaf_accs[name]]
-        return pa.array(values, type=agg.result_type or pa.float64())
+        results = [agg.result(acc) for acc in udaf_accs[name]]
+        return pa.array(results, type=agg.result_type or pa.float64())
     n = combined[f"n:{agg.column}"]
     empty = n == 0
     if agg.kind == "mean":

@@ -39,10 +39,12 @@ class ReduceKernel(KeyedKernel):
         state_schema = self.state_schema(rows.schema)
         upsert_schema = state_schema.append(pa.field(KEY_GROUP, pa.int32()))
         previous = state.to_pylist() if state.num_rows else []
-        reduced, applied, dead = [], [], []
+        reduced: list[dict] = []
+        applied: list[tuple[tuple, list[dict]]] = []
+        dead: list[DeadRecord] = []
         for key, state_row, key_rows in groups(state, rows, self.key_columns):
             records = key_rows.to_pylist()
-            acc = previous[state_row] if state_row is not None else None
+            acc: dict | None = previous[state_row] if state_row is not None else None
             kg = records[0][KEY_GROUP]
             used = []
             for record in records:
@@ -59,9 +61,11 @@ class ReduceKernel(KeyedKernel):
                         continue
                     acc = new
                 used.append(record)
+                assert acc is not None
                 for k, v in zip(self.key_columns, key):
                     acc[k] = v  # the key is not the function's to change
             if used:
+                assert acc is not None  # a used record started or updated it
                 acc[KEY_GROUP] = kg
                 reduced.append(acc)
                 applied.append((key, used))

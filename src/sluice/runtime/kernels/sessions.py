@@ -130,7 +130,7 @@ class SessionWindowKernel(KeyedKernel):
         if not query.is_session:
             raise PipelineError(f"window {query.display_name!r}: not a session window")
         self.query = query
-        self.gap = query.window.gap
+        self.gap = query.session.gap
         self.aggregates = distinct_aggregates([query])
         self._layouts: dict[pa.Schema, PartialLayout] = {}
 
@@ -270,7 +270,7 @@ class SessionWindowKernel(KeyedKernel):
             return []
         sel = np.flatnonzero(emit)
         parts = {name: values[sel] for name, values in sessions.parts.items()}
-        selected_accs = {n: {i: c[g] for i, g in enumerate(sel) if g in c} for n, c in merged.udaf_accs.items()}
+        selected_accs = {n: {i: c[g] for i, g in enumerate(sel.tolist()) if g in c} for n, c in merged.udaf_accs.items()}
         accs = self._accumulators(layout, parts, selected_accs)
         changed[g_key[sel]] = True
         return [self._emit(layout, g_key[sel], sessions.bounds[START_STATE][sel], g_end[sel], parts, accs, keys,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,7 +29,7 @@ INGEST = "__ingest_ts"
 @dataclass
 class KernelContext:
     dead: SideOutputWriter
-    metrics: object  # TaskMetrics (duck-typed so kernels test without Spark)
+    metrics: Any  # TaskMetrics (duck-typed so kernels test without Spark)
 
 
 def _conform(data, schema: pa.Schema) -> pa.RecordBatch:
@@ -91,7 +92,8 @@ class MapBatchesKernel(Kernel):
                 return out, ingest
             return out, _repeat_min(ingest, out.num_rows)
         except Exception:
-            good, good_ingest = [], []
+            good: list[pa.RecordBatch] = []
+            good_ingest: list[pa.Array] = []
             self._bisect(batch, ingest, ctx, good, good_ingest)
             out = _concat(good, self.out_schema)
             return out, pa.concat_arrays(good_ingest) if good_ingest else pa.array([], ingest.type)

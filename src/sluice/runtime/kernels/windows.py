@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.errors import PipelineError
+from sluice.graph.aggregates import UserAggregate
 from sluice.graph.windows import (
     QUERY_COLUMN,
     WINDOW_END,
@@ -159,7 +160,7 @@ class WindowAggregateKernel(CombiningKernel):
 
     # -- map side: C-MR's Combine --------------------------------------------------------
 
-    def combine(self, rows: pa.Table, ctx: BatchContext) -> tuple[pa.Table, pa.Table]:
+    def combine(self, rows: pa.Table, ctx: BatchContext) -> tuple[pa.Table, pa.Table, list[DeadRecord]]:
         """Pre-aggregate one map task's records per (key, pane) before the exchange.
 
         C-MR combines sub-windows incrementally; running that Combine on the map side, as
@@ -230,11 +231,11 @@ class WindowAggregateKernel(CombiningKernel):
         row_ids = ids[n_state:]
         to_row_ids = None  # the row_ids numbering of each key, when the kernel's own differs
         if combined:
-            accepted, late_seen = self._accepted_panes(rows, wm)
-            if accepted is not None:
+            kept_panes, late_seen = self._accepted_panes(rows, wm)
+            if kept_panes is not None:
                 # the rows kept are numbered by themselves: the order of the output follows it
-                rows = rows.filter(pa.array(accepted))
-                position = np.concatenate([np.arange(n_state), n_state + np.flatnonzero(accepted)])
+                rows = rows.filter(pa.array(kept_panes))
+                position = np.concatenate([np.arange(n_state), n_state + np.flatnonzero(kept_panes)])
                 all_ids = ids
                 ids, first, all_keys = key_ids(state, rows, self.key_columns)
                 to_row_ids = all_ids[position[first]]
@@ -245,8 +246,9 @@ class WindowAggregateKernel(CombiningKernel):
             last_wm[:n_state] = np.asarray(state[WATERMARK_STATE].to_numpy(), np.int64)
         old = self._panes_from_state(layout, state)
 
+        late_parts: list[pa.Table] = []
         if combined:  # the combine already sorted out the late records
-            late_parts = []
+            pass
         else:
             accepted, late_parts, panes = self.contributions(rows, ctx, wm)
 
@@ -257,7 +259,7 @@ class WindowAggregateKernel(CombiningKernel):
             if q.mode != "append" or len(old) == 0:
                 continue
             j_lo = self._first_unfired(q, last_wm)[old.key]
-            j_hi = _floor_div(wm - q.allowed_lateness - q.window.size, q.window.slide)
+            j_hi = _floor_div(wm - q.allowed_lateness - q.sliding.size, q.sliding.slide)
             wk, wj, at = self._windows_with_data(q, old, None, j_lo, j_hi)
             if len(wk):
                 outputs.append(self._emit(q, layout, old, wk, wj, all_keys, first, out_schema, at))
@@ -288,7 +290,7 @@ class WindowAggregateKernel(CombiningKernel):
         for q in self.queries:
             if len(merged) == 0:
                 break
-            z, s, lateness = q.window.size, q.window.slide, q.allowed_lateness
+            z, s, lateness = q.sliding.size, q.sliding.slide, q.allowed_lateness
             first_open = _floor_div(wm - lateness - z, s) + 1
             last_due = _floor_div(wm - z, s)
             changed_hi = last_due if q.mode == "append" else _floor_div(END_OF_TIME, s)
@@ -296,7 +298,7 @@ class WindowAggregateKernel(CombiningKernel):
             if q.mode == "append":
                 j_lo = np.maximum(self._first_unfired(q, last_wm), first_open)[merged.key]
                 wk_d, wj_d, at_d = self._windows_with_data(q, merged, None, j_lo, last_due)
-                if at_t is not None:  # one pane per window: a window is its pane's row
+                if at_t is not None and at_d is not None:  # one pane per window: a window is its pane's row
                     at_t = np.union1d(at_t, at_d)
                     wk_t, wj_t = merged.key[at_t], merged.pane[at_t]
                 else:
@@ -362,13 +364,13 @@ class WindowAggregateKernel(CombiningKernel):
 
     def _last_end(self, q: WindowQuery, panes: np.ndarray) -> np.ndarray:
         """End of the last window of ``q`` containing each pane."""
-        s = q.window.slide
-        return np.floor_divide(panes * self.pane, s) * s + q.window.size
+        s = q.sliding.slide
+        return np.floor_divide(panes * self.pane, s) * s + q.sliding.size
 
     @staticmethod
     def _first_unfired(q: WindowQuery, last_wm: np.ndarray) -> np.ndarray:
         """Index of the first window whose end is after the key's last watermark."""
-        return np.floor_divide(last_wm - q.window.size, q.window.slide) + 1
+        return np.floor_divide(last_wm - q.sliding.size, q.sliding.slide) + 1
 
     def _kept(self, panes: np.ndarray, wm: int) -> np.ndarray:
         """Panes some open window of some query still needs."""
@@ -379,7 +381,7 @@ class WindowAggregateKernel(CombiningKernel):
 
     def _one_pane_windows(self, q: WindowQuery) -> bool:
         """Each window of ``q`` is exactly one pane (tumbling windows of the pane length)."""
-        return q.window.size == q.window.slide == self.pane
+        return q.sliding.size == q.sliding.slide == self.pane
 
     def _windows_with_data(
         self, q: WindowQuery, table: PaneTable, rows: np.ndarray | None, j_lo: np.ndarray | int, j_hi: np.ndarray | int
@@ -394,7 +396,7 @@ class WindowAggregateKernel(CombiningKernel):
         floor((p*P - size)/slide) + 1 .. floor(p*P/slide); along a key's sorted panes both
         bounds never decrease, so each pane adds the windows after its predecessor's last.
         """
-        z, s = q.window.size, q.window.slide
+        z, s = q.sliding.size, q.sliding.slide
         if self._one_pane_windows(q):  # pane p is window p, the only window holding it
             inside = (table.pane >= j_lo) & (table.pane <= j_hi)
             if rows is not None:
@@ -438,7 +440,7 @@ class WindowAggregateKernel(CombiningKernel):
     ) -> pa.Table:
         """Result rows of windows (wk, wj), combining each window's panes; ``at``: the table
         row of each window's only pane, for one-pane windows."""
-        z, s = q.window.size, q.window.slide
+        z, s = q.sliding.size, q.sliding.slide
         if at is not None:
             # a window of one pane is that pane's partials (what combining [at, at + 1) gives)
             lo, hi = at, at + 1
@@ -451,7 +453,7 @@ class WindowAggregateKernel(CombiningKernel):
             combined = combine_ranges(layout, table, lo, hi)
         udafs = {}
         for _, agg in q.aggregates:
-            if agg.kind == "udaf":
+            if isinstance(agg, UserAggregate):
                 name = layout.udaf_field[id(agg)]
                 if name not in udafs:
                     udafs[name] = sliding_udaf(table, name, agg, lo, hi)
@@ -494,7 +496,8 @@ def _udaf_adds(layout: PartialLayout, rows: pa.Table, order: np.ndarray, starts:
     """Each group's pickled UDAF accumulators (per field, an object array over the groups
     ``starts`` delimits in ``order``), and the groups on which some ``add`` raised."""
     ends = np.append(starts[1:], len(order)).tolist()
-    accumulators, failed = {}, {}
+    accumulators: dict[str, np.ndarray] = {}
+    failed: dict[int, BaseException] = {}
     for f in layout.fields:
         if f.kind != "udaf":
             continue

@@ -123,7 +123,9 @@ def _due_now(status: dict, now_us: int) -> dict:
     """``available_rows`` and ``backlog`` of a source with a rate, as of ``now_us``."""
     from sluice.graph.rates import rate_from_json, rows_arrived
 
-    due = rows_arrived(status["start_us"], rate_from_json(status["rate"]), now_us)
+    rate = rate_from_json(status["rate"])
+    assert rate is not None  # only a source with a rate is due by the clock
+    due = rows_arrived(status["start_us"], rate, now_us)
     if status.get("total_rows") is not None:
         due = min(due, status["total_rows"])
     due = max(due, status.get("available_rows") or 0)

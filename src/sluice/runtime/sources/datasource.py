@@ -76,7 +76,10 @@ class SluiceDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         spec = self._spec()
-        reader = reader_type(spec)(spec, self.options["name"], self.options["control_dir"], schema,
+        reader_class = reader_type(spec)
+        if reader_class is None:
+            raise TypeError(f"no stream reader for source spec {type(spec).__name__}")
+        reader = reader_class(spec, self.options["name"], self.options["control_dir"], schema,
                                     int(self.options.get("parallelism", "2")))
         reader.dead_letters = self.options.get("dead_letters")
         return reader

@@ -129,7 +129,8 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return [FileSlice(f["path"], f["found_us"], first + i)
                 for i, f in enumerate(self.files[first:end["files"]])]
 
-    def read(self, partition: FileSlice) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, FileSlice)  # what partitions() made
         table, rejects = read_records(partition.path, self.spec.format, self.spec.schema())
         if rejects:
             self._dead_letter(partition, rejects)

@@ -206,7 +206,8 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RowRange(a, b, end["start_us"], end.get("at_us", end["start_us"]))
                 for a, b in ranges]
 
-    def read(self, partition: RowRange) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RowRange)  # what partitions() made
         row = partition.first
         for batch in self.user_batches(partition.first, partition.stop, partition.start_us):
             rows = np.arange(row, row + batch.num_rows, dtype=np.int64)

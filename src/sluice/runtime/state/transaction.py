@@ -38,7 +38,7 @@ class StateTransaction:
         self.status = TransactionStatus.OPEN
         self._before: dict[str, StateIndex] = {}
         self._after: dict[str, StateIndex] = {}
-        self.files: dict[str, list[DeltaFile]] = {}  # operator id -> the files its tasks reported
+        self.files: dict[str, list[DeltaFile | None]] = {}  # operator id -> the files its tasks reported
 
     def index(self, op_id: str) -> StateIndex:
         """The state the batch reads: the store's index before the batch (built once)."""
@@ -50,7 +50,7 @@ class StateTransaction:
         """Collect the delta files the batch's tasks wrote, from their descriptors."""
         self._expect(TransactionStatus.OPEN, "prepare")
         try:
-            self.files = {op_id: store.committed_files(self.batch_id) for op_id, store in self.stores.items()}
+            self.files = {op_id: list(store.committed_files(self.batch_id)) for op_id, store in self.stores.items()}
         except BaseException:
             self.status = TransactionStatus.FAILED
             raise
@@ -63,7 +63,7 @@ class StateTransaction:
         self._expect(TransactionStatus.PREPARED, "commit")
         try:
             for op_id, store in self.stores.items():
-                store.commit(self.batch_id, self.files[op_id])
+                store.commit(self.batch_id, list(self.files[op_id]))
         except BaseException:
             self.status = TransactionStatus.FAILED
             raise

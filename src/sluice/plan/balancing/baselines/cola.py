@@ -41,7 +41,7 @@ def cola(problem: BalancingProblem, max_load_distance: float, max_splits: int | 
     load = problem.load
     partitions = [np.arange(problem.num_key_groups)]
     limit = max_splits if max_splits is not None else problem.num_key_groups
-    best = None
+    best: tuple[list[np.ndarray], np.ndarray, float] | None = None
     for _ in range(limit + 1):
         part_loads = np.array([load[p].sum() for p in partitions])
         bins = lpt_pack(part_loads, problem.capacity[staying])
@@ -58,6 +58,7 @@ def cola(problem: BalancingProblem, max_load_distance: float, max_splits: int | 
         heaviest = max(splittable, key=lambda i: part_loads[i])
         victim = partitions.pop(heaviest)
         partitions.extend(metis_split(victim, load[victim], traffic, 2))
+    assert best is not None  # the loop runs at least once
     partitions, bins, _ = best
     assignment = _keep_state_in_place(problem, partitions, bins, staying)
     return make_plan(problem, assignment, status="cola", notes={"partitions": len(partitions)})
