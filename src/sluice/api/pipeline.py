@@ -114,7 +114,13 @@ class Pipeline:
         started hour billed whole) or ``"second"``; ``break_even_best`` / ``break_even_worst``:
         the cost per hour at which the job breaks even with every operator on its best /
         worst alternate (default: two executors' price / one's); ``min_omega``: the relative
-        throughput the job must keep."""
+        throughput the job must keep.
+
+        >>> import sluice
+        >>> p = sluice.Pipeline("example").economics(price_per_hour=0.5, billing="hour")
+        >>> p.graph.economics.price_per_hour, p.graph.economics.billing
+        (0.5, 'hour')
+        """
         from sluice.graph.economics import Economics
 
         self.graph.economics = Economics(price_per_hour, billing, break_even_best, break_even_worst, min_omega)

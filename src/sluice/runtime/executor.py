@@ -227,6 +227,7 @@ class BatchExecutor:
         whole. History is collected here, between batches, and only once that snapshot is
         complete: no task is reading then, and no unfinished snapshot is mistaken for
         garbage."""
+        compacted: list[str] = []
         if self._compaction is not None:
             if not self._compaction.done():
                 return
@@ -234,8 +235,10 @@ class BatchExecutor:
             self._compaction = None
             for op_id in compacted:
                 self.stores[op_id].gc(before_batch=batch_id + 1)
-        due = [op_id for op_id, store in self.stores.items()
-               if KeyGroupStore.compaction_due(state.committed_index(op_id), max_delta_ratio=2.0)]
+        # the batch's committed index, unless a snapshot finished since it was built
+        indexes = {op_id: store.index(before_batch=batch_id + 1) if op_id in compacted else state.committed_index(op_id)
+                   for op_id, store in self.stores.items()}
+        due = [op_id for op_id, index in indexes.items() if KeyGroupStore.compaction_due(index, max_delta_ratio=2.0)]
         if due:
             # a store of its own: the batch thread's store keeps its caches to itself
             stores = [self._store(self.graph[op_id]) for op_id in due]

@@ -12,8 +12,9 @@ from sluice.errors import ConfigError, PlanError, SluiceError, from_traceback
 from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime.checkpoint import Checkpoint
+from sluice.runtime.compile import SourceInfo
 from sluice.runtime.dead_letters import check_budget_value
-from sluice.runtime.executor import MICROS, BatchExecutor, SourceInfo
+from sluice.runtime.executor import MICROS, BatchExecutor
 from sluice.runtime.interrupt import StopOnSigint
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.pipeline_record import open_checkpoint
