@@ -27,12 +27,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/sluice demo $(ARGS)
 
-test: $(STAMP) browser
+# lint first: a ruff or mypy finding in src fails the suite before any test runs
+test: $(STAMP) browser lint
 	$(PY) -m pytest $(ARGS)
 
-# ruff over src (config in pyproject.toml); mypy joins once src is clean under it
+# ruff and mypy over src (their configuration is in pyproject.toml)
 lint: $(STAMP)
 	$(PY) -m ruff check src
+	$(PY) -m mypy
 
 # a Spark standalone cluster on this machine (2 workers x 1 core): sluice run --master <its URL>
 cluster: $(STAMP)
