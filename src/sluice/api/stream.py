@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +43,7 @@ def _require_callable(fn: Any, what: str, name: str | None) -> None:
         raise PipelineError(f"{what} needs a function, got {fn!r}", name or what, user_location())
 
 
-def _function_params(fn: Callable | None, alternates: dict[str, Alt | Callable] | None, active: str | None,
+def _function_params(fn: Callable | None, alternates: Mapping[str, Alt | Callable] | None, active: str | None,
                      what: str, name: str | None) -> dict[str, Any]:
     """The params of an operator's function: ``{"fn": fn}``, or with ``alternates=`` (see
     :mod:`sluice.graph.alternates`) the default alternate's function, the alternates and
@@ -88,7 +88,7 @@ class Stream:
     # ---- stateless, Python ---------------------------------------------------------------
     def map_batches(self, fn: Callable | None = None, schema=None, *, format: str = "arrow", name: str | None = None,
                     threads: int = 1, perf_model: str | None = None, chain: bool = True,
-                    alternates: dict[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
+                    alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
         """Apply ``fn`` to whole batches: a ``pyarrow.RecordBatch`` (or a pandas DataFrame
         with ``format="pandas"``) in, the same kind out. The fast path for Python logic.
 
@@ -128,7 +128,7 @@ class Stream:
         return Stream(self.pipeline, op)
 
     def map(self, fn: Callable[[dict], dict] | None = None, schema=None, *, name: str | None = None, threads: int = 1,
-            perf_model: str | None = None, chain: bool = True, alternates: dict[str, Alt | Callable] | None = None,
+            perf_model: str | None = None, chain: bool = True, alternates: Mapping[str, Alt | Callable] | None = None,
             active: str | None = None) -> Stream:
         """Apply ``fn`` to each record (a dict); it returns the new record (a dict).
 
@@ -155,7 +155,7 @@ class Stream:
         return Stream(self.pipeline, op)
 
     def flat_map(self, fn: Callable[[dict], Any] | None = None, schema=None, *, name: str | None = None,
-                 perf_model: str | None = None, chain: bool = True, alternates: dict[str, Alt | Callable] | None = None,
+                 perf_model: str | None = None, chain: bool = True, alternates: Mapping[str, Alt | Callable] | None = None,
                  active: str | None = None) -> Stream:
         """Apply ``fn`` to each record; it returns an iterable of records (zero or more).
 
@@ -333,7 +333,7 @@ class KeyedStream:
         return self._then("aggregate", name, params={"keys": self.keys, "aggregates": parsed})
 
     def reduce(self, fn: Callable[[dict, dict], dict] | None = None, *, name: str | None = None,
-               alternates: dict[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
+               alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
         """Fold records of a key pairwise, ``fn(accumulated, record) -> accumulated``; emits
         the accumulated record of every key a batch touched. ``alternates``, ``active``:
         several implementations instead of ``fn`` (:meth:`process` says what happens to the
@@ -351,7 +351,7 @@ class KeyedStream:
         return self._then("reduce", name, params={"keys": self.keys, **function})
 
     def process(self, fn: Callable | None = None, schema=None, *, name: str | None = None,
-                alternates: dict[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
+                alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
         """Run ``fn(key, rows, state)`` once per key and batch, with per-key state.
 
         ``key`` is a tuple of key values, ``rows`` a ``pyarrow.Table`` of the key's records in

@@ -76,18 +76,20 @@ class AlternatesByLoad(Policy):
                 cost = costs.get(name)
                 return float("inf") if cost is None else offered * (other + share * cost) / cores
 
-            by_value = sorted(alternates, key=lambda n, alts=alternates: -alts[n].value)
+            values = {name: alt.value for name, alt in alternates.items()}
+            by_value = sorted(values, key=lambda n: -values[n])
             fitting = [n for n in by_value if load_at_offered(n) <= self.target]
             why = (f"cores {load:.2f} busy, {offered:,.0f} rows/s offered, {active} would need "
                    f"{load_at_offered(active):.2f} of {cores} cores"
                    + (f", Omega {omega:.2f}" if omega is not None else "") + (f", {violated} violated" if violated else ""))
             if behind:  # down: to a less valuable, cheaper alternate
+                known = {n: c for n, c in costs.items() if c is not None}  # the active one among them
                 lower = [n for n in by_value if alternates[n].value < alternates[active].value
-                         and costs.get(n) is not None and costs[n] < costs[active]]
+                         and n in known and known[n] < known[active]]
                 if not lower:
                     continue
                 fits = [n for n in lower if n in fitting]
-                choice = fits[0] if fits else min(lower, key=lambda n: costs[n])
+                choice = fits[0] if fits else min(lower, key=known.__getitem__)
                 if choice != active:
                     actions.append(Action(ALTERNATE, op_id, choice, f"behind ({why}): {active} -> {choice}",
                                           expected={"load": round(load_at_offered(choice), 3)}))
