@@ -86,7 +86,7 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
 
 
 def collocated_input(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
-                     context: BatchContext, max_parallelism: int, root: str, accumulator):
+                     context: BatchContext, max_parallelism: int, root: str | Checkpoint, accumulator):
     """The input of a keyed operator that shares the stage of the keyed operator before it
     (``plan.collocation``): no exchange, since every row is in the partition of its key group
     already. Each row gets its key group (native SQL: the same hash the exchange uses, which
