@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice import Alt, Pipeline, report, sinks, sources
+from sluice.graph.rates import RateSchedule
 
 BUILDINGS = 50
 DAY_S = 120.0  # a demo "day": the daily cycle in two minutes, so a run sees it
@@ -227,7 +228,7 @@ def build(out: str, trace: list[tuple[float, float]], phase_s: float, *, alterna
     readings = p.source(sources.generator(
         fields={"building": sources.Keys(buildings, prefix="b"), "ts": sources.EventTime(),
                 "noise": sources.Normal(0.0, 0.03)},
-        rate=list(trace), start_time=start, total_rows=total, seed=7,
+        rate=RateSchedule(tuple((t, r) for t, r in trace)), start_time=start, total_rows=total, seed=7,
         max_rows_per_batch=max(int(peak * batch_s), 1)), name="meters")
     forecasts = readings.map_batches(meter, schema=READING_SCHEMA, name="meter") \
         .key_by("building") \
