@@ -32,7 +32,7 @@ from sluice.plan.physical import Plan
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.compile import BatchInputs, SourceInfo, compile_batch
+from sluice.runtime.compile import BatchInputs, BatchLineage, SourceInfo, compile_batch
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
 from sluice.runtime.exchange import prepare_hash_exchange
 from sluice.runtime.executors import executor_infos
@@ -184,9 +184,7 @@ class BatchExecutor:
         state = StateTransaction(self.stores, batch_id)
         if plan.keyed:  # Spark's combines route through its hash exchange: as many partitions as needed
             prepare_hash_exchange(df.sparkSession, max(stage.partitions for stage in plan.keyed.values()))
-        lineage = compile_batch(self.graph, plan, BatchInputs(
-            batch_id, context, self.checkpoint, self.accumulator, self.sources, self.stores, state, self.kernel))
-        frames = lineage.build(df)
+        frames, lineage = self._build(df, batch_id, plan, context, state)
 
         # 3. every sink, idempotently for batch_id (this runs the batch's Spark job)
         sink_stats = {op.id: self._write_sink(op, frames[op.inputs[0]], batch_id, started) for op in self.graph.sinks()}
@@ -217,6 +215,15 @@ class BatchExecutor:
                 self.plan_log.write(_as_version(new_plan, batch_id + 1))
         if self.on_batch:
             self.on_batch(m)
+
+    def _build(self, df, batch_id: int, plan: Plan, context: BatchContext,
+               state: StateTransaction | None = None) -> tuple[dict, BatchLineage]:
+        """Step 2: the batch's lineage (``runtime.compile``) built over ``df``; returns the
+        frames by operator id, and the lineage that finishes and releases them."""
+        state = state if state is not None else StateTransaction(self.stores, batch_id)
+        lineage = compile_batch(self.graph, plan, BatchInputs(
+            batch_id, context, self.checkpoint, self.accumulator, self.sources, self.stores, state, self.kernel))
+        return lineage.build(df), lineage
 
     def _compact(self, batch_id: int, state: StateTransaction) -> None:
         """Keep state reads bounded: snapshot a store once its deltas outweigh its state.
