@@ -46,15 +46,16 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 KEYS = 50_000
 RATE = 4000.0
-EXECUTOR_KILL_BATCH = 3
-DRIVER_KILL_AFTER = 7
+MAX_ROWS = 20_000  # rows a batch admits (5 s of input): enough batches before and after each kill
+EXECUTOR_KILL_BATCH = 2
+DRIVER_KILL_AFTER = 5
 
 
 def spec(total_rows: int):
     from sluice import sources
 
     return sources.generator(fields={"meter": sources.Keys(KEYS), "kwh": sources.Sequence()}, seed=11, rate=RATE,
-                             total_rows=total_rows)
+                             total_rows=total_rows, max_rows_per_batch=MAX_ROWS)
 
 
 def child(master: str, checkpoint: str, out: str, total_rows: int) -> None:
