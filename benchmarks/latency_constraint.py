@@ -279,13 +279,18 @@ def targets(summaries: dict, peak: float) -> dict:
         c = summary["phases"][i]["batches_to_converge"]
         return summary["phases"][i]["batches"] if c is None else c
 
-    throughput = [sluice["phases"][i]["throughput_over_offered"]
-                  / max(default["phases"][i]["throughput_over_offered"], 1e-9) for i in inside]
+    # Throughput at a phase's rate is capped at the rate: rows beyond those offered in the
+    # phase are the previous phase's backlog being drained. Uncapped, a run that fell behind
+    # in the 90 % phase would "win" the next one by draining what it left behind.
+    def kept_up(summary, i):
+        return min(summary["phases"][i]["throughput_over_offered"], 1.0)
+
+    throughput = [kept_up(sluice, i) / max(kept_up(default, i), 1e-9) for i in inside]
     measures = {
         "within_share": (sluice["within_share"], das["within_share"], "higher"),
         "worst_batches_to_converge": (max(conv(sluice, i) for i in inside), max(conv(das, i) for i in inside), "lower"),
-        "worst_throughput_over_offered": (min(sluice["phases"][i]["throughput_over_offered"] for i in inside),
-                                          min(das["phases"][i]["throughput_over_offered"] for i in inside), "higher"),
+        "worst_throughput_over_offered": (min(kept_up(sluice, i) for i in inside),
+                                          min(kept_up(das, i) for i in inside), "higher"),
     }
     better = [k for k, (s, d, way) in measures.items() if (s > d if way == "higher" else s < d)]
     return {
@@ -368,7 +373,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short phases (under 5 minutes in all)")
     parser.add_argument("--bound", default="2s", help="the p95 latency bound (default 2s)")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="recompute the targets of the results file from its measured phases, and stop")
     args = parser.parse_args()
+    if args.rejudge:
+        path = RESULTS / "latency_constraint.json"
+        out = json.loads(path.read_text())
+        out["targets"] = targets(out["configs"], out["peak"]["peak_rows_s"])
+        path.write_text(json.dumps(out, indent=2))
+        print(json.dumps({"benchmark": "latency_constraint", "ratio": out["ratio"], "targets": out["targets"]}))
+        return
     bound_s = parse_duration(args.bound)
     bound_ms = bound_s * 1000
     started = time.time()
