@@ -196,3 +196,53 @@ def test_plasticc_without_forecast_falls_back_to_reactive():
     a = PlasticcScheduler().adapt(look)
     b = GreedyScheduler(True).adapt(look)
     assert a.mapping == b.mapping and a.active == b.active
+
+
+# ---- PLAStiCC's look-ahead on hand-computed traces: the backlog it starts from, and VM cost under the job's billing
+
+
+def one_pe(alternates=((1.0, 0.01),), vm_price: float = 1.0, startup_s: float = 0.0):
+    """One PE (value, seconds per message of each alternate), one 1-core VM class."""
+    from sluice.models.dynamic import Alternate, DynamicDataflow, Operator, VMClass
+
+    df = DynamicDataflow((Operator("p", tuple(Alternate(f"a{i}", v, c) for i, (v, c) in enumerate(alternates))),),
+                         ())
+    return df, VMClass("one", 1, 1.0, 1e12, vm_price, startup_s)
+
+
+def look_ahead(df, vm, rate: float, queue: float, steps: int = 4, dt: float = 10.0, billing_s: float = 3600.0,
+               active=(0,)):
+    return SchedulerInput(dataflow=df, vm_classes=(vm,), profit=ProfitModel.for_dataflow(df, 3.0, 6.0),
+                          external_rate=np.array([rate]), active=active,
+                          vms=(RunningVM("vm-0", vm, 0.0, (1,)),), now_s=100.0, step_s=dt, period_s=3600.0,
+                          omega_target=0.95, epsilon=0.05, queue=np.array([queue]),
+                          forecast=Forecast(np.full((steps, 1), rate)), billing_s=billing_s)
+
+
+def test_plasticc_plans_with_the_backlog_it_starts_from():
+    from sluice.plan.elastic.plasticc import _Plan
+
+    df, vm = one_pe()
+    # 1 core at 0.01 s a message: 100 msg/s. 50 msg/s arrive for 4 steps of 10 s (2,000) on top of
+    # 3,000 waiting: 1,000 go out a step, so 4,000 of 5,000 by the end: Omega 0.8 over the interval
+    inp = look_ahead(df, vm, rate=50.0, queue=3000.0)
+    plan = _Plan(inp)
+    thr, _, _ = plan.evaluate()
+    assert thr.processed[:, 0].tolist() == [1000.0, 1000.0, 1000.0, 1000.0]
+    assert plan.window_omega(thr, 0, 3) == pytest.approx(0.8)
+    assert plan.window_omega(thr, 3, 3) == pytest.approx(1000 / 2000)  # 1,500 left waiting + 500 arriving
+    # so it adds a core now; with nothing waiting the one it has is enough
+    assert len(PlasticcScheduler().adapt(inp).start) == 1
+    assert len(PlasticcScheduler().adapt(look_ahead(df, vm, rate=50.0, queue=0.0)).start) == 0
+
+
+def test_plasticc_weighs_a_new_vm_by_the_jobs_billing():
+    # short of cores: the accurate alternate (value 1, 0.01 s) needs 2 cores at 150 msg/s, the cheap
+    # one (value 0.6, 0.005 s) fits in 1. sigma = 0.4 / (6 - 3) per $ (Eq. 4.9). A VM billed by the
+    # hour costs sigma * 1 $ = 0.133 of value; switching loses 0.4 * 40 s / 3600 s = 0.0044: switch.
+    # Billed by the second the VM costs sigma * 40 s / 3600 = 0.0015 only: start one.
+    df, vm = one_pe(((1.0, 0.01), (0.6, 0.005)))
+    hourly = PlasticcScheduler().adapt(look_ahead(df, vm, rate=150.0, queue=0.0))
+    assert hourly.active == (1,) and not hourly.start
+    by_second = PlasticcScheduler().adapt(look_ahead(df, vm, rate=150.0, queue=0.0, billing_s=1.0))
+    assert by_second.active == (0,) and len(by_second.start) == 1

@@ -134,3 +134,17 @@ def test_value_cost_and_profit_are_measured_every_batch(spark, tmp_path):
     seconds = batches[-1].dynamics["state"]["seconds"]
     assert batches[-1].dynamics["cost"] == pytest.approx(3.6 * seconds / 3600, rel=1e-6)
     assert batches[-1].dynamics["cost"] > batches[0].dynamics["cost"]
+
+
+def test_a_running_job_pays_for_the_executors_it_asked_for_from_the_request_on():
+    from dataclasses import replace
+
+    from sluice.plan.physical import initial_plan
+    from sluice.runtime.executor import executors_held
+
+    plan = initial_plan(tweets().graph, 1)
+    registered = [{"id": "driver"}, {"id": "0"}, {"id": "1"}]
+    assert executors_held(plan, registered) == 2
+    assert executors_held(replace(plan, executors=3), registered) == 3  # the third is starting: billed already
+    assert executors_held(replace(plan, executors=1), registered) == 2  # a release Spark has not seen yet
+    assert executors_held(plan, [{"id": "driver"}]) == 1  # local Spark: the driver runs the tasks

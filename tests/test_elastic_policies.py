@@ -103,3 +103,35 @@ def test_configurable_by_name():
                                                 {"elastic_plasticc": {}}]})
     assert (ce.name, ce.price_per_hour, ce.interval_s) == ("elastic_ce", 2.0, 30)
     assert plasticc.name == "elastic_plasticc" and plasticc.forecaster is None
+
+
+def test_a_simulated_executor_bills_from_its_request_and_takes_tasks_once_it_joins():
+    # one executor, 1,000 rows at 2.5 ms: 2.5 core-seconds of work after a 0.5 s overhead. A second
+    # executor asked for at t=0 joins at t=1: 0.5 core-seconds done on one core by then (0.5..1),
+    # the 2.0 left on two cores take 1 s more, so the batch ends at 2.0 (on one core: 3.0). Both
+    # are billed from t=0.
+    g = graph()
+    g.economics = Economics(price_per_hour=3.6, break_even_best=7.2, break_even_worst=3.6)
+    engine = ElasticEngine(g, lambda t: 0.0, overhead_s=0.5)
+    engine.executors = SimulatedExecutors(lambda: engine.clock, held=1, max_executors=2, startup_s=1.0)
+    engine.arrived = 1000.0
+    engine.executors.set_total(2)
+    m = engine.step(initial_plan(g, 1))
+    assert m.duration_s == pytest.approx(2.0)
+    assert m.dynamics["cost"] == pytest.approx(2 * 2.0 / 3600 * 3.6)
+
+
+def test_figures_from_a_start_time_on():
+    # a run's batches before its input starts are left out: the cost from the end of the batch before
+    g = graph()
+    g.economics = Economics(price_per_hour=3.6, break_even_best=7.2, break_even_worst=3.6)
+    engine = ElasticEngine(g, lambda t: 100.0 if t >= 10.0 else 0.0, overhead_s=0.5)
+    engine.executors = SimulatedExecutors(lambda: engine.clock, held=2, max_executors=2)
+    batches = run(engine, None, initial_plan(g, 1), 30.0)
+    f = figures(batches, 2000.0, since=10.0, economics=g.economics, bounds=(0.6, 1.0))
+    kept = [m for m in batches if m.started_at >= 10.0]
+    before = [m for m in batches if m.started_at < 10.0][-1]
+    end = kept[-1].started_at + kept[-1].duration_s
+    assert f["cost"] == pytest.approx(2 * (end - before.started_at - before.duration_s) / 3600 * 3.6, rel=1e-6)
+    hours = (end - 10.0) / 3600
+    assert f["profit"] == pytest.approx(float(ProfitModel(0.6, 1.0, 3.6 * hours, 7.2 * hours).profit(1.0, f["cost"])))

@@ -177,7 +177,7 @@ class ElasticPolicy(Policy):
                              active=tuple(active), vms=tuple(vms), now_s=now, step_s=self.interval_s,
                              period_s=self.period_s, omega_target=self.omega_target, epsilon=self.epsilon,
                              observed_omega=observed_omega(view, self.window), queue=queue,
-                             forecast=forecast,
+                             forecast=forecast, billing_s=self._billing_s(view),
                              rate_history=np.array([[r] + [0.0] * (len(pes) - 1) for r in self.rate_history[-8:]]))
         return inp, pes
 
@@ -219,6 +219,13 @@ class ElasticPolicy(Policy):
         best = self.cost_at_best if self.cost_at_best is not None else 2 * self.price_per_hour * hours
         worst = self.cost_at_worst if self.cost_at_worst is not None else best / 2
         return ProfitModel.for_dataflow(dataflow, worst, best)
+
+    @staticmethod
+    def _billing_s(view: ControlView) -> float:
+        """How executors are billed (``Pipeline.economics``): in whole hours (the thesis's VMs,
+        the default without economics) or by the second."""
+        economics = getattr(view.graph, "economics", None)
+        return 1.0 if economics is not None and economics.billing == "second" else 3600.0
 
     # ---- measuring -----------------------------------------------------------------------------
     def _measure(self, view: ControlView) -> None:

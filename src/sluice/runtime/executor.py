@@ -392,14 +392,16 @@ class BatchExecutor:
 
 
 def executors_held(plan: Plan, executors: list[dict]) -> int:
-    """The executors the job holds, what its cost is billed for: on a cluster the executors
-    Spark reports registered besides the driver; on local Spark, where the driver runs the
-    tasks, what the Plan holds (``Plan.executors``, default one)."""
+    """The executors the job pays for, what its cost is billed for: on a cluster the executors
+    Spark reports registered besides the driver, and those requested and still starting (the
+    Plan's ``executors``, what the controller asked for: a worker's cores are the job's from
+    the moment the master launches an executor on it, as a cloud bills a VM from its launch);
+    on local Spark, where the driver runs the tasks, what the Plan holds (default one)."""
     from sluice.runtime.executors import held_executors
 
     held = held_executors(executors)
     if held:
-        return len(held)
+        return max(len(held), plan.executors or 0)
     return plan.executors or 1
 
 

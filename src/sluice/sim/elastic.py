@@ -25,6 +25,7 @@ import numpy as np
 from sluice.graph.alternates import alternates_of, application_value, value_bounds
 from sluice.graph.economics import Economics
 from sluice.models.economics import BatchFacts, EconomicsMeter
+from sluice.models.economics import profit as run_profit
 from sluice.plan.physical import Plan
 from sluice.runtime.executors import held_executors
 from sluice.runtime.metrics import BatchMetrics
@@ -53,6 +54,11 @@ class ElasticEngine:
         self.operators = [op for op in graph.topological_order() if op.is_python or op.is_keyed]
         self.meter = EconomicsMeter(graph.economics or Economics(), *value_bounds(graph))
 
+    @property
+    def waiting(self) -> int:
+        """Rows arrived and not yet admitted by a batch."""
+        return int(self.arrived) - self.admitted
+
     def cost_per_row(self, op_id: str, plan: Plan) -> float:
         alts = alternates_of(self.graph[op_id])
         if alts:
@@ -65,17 +71,30 @@ class ElasticEngine:
         mids = (ts[:-1] + ts[1:]) / 2
         return float(sum(self.rate(t) for t in mids) * (t1 - t0) / steps)
 
+    def _work_time(self, begin: float, work: float) -> float:
+        """Seconds the batch's tasks take from ``begin``: ``work`` core-seconds over the cores
+        held, and an executor that joins while they run takes its share of the tasks still
+        waiting from then on (Spark offers pending tasks to an executor once it registers)."""
+        resources = self.executors.resources()
+        cores, per = float(max(resources.cores, 1)), max(resources.cores_per_executor, 1)
+        t, left = begin, work
+        for join in sorted(j for j in getattr(self.executors, "joining", []) if j > begin):
+            if left <= cores * (join - t):
+                break
+            left -= cores * (join - t)
+            t, cores = join, cores + per
+        return t + left / cores - begin
+
     def step(self, plan: Plan) -> BatchMetrics:
         """Plan and run one batch under ``plan``; the clock advances by its duration."""
         start = self.clock
         waiting = int(self.arrived) - self.admitted
         rows = max(0, min(waiting, self.max_rows))
         self.admitted += rows
-        cores = max(self.executors.resources().cores, 1)
         per_row = {op.id: self.cost_per_row(op.id, plan) for op in self.operators}
         work = rows * sum(per_row.values())
         factor = math.exp(self.rng.normal(0.0, self.noise)) if self.noise else 1.0
-        duration = (self.overhead_s + work / cores) * factor
+        duration = self.overhead_s * factor + self._work_time(start + self.overhead_s * factor, work * factor)
         self.clock = start + duration
         self.arrived += self._arrivals(start, self.clock)
         resources = self.executors.resources()
@@ -83,8 +102,9 @@ class ElasticEngine:
             {"id": str(i), "cores": resources.cores_per_executor, "since": since}
             for i, since in enumerate(resources.since)]
         backlog: dict[str, int | None] = {self.source: int(self.arrived) - self.admitted}
+        billed = max(len(held_executors(executors)), self.executors.target)  # from the request on, as live
         facts = BatchFacts(started_at=start, ended_at=self.clock, value=application_value(self.graph, plan.alternates),
-                           rows_in=rows, backlog=backlog, executors=len(held_executors(executors)))
+                           rows_in=rows, backlog=backlog, executors=billed)
         m = BatchMetrics(
             batch_id=self.batch_id, plan_version=plan.version, started_at=start, duration_s=duration, rows_in=rows,
             rows_by_source={self.source: rows}, backlog=backlog,
@@ -95,10 +115,11 @@ class ElasticEngine:
         return m
 
 
-def run(engine: ElasticEngine, controller, plan: Plan, until_s: float) -> list[BatchMetrics]:
-    """Batches until the clock passes ``until_s``, the controller deciding after each (as live)."""
+def run(engine: ElasticEngine, controller, plan: Plan, until_s: float, drain: bool = False) -> list[BatchMetrics]:
+    """Batches until the clock passes ``until_s``, the controller deciding after each (as live);
+    ``drain``: and on until no row waits (a live run with a finite input ends so)."""
     out = []
-    while engine.clock < until_s:
+    while engine.clock < until_s or (drain and engine.waiting > 0):
         m = engine.step(plan)
         out.append(m)
         if controller is not None:
@@ -106,18 +127,37 @@ def run(engine: ElasticEngine, controller, plan: Plan, until_s: float) -> list[B
     return out
 
 
-def figures(batches: list, offered_rows: float | None = None) -> dict:
+def figures(batches: list, offered_rows: float | None = None, since: float | None = None,
+            economics: Economics | None = None, bounds: tuple[float, float] | None = None) -> dict:
     """A run's figures from its batches (simulated or live): the thesis's value, cost and
-    profit over the run as the last batch's ``dynamics`` record has them
+    profit over the run as the batches' ``dynamics`` records have them
     (``models.economics``), the executor-seconds held, and Omega over the run: rows
     processed over ``offered_rows`` (the rows that arrived), when given.
+
+    ``since`` (the batches' clock): only the batches that start then or later count, and the
+    cost is what the executors cost from the end of the batch before (a live run's batches
+    before its input starts are left out). Profit over that window needs the run's
+    ``economics`` and value ``bounds`` (Gamma_min, Gamma_max; without them, the last batch's
+    profit over the whole run).
 
     (``dynamics`` also has ``omega_mean``, the time mean of each batch's admitted over
     admitted-plus-waiting; with a source arriving at a rate it sits near 0.5 even when the
     job keeps up, since the rows that arrive while a batch runs wait for the next one.)"""
+    before = [m for m in batches if since is not None and m.started_at < since]
+    batches = [m for m in batches if since is None or m.started_at >= since]
     last: dict = next((m.dynamics for m in reversed(batches) if m.dynamics), {})
+    base: dict = next((m.dynamics for m in reversed(before) if m.dynamics), {})
     executor_seconds = sum(m.duration_s * len(held_executors(m.executors)) for m in batches)
     processed = sum(m.rows_in for m in batches)
     omega = None if not offered_rows else min(1.0, processed / offered_rows)
-    return {"value": last.get("value_mean"), "omega": omega, "cost": last.get("cost"),
-            "profit": last.get("profit"), "executor_seconds": round(executor_seconds, 3)}
+    cost = None if last.get("cost") is None else last["cost"] - float(base.get("cost", 0.0))
+    value, profit = last.get("value_mean"), last.get("profit")
+    if economics is not None and bounds is not None and batches and cost is not None:
+        weights = [m.duration_s for m in batches if m.dynamics]
+        values = [m.dynamics["value"] for m in batches if m.dynamics]
+        value = float(np.average(values, weights=weights)) if sum(weights) > 0 else values[-1]
+        start = since if since is not None else batches[0].started_at
+        hours = (batches[-1].started_at + batches[-1].duration_s - start) / 3600.0
+        profit = run_profit(economics, value, cost, hours, *bounds)
+    return {"value": value, "omega": omega, "cost": cost, "profit": profit,
+            "executor_seconds": round(executor_seconds, 3)}

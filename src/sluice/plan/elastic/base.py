@@ -79,6 +79,7 @@ class SchedulerInput:
     forecast: Forecast | None = None
     rate_history: np.ndarray | None = None   # recent external rates (steps x operators)
     speed_history: dict[str, np.ndarray] | None = None  # recent observed speeds per VM
+    billing_s: float = 3600.0             # a VM is billed in whole periods of this length (the thesis: hours)
 
     def __post_init__(self) -> None:
         rate = np.asarray(self.external_rate, dtype=float)
@@ -296,6 +297,13 @@ def hour_ends_within(age_s: float, step_s: float) -> bool:
     """True when the VM's current paid hour ends before the next decision point."""
     left = (-age_s) % 3600.0
     return left <= step_s or age_s <= 0
+
+
+def lease_cost(price_per_hour: float, held_s: float, billing_s: float = 3600.0) -> float:
+    """What a VM held for ``held_s`` seconds costs when billed in whole periods of
+    ``billing_s`` (3600: every started hour, Eq. 4.2; 1: by the second)."""
+    periods = np.ceil(max(held_s, 0.0) / billing_s - 1e-9)
+    return float(price_per_hour * periods * billing_s / 3600.0)
 
 
 def seconds_left_in_hour(age_s) -> np.ndarray:

@@ -36,12 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from sluice.errors import PlanError
-from sluice.models.dynamic import required_capacity, throughput, vm_weight
+from sluice.models.dynamic import Throughput, required_capacity, throughput, vm_weight
 from sluice.plan.elastic.base import (
     Decision,
     SchedulerInput,
     hour_ends_within,
     largest_class,
+    lease_cost,
     seconds_left_in_hour,
 )
 from sluice.plan.elastic.greedy import GreedyScheduler
@@ -104,18 +105,40 @@ class _Plan:
 
     # -- evaluation -------------------------------------------------------------------
     def evaluate(self):
+        """Eq. 4.4 to 4.7 step by step over the interval, each step's unprocessed input carried
+        to the next as its queue q_i (the backlog the scheduler starts from, ``inp.queue``,
+        included): a plan that leaves rows waiting pays for them in the steps after."""
         cap = np.einsum("vjn,vj->jn", self.counts.astype(float), self.eff_speed()) if self.classes \
             else np.zeros((self.h, self.df.n_ops))
-        thr = throughput(self.df, self.active, cap, self.rates, self.dt)
+        q = np.zeros(self.df.n_ops) if self.inp.queue is None else np.asarray(self.inp.queue, dtype=float)
+        steps, arrivals_only = [], []
+        for j in range(self.h):
+            t = throughput(self.df, self.active[j], cap[j], self.rates[j], self.dt, queue=q)
+            steps.append(t)
+            arrivals_only.append(throughput(self.df, self.active[j], cap[j], self.rates[j], self.dt).ideal_output_rate)
+            q = np.maximum(q + t.input_rate * self.dt - t.processed, 0.0)
+        thr = Throughput(*(np.stack([getattr(t, f) for t in steps]) for f in
+                           ("input_rate", "output_rate", "ideal_output_rate", "processed", "operator_omega",
+                            "omega")))
+        self.ideal_arrivals = np.stack(arrivals_only)  # ideal output of each step's arrivals alone
         need = required_capacity(self.df, self.active, thr.input_rate)
         return thr, cap, need
 
     def window_omega(self, thr, start: int, end: int) -> float:
-        """CumulativeThroughput over steps start..end (inclusive): messages out / ideal."""
+        """CumulativeThroughput over steps start..end (inclusive): messages out over the
+        messages that could have gone out: the queue at ``start`` and what arrives in the window
+        (a queued message counts once, not at every step it waits)."""
         outs = list(self.df.outputs)
         got = thr.output_rate[start:end + 1, outs].sum(axis=0)
-        ideal = thr.ideal_output_rate[start:end + 1, outs].sum(axis=0)
+        ideal = self.ideal_arrivals[start:end + 1, outs].sum(axis=0) + \
+            (thr.ideal_output_rate[start, outs] - self.ideal_arrivals[start, outs])
         return float(np.mean(np.where(ideal > 0, np.minimum(got / np.where(ideal > 0, ideal, 1), 1.0), 1.0)))
+
+    def vm_cost(self, vm_class, from_step: int) -> float:
+        """What holding a VM of ``vm_class`` from ``from_step`` to the end of the interval adds
+        to mu under the job's billing (a whole hour when billed hourly, Eq. 4.2; its seconds
+        when billed by the second)."""
+        return lease_cost(vm_class.price_per_hour, (self.h - from_step) * self.dt, self.inp.billing_s)
 
 
 @dataclass
@@ -175,7 +198,7 @@ class PlasticcScheduler:
         free = plan.cores[:, None] - plan.counts[:, ot:, :].sum(axis=2) if plan.classes else np.zeros((0, 1))
         exists = plan.start_step <= ot
         ok = np.flatnonzero((free.min(axis=1) > 0) & exists) if len(free) else np.array([], dtype=int)
-        gain_instance = 0.0 if len(ok) else -sigma * big.price_per_hour
+        gain_instance = 0.0 if len(ok) else -sigma * plan.vm_cost(big, max(ot - lead, 0))
         # option B: the alternate with the next lower processing need
         cur = plan.active[ot, bpe]
         n_alt = int(df.n_alternates[bpe])
@@ -216,7 +239,7 @@ class PlasticcScheduler:
                               np.array([plan.classes[v].core_speed for v in hosts]), plan.price[hosts])
                 v = int(hosts[np.argmin(w)])
                 empties = plan.counts[v, ot:, :].sum(axis=1).max() == 1
-                options.append((sigma * plan.price[v] if empties else 0.0, "remove", v))
+                options.append((sigma * plan.vm_cost(plan.classes[v], ot) if empties else 0.0, "remove", v))
             # option B: the alternate with the next higher value
             cur = plan.active[ot, ope]
             n_alt = int(df.n_alternates[ope])
