@@ -39,3 +39,23 @@ def test_archives_live_in_the_cache_directory_one_per_spark_and_java(monkeypatch
     assert archive is not None
     assert archive.path.startswith(str(tmp_path / "class-archives"))
     assert f"spark-{pyspark.__version__}-java-" in archive.path
+
+
+def test_one_process_records_at_a_time(tmp_path):
+    first = ClassArchive(str(tmp_path / "spark.jsa"))
+    assert "ArchiveClassesAtExit" in first.java_options() and first.records
+    second = ClassArchive(str(tmp_path / "spark.jsa"))
+    # the lock names this (live) process: a second start goes plain rather than pay for recording
+    assert second.java_options() == "" and not second.records
+    first.release_recording_lock()
+    assert "ArchiveClassesAtExit" in ClassArchive(str(tmp_path / "spark.jsa")).java_options()
+
+
+def test_a_dead_recorders_lock_is_taken_over(tmp_path):
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True, capture_output=True, text=True)
+    (tmp_path / "spark.jsa.recording").write_text(gone.stdout.strip())
+    archive = ClassArchive(str(tmp_path / "spark.jsa"))
+    assert "ArchiveClassesAtExit" in archive.java_options() and archive.records

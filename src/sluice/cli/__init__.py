@@ -14,7 +14,7 @@ import sys
 from sluice.errors import SluiceError
 
 # module names inside sluice.cli, in the order they appear in --help
-COMMANDS = ["run", "demo", "cluster", "status", "control", "ui", "plan", "profile", "simulate"]
+COMMANDS = ["run", "demo", "cluster", "status", "control", "ui", "plan", "profile", "simulate", "warm"]
 
 
 def build_parser() -> argparse.ArgumentParser:
