@@ -246,3 +246,10 @@ def test_plasticc_weighs_a_new_vm_by_the_jobs_billing():
     assert hourly.active == (1,) and not hourly.start
     by_second = PlasticcScheduler().adapt(look_ahead(df, vm, rate=150.0, queue=0.0, billing_s=1.0))
     assert by_second.active == (0,) and len(by_second.start) == 1
+
+
+def test_an_idle_operator_keeps_its_more_valuable_alternate():
+    # no input: Omega is 1, over the band; CE re-selects alternates among the heavier ones only
+    # (value over cost would otherwise pick the cheap one: 0.6 / 0.005 > 1 / 0.01)
+    df, vm = one_pe(((1.0, 0.01), (0.6, 0.005)))
+    assert GreedyScheduler(True).adapt(look_ahead(df, vm, rate=0.0, queue=0.0)).active == (0,)

@@ -158,10 +158,13 @@ class GreedyScheduler:
             in_rate = float(est.input_rate[i])
             need = in_rate * df.cost_table[i, :n_alt]          # RequiredRes per alternate
             current = int(p.active[i])
+            # lighter or heavier by cost per message, not by need: with no input every need is
+            # 0 and an idle operator would "move up" to a cheaper, less valuable alternate
+            per_msg = df.cost_table[i, :n_alt]
             if under:
-                feasible = [a for a in range(n_alt) if need[a] <= need[current]]
+                feasible = [a for a in range(n_alt) if per_msg[a] <= per_msg[current]]
             else:
-                feasible = [a for a in range(n_alt) if need[a] >= need[current]]
+                feasible = [a for a in range(n_alt) if per_msg[a] >= per_msg[current]]
             feasible.sort(key=lambda a: -df.value_table[i, a] / costs[i, a])
             pick = next((a for a in feasible if need[a] <= alloc), None)
             if pick is None and under and feasible:
