@@ -180,7 +180,8 @@ def timeline(batches, t0: float) -> list[dict]:
     return [{"t": round(m.started_at - t0, 2),
              "executors": len([e for e in m.executors if e.get("id") not in (None, "driver")]),
              "alternate": (m.alternates or {}).get("forecast"), "rows": m.rows_in, "duration_s": round(m.duration_s, 3),
-             "backlog": sum(v for v in (m.backlog or {}).values() if v is not None)} for m in batches]
+             "backlog": sum(v for v in (m.backlog or {}).values() if v is not None),
+             "cost": (m.dynamics or {}).get("cost"), "value": (m.dynamics or {}).get("value")} for m in batches]
 
 
 def run_live(spark, pool, name: str, phases, phase_s: float, alts, make_policy, executors: int, workdir: str) -> dict:

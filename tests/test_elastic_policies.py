@@ -133,5 +133,5 @@ def test_figures_from_a_start_time_on():
     before = [m for m in batches if m.started_at < 10.0][-1]
     end = kept[-1].started_at + kept[-1].duration_s
     assert f["cost"] == pytest.approx(2 * (end - before.started_at - before.duration_s) / 3600 * 3.6, rel=1e-6)
-    hours = (end - 10.0) / 3600
+    hours = (end - before.started_at - before.duration_s) / 3600
     assert f["profit"] == pytest.approx(float(ProfitModel(0.6, 1.0, 3.6 * hours, 7.2 * hours).profit(1.0, f["cost"])))

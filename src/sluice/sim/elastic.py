@@ -135,8 +135,8 @@ def figures(batches: list, offered_rows: float | None = None, since: float | Non
     processed over ``offered_rows`` (the rows that arrived), when given.
 
     ``since`` (the batches' clock): only the batches that start then or later count, and the
-    cost is what the executors cost from the end of the batch before (a live run's batches
-    before its input starts are left out). Profit over that window needs the run's
+    cost and the time are counted from the end of the batch before (a live run's batches before
+    its input starts are left out). Profit over that window needs the run's
     ``economics`` and value ``bounds`` (Gamma_min, Gamma_max; without them, the last batch's
     profit over the whole run).
 
@@ -156,7 +156,10 @@ def figures(batches: list, offered_rows: float | None = None, since: float | Non
         weights = [m.duration_s for m in batches if m.dynamics]
         values = [m.dynamics["value"] for m in batches if m.dynamics]
         value = float(np.average(values, weights=weights)) if sum(weights) > 0 else values[-1]
-        start = since if since is not None else batches[0].started_at
+        # from where the cost is counted: the end of the batch before (the meter bills each batch
+        # from the previous one's end), or the window's start
+        start = before[-1].started_at + before[-1].duration_s if before else \
+            since if since is not None else batches[0].started_at
         hours = (batches[-1].started_at + batches[-1].duration_s - start) / 3600.0
         profit = run_profit(economics, value, cost, hours, *bounds)
     return {"value": value, "omega": omega, "cost": cost, "profit": profit,
