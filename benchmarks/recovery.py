@@ -53,6 +53,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 KEYS = 10_000
+STANDBY = "sluice_standby"  # Sluice with a hot standby beside the job (`sluice run --standby`)
 SOURCE = "readings"
 
 
@@ -65,16 +66,22 @@ def make_spec(rate: float, total_rows: int, per_batch: int):
 
 
 # ---- the child: one run of one system ------------------------------------------------------------
-def child(system: str, workdir: str, rate: float, total_rows: int, per_batch: int) -> None:
+def child(system: str, workdir: str, rate: float, total_rows: int, per_batch: int, standby: bool = False) -> None:
     spec = make_spec(rate, total_rows, per_batch)
     out = os.path.join(workdir, system, "out")
-    if system == "sluice":
+    if system in ("sluice", STANDBY):
         from sluice import Pipeline, agg, sinks
 
         p = Pipeline("recovery", partitions=2)
         (p.source(spec, name=SOURCE).with_columns(units="CAST(units AS BIGINT)").key_by("meter")
          .aggregate(n=agg.count(), total=agg.sum("units"), name="per_meter").sink(sinks.files(out), name="out"))
-        p.run(os.path.join(workdir, system, "checkpoint"), master="local[2]")
+        ready = os.path.join(workdir, system, f"standby-{os.getpid()}.ready")
+
+        def on_standby(line: str) -> None:
+            if "waiting for" in line:  # the parent kills the active driver only once this exists
+                open(ready, "w").close()
+
+        p.run(os.path.join(workdir, system, "checkpoint"), master="local[2]", standby=standby, on_standby=on_standby)
         return
     from pyspark.sql import functions as F
 
@@ -103,7 +110,7 @@ def child(system: str, workdir: str, rate: float, total_rows: int, per_batch: in
 def commits(workdir: str, system: str) -> dict[int, float]:
     """Batch id -> when it was committed (Sluice: its done record; Spark: its commit log entry)."""
     checkpoint = os.path.join(workdir, system, "checkpoint")
-    if system == "sluice":
+    if system != "spark":
         paths = glob.glob(os.path.join(checkpoint, "batches", "*.done.json"))
         return {int(os.path.basename(p).split(".")[0]): os.path.getmtime(p) for p in paths}
     paths = glob.glob(os.path.join(checkpoint, "spark", "commits", "[0-9]*"))
@@ -123,11 +130,12 @@ def backlog_when_planned(workdir: str, system: str, batch_id: int, rate: float, 
     return min(rows_arrived(offset["start_us"], rate, offset["at_us"]), total_rows) - offset["rows"]
 
 
-def launch(system: str, workdir: str, args) -> subprocess.Popen:
+def launch(system: str, workdir: str, args, standby: bool = False) -> subprocess.Popen:
     log = open(os.path.join(workdir, f"{system}.log"), "ab")
     return subprocess.Popen(
         [sys.executable, __file__, "--child", system, "--workdir", workdir, "--rate", str(args.rate),
-         "--total-rows", str(args.total_rows), "--rows-per-batch", str(args.rows_per_batch)],
+         "--total-rows", str(args.total_rows), "--rows-per-batch", str(args.rows_per_batch)]
+        + (["--as-standby"] if standby else []),
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -167,7 +175,55 @@ def start(system: str, workdir: str, args, before: set[int]) -> tuple[subprocess
     raise SystemExit(f"{system} failed to start three times; see {workdir}/{system}.log")
 
 
+def launch_standby(workdir: str, args) -> tuple[subprocess.Popen, str]:
+    """A hot standby beside the running job; and the file it creates once ready."""
+    proc = launch(STANDBY, workdir, args, standby=True)
+    return proc, os.path.join(workdir, STANDBY, f"standby-{proc.pid}.ready")
+
+
+def run_with_standby(workdir: str, args, rng: random.Random) -> dict:
+    """Like ``run_system``, with a hot standby beside the job: each kill comes once the standby
+    is ready; the standby takes over (measured from the kill), and a new standby is started
+    beside it for the next kill."""
+    system = STANDBY
+    shutil.rmtree(os.path.join(workdir, system), ignore_errors=True)
+    os.makedirs(os.path.join(workdir, system))
+    restarts = []
+    proc, start_times = start(system, workdir, args, set())
+    print(f"  {system}: started, first commit after {_s(start_times['first_commit_s'])}", flush=True)
+    for k in range(args.kills):
+        standby, ready = launch_standby(workdir, args)
+        while not os.path.exists(ready):
+            if standby.poll() is not None or proc.poll() is not None:
+                raise SystemExit(f"{system}: a driver ended before kill {k + 1}; see {workdir}/{system}.log")
+            time.sleep(0.1)
+        wait = rng.uniform(*args.kill_after)
+        time.sleep(wait)
+        if proc.poll() is not None:
+            print(f"  {system}: the job ended before kill {k + 1}; lower --kill-after or raise --total-rows")
+            os.killpg(standby.pid, signal.SIGKILL)
+            break
+        before = set(commits(workdir, system))
+        killed = time.time()
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, no goodbyes
+        proc.wait()
+        proc = standby
+        r = watch_restart(system, workdir, proc, killed, before, args.rate, args.total_rows)
+        r["killed_after_s"] = round(wait, 2)
+        restarts.append(r)
+        print(f"  {system}: kill {k + 1} after {wait:.1f} s; the standby took over: first commit "
+              f"{_s(r['first_commit_s'])} after the kill, caught up {_s(r['caught_up_s'])}", flush=True)
+    proc.wait()
+    if proc.returncode != 0:
+        raise SystemExit(f"{system}'s last run failed ({proc.returncode}); see {workdir}/{system}.log")
+    lost, duplicated = check_output(workdir, system, args)
+    print(f"  {system}: lost {lost} rows, duplicated {duplicated} rows", flush=True)
+    return {"start": start_times, "restarts": restarts, "lost_rows": lost, "duplicated_rows": duplicated}
+
+
 def run_system(system: str, workdir: str, args, rng: random.Random) -> dict:
+    if system == STANDBY:
+        return run_with_standby(workdir, args, rng)
     shutil.rmtree(os.path.join(workdir, system), ignore_errors=True)
     restarts = []
     proc, start_times = start(system, workdir, args, set())
@@ -271,7 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-after", type=float, nargs=2, default=(3.0, 12.0), metavar=("MIN", "MAX"),
                         help="a kill comes uniformly MIN..MAX s after the job caught up (after its start or restart)")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--child", choices=("sluice", "spark"), help=argparse.SUPPRESS)
+    parser.add_argument("--name", default="recovery", help="results file name (docs/results/NAME.json and .png)")
+    parser.add_argument("--systems", default=None,
+                        help="comma-separated subset of sluice,spark,sluice_standby (default: sluice,spark, "
+                             "and sluice_standby with --standby)")
+    parser.add_argument("--standby", action="store_true",
+                        help="also Sluice with a hot standby beside the job (sluice run --standby): kill to its first commit")
+    parser.add_argument("--child", choices=("sluice", "spark", STANDBY), help=argparse.SUPPRESS)
+    parser.add_argument("--as-standby", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.kills = args.kills if args.kills is not None else (2 if args.quick else 6)
@@ -280,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     # and says so)
     args.total_rows = args.total_rows or int(args.rate * 150 * (args.kills + 1))
     if args.child:
-        child(args.child, args.workdir, args.rate, args.total_rows, args.rows_per_batch)
+        child(args.child, args.workdir, args.rate, args.total_rows, args.rows_per_batch, args.as_standby)
         return 0
     workdir = tempfile.mkdtemp(prefix="sluice-recovery-")
     mode = "quick" if args.quick else "full"
@@ -289,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     rng = random.Random(args.seed)
     runs = {}
-    for system in ("sluice", "spark"):
+    systems = args.systems.split(",") if args.systems else ["sluice", "spark"] + ([STANDBY] if args.standby else [])
+    for system in systems:
         runs[system] = run_system(system, workdir, args, rng)
     results = {
         "benchmark": "recovery", "mode": mode,
@@ -297,17 +361,20 @@ def main(argv: list[str] | None = None) -> int:
                   "rows_per_batch": args.rows_per_batch, "kill_after_s": list(args.kill_after), "master": "local[2]",
                   "first_commit": "process launch to the first batch committed by the new run",
                   "caught_up": "process launch to the commit of the first batch planned with less than 1 s of "
-                               "input waiting"},
+                               "input waiting",
+                  STANDBY: "first commit and caught up counted from the kill (the standby was ready before it)"},
         **{s: {**runs[s], **summary(runs[s])} for s in runs},
     }
-    sluice_first, spark_first = results["sluice"]["first_commit_s_median"], results["spark"]["first_commit_s_median"]
+    sluice_first = results.get("sluice", {}).get("first_commit_s_median")
+    spark_first = results.get("spark", {}).get("first_commit_s_median")
     results["ratio"] = round(spark_first / sluice_first, 3) if sluice_first and spark_first else None
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "recovery.json").write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, RESULTS / "recovery.png")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
+    if "sluice" in results and "spark" in results:
+        plot(results, RESULTS / f"{args.name}.png")
     shutil.rmtree(workdir, ignore_errors=True)
     print(json.dumps({"benchmark": "recovery", "ratio": results["ratio"], "mode": mode,
-                      **{f"{s}_{k}": results[s][k] for s in ("sluice", "spark")
+                      **{f"{s}_{k}": results[s][k] for s in runs
                          for k in ("first_commit_s_median", "caught_up_s_median", "lost_rows", "duplicated_rows")}}))
     return 0
 

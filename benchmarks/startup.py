@@ -8,7 +8,11 @@ operators, two file sinks) runs in a child process on local[2]:
 
 - **cold start**: a fresh checkpoint; process launch to the first committed batch;
 - **restart**: the same job SIGKILLed (driver and JVM) once it has committed a few batches
-  and relaunched on its checkpoint; launch to the first batch the new run commits.
+  and relaunched on its checkpoint; launch to the first batch the new run commits;
+- **standby** (Sluice only): the job runs again on its checkpoint with a hot standby beside it
+  (``run_pipeline(standby=True)``, ``sluice run --standby``); once the standby is ready and the
+  job has run two more batches, the job's driver and JVM are SIGKILLed: kill to the first
+  batch the standby commits, and the standby's CPU seconds in that time.
 
 The child marks each phase as it passes it (the interpreter and imports, the JVM and
 SparkSession, validating the graph (Spark types the SQL expressions), opening the source,
@@ -42,6 +46,7 @@ from pathlib import Path  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 RATE = 20_000
+STANDBY_MARKS = "standby_marks.jsonl"
 
 
 # ---- the child ---------------------------------------------------------------------------------
@@ -64,6 +69,7 @@ def instrument(mark: Marks) -> None:
     import pyspark.sql.streaming.readwriter as rw
 
     import sluice.runtime.executor as executor
+    import sluice.runtime.rehearsal as rehearsal
     import sluice.runtime.schemas as schemas
     import sluice.runtime.session as session
     import sluice.runtime.sources as src
@@ -80,6 +86,7 @@ def instrument(mark: Marks) -> None:
 
     after(session, "spark_session", "spark_session")
     after(src, "open_stream", "source_opened")
+    after(rehearsal, "rehearse_batch", "rehearsed")
     after(rw.DataStreamWriter, "start", "query_started")
     typer = schemas.SparkTyper.__call__
 
@@ -112,8 +119,8 @@ def instrument(mark: Marks) -> None:
     executor.BatchExecutor._write_sink = sink
 
 
-def child(system: str, workdir: str, launched: float) -> None:
-    mark = Marks(os.path.join(workdir, "marks.jsonl"), launched)
+def child(system: str, workdir: str, launched: float, standby: bool = False) -> None:
+    mark = Marks(os.path.join(workdir, STANDBY_MARKS if standby else "marks.jsonl"), launched)
     mark("interpreter", t_abs=T0)
     import pyspark  # noqa: F401
 
@@ -134,7 +141,14 @@ def child(system: str, workdir: str, launched: float) -> None:
             if len(done) == 2:  # Spark's split of the first trigger (its progress is final by now)
                 mark("first_trigger", progress=_first_progress())
 
-        pipeline.run(os.path.join(workdir, "checkpoint"), master="local[2]", on_batch=on_batch)
+        def on_standby(line: str) -> None:
+            for words, phase in (("rehearsed", "rehearsed"), ("rehearsal failed", "rehearsal_failed"),
+                                 ("waiting for", "standby_ready"), ("took over", "took_over")):
+                if words in line:
+                    mark(phase, line=line)
+
+        pipeline.run(os.path.join(workdir, "checkpoint"), master="local[2]", on_batch=on_batch, standby=standby,
+                     on_standby=on_standby)
         return
     from pyspark.sql import functions as F
 
@@ -176,8 +190,8 @@ def _first_progress() -> dict | None:
 
 
 # ---- the parent --------------------------------------------------------------------------------
-def read_marks(workdir: str) -> list[dict]:
-    path = os.path.join(workdir, "marks.jsonl")
+def read_marks(workdir: str, name: str = "marks.jsonl") -> list[dict]:
+    path = os.path.join(workdir, name)
     if not os.path.exists(path):
         return []
     return [json.loads(line) for line in open(path) if line.strip()]
@@ -190,15 +204,15 @@ def one_run(system: str, workdir: str, batches_before_kill: int, timeout: float 
     if os.path.exists(marks_path):
         os.remove(marks_path)
     launched = time.time()
-    proc = subprocess.Popen([sys.executable, __file__, "--child", system, "--workdir", workdir,
-                             "--launched", repr(launched)], stdout=open(os.path.join(workdir, "child.log"), "ab"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = launch_child(system, workdir, launched)
     want = max(batches_before_kill, 6)
     cpu: dict[int, float] = {}  # pid -> CPU seconds, of every process of the job (driver, JVM, workers)
-    cpu_to_first_commit = None
+    cpu_to_first_commit = cpu_at_query_start = None
     while time.time() - launched < timeout:
         marks = read_marks(workdir)
         _sample_cpu(proc.pid, cpu)
+        if cpu_at_query_start is None and any(m["phase"] == "query_started" for m in marks):
+            cpu_at_query_start = round(sum(cpu.values()), 2)
         if cpu_to_first_commit is None and any(m["phase"] == "first_commit" for m in marks):
             cpu_to_first_commit = round(sum(cpu.values()), 2)
         if sum(m["phase"] == "batch_done" for m in marks) >= want or proc.poll() is not None:
@@ -214,8 +228,90 @@ def one_run(system: str, workdir: str, batches_before_kill: int, timeout: float 
     for m in marks:
         phases.setdefault(m["phase"], m["t"])
     steady = [m["duration_s"] for m in marks if m["phase"] == "batch_done"][2:]
-    return {"phases": phases, "cpu_s_to_first_commit": cpu_to_first_commit, "steady_batch_s": round(sorted(steady)[len(steady) // 2], 3) if steady else None,
+    return {"phases": phases, "cpu_s_to_first_commit": cpu_to_first_commit, "cpu_s_to_query_start": cpu_at_query_start,
+            "steady_batch_s": round(sorted(steady)[len(steady) // 2], 3) if steady else None,
             "first_trigger_ms": next((m.get("progress") for m in marks if "progress" in m), None)}
+
+
+def launch_child(system: str, workdir: str, launched: float, standby: bool = False) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, __file__, "--child", system, "--workdir", workdir,
+                             "--launched", repr(launched)] + (["--standby"] if standby else []),
+                            stdout=open(os.path.join(workdir, "standby.log" if standby else "child.log"), "ab"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for(workdir: str, name: str, done, proc: subprocess.Popen, what: str, timeout: float = 600) -> list[dict]:
+    """Wait until ``done(marks)`` of the marks file ``name``; SystemExit if ``proc`` dies first."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        marks = read_marks(workdir, name)
+        if done(marks):
+            return marks
+        if proc.poll() is not None:
+            raise SystemExit(f"the job died ({proc.returncode}) waiting for {what}; see {workdir}")
+        time.sleep(0.05)
+    raise SystemExit(f"timed out waiting for {what}; see {workdir}")
+
+
+def standby_run(workdir: str) -> dict:
+    """The job running on its checkpoint with a hot standby beside it (``--standby``): once
+    the standby is ready and the job steady, SIGKILL the job's driver and JVM and time the
+    standby's takeover: kill to its first committed batch (a replay of the batch the kill
+    interrupted, or the next one), with its CPU seconds in that time."""
+    for name in ("marks.jsonl", STANDBY_MARKS):
+        if os.path.exists(os.path.join(workdir, name)):
+            os.remove(os.path.join(workdir, name))
+    active = launch_child("sluice", workdir, time.time())
+    try:
+        _wait_for(workdir, "marks.jsonl", lambda m: _count(m, "batch_done") >= 2, active, "the active job's batches")
+        launched = time.time()
+        standby = launch_child("sluice", workdir, launched, standby=True)
+        try:
+            marks = _wait_for(workdir, STANDBY_MARKS, lambda m: _count(m, "standby_ready") > 0, standby,
+                              "the standby to be ready")
+            ready_s = next(m["t"] for m in marks if m["phase"] == "standby_ready")
+            seen = _count(read_marks(workdir), "batch_done")
+            _wait_for(workdir, "marks.jsonl", lambda m: _count(m, "batch_done") >= seen + 2, active,
+                      "the active job's steady batches")
+            cpu: dict[int, float] = {}
+            _sample_cpu(standby.pid, cpu)
+            cpu_before = sum(cpu.values())
+            killed = time.time()
+            os.killpg(active.pid, signal.SIGKILL)  # the driver and its JVM, no goodbyes
+            active.wait()
+            cpu_to_commit = None
+            deadline = time.time() + 600
+            while time.time() < deadline:
+                marks = read_marks(workdir, STANDBY_MARKS)
+                _sample_cpu(standby.pid, cpu)
+                if cpu_to_commit is None and _count(marks, "first_commit"):
+                    cpu_to_commit = round(sum(cpu.values()) - cpu_before, 2)
+                if _count(marks, "batch_done") >= 4 or standby.poll() is not None:
+                    break
+                time.sleep(0.05)
+            if standby.poll() is not None:
+                raise SystemExit(f"the standby died ({standby.returncode}); see {workdir}/standby.log")
+        finally:
+            if standby.poll() is None:
+                os.killpg(standby.pid, signal.SIGKILL)
+                standby.wait()
+    finally:
+        if active.poll() is None:
+            os.killpg(active.pid, signal.SIGKILL)
+            active.wait()
+    marks = read_marks(workdir, STANDBY_MARKS)
+    kill_t = killed - launched
+    after = {}
+    for m in marks:
+        if m["t"] >= kill_t and m["phase"] not in after:
+            after[m["phase"]] = round(m["t"] - kill_t, 3)
+    before = {m["phase"]: m["t"] for m in marks if m["t"] < kill_t}
+    return {"standby_ready_s": ready_s, "phases_before_kill": before, "phases_after_kill": after,
+            "kill_to_first_commit_s": after.get("first_commit"), "cpu_s_kill_to_first_commit": cpu_to_commit}
+
+
+def _count(marks: list[dict], phase: str) -> int:
+    return sum(m["phase"] == phase for m in marks)
 
 
 def _sample_cpu(group: int, cpu: dict[int, float]) -> None:
@@ -241,7 +337,18 @@ def measure(system: str, root: str) -> dict:
     os.makedirs(workdir)
     cold = one_run(system, workdir, 8)
     restart = one_run(system, workdir, 0)
-    return {"cold": cold, "restart": restart}
+    out = {"cold": cold, "restart": restart}
+    if system == "sluice":
+        out["standby"] = standby_run(workdir)
+    return out
+
+
+def _first_batch_s(run: dict) -> float | None:
+    """The first batch's own time: its query's start to its commit."""
+    phases = run["phases"]
+    if "first_commit" not in phases or "query_started" not in phases:
+        return None
+    return round(phases["first_commit"] - phases["query_started"], 3)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,11 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", choices=("sluice", "spark"), help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     parser.add_argument("--launched", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--standby", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--name", default="startup", help="results file name (docs/results/NAME.json)")
     parser.add_argument("--sluice-only", action="store_true", help="no Spark anchor (before/after comparisons)")
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.workdir, args.launched)
+        child(args.child, args.workdir, args.launched, args.standby)
         return 0
     runs = args.runs or (1 if args.quick else 3)
     root = tempfile.mkdtemp(prefix="sluice-startup-")
@@ -272,11 +380,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"steady batch {r['cold']['steady_batch_s']} s", flush=True)
             print("          cold phases:    " + json.dumps(r["cold"]["phases"]), flush=True)
             print("          restart phases: " + json.dumps(r["restart"]["phases"]), flush=True)
+            if "standby" in r:
+                print(f"          standby: kill to first commit {r['standby']['kill_to_first_commit_s']} s "
+                      f"({r['standby']['cpu_s_kill_to_first_commit']} CPU s); after the kill: "
+                      + json.dumps(r["standby"]["phases_after_kill"]), flush=True)
 
     def best(system: str, which: str) -> dict:
         return min(results[system], key=lambda r: r[which]["phases"].get("first_commit", 1e9))[which]
 
     summary = {s: {w: best(s, w) for w in ("cold", "restart")} for s in results}
+    summary["sluice"]["standby"] = min((r["standby"] for r in results["sluice"]),
+                                       key=lambda r: r["kill_to_first_commit_s"] or 1e9)
     out = {"benchmark": "startup", "runs": runs, "setup": {"pipeline": "sluice demo (smart meters)", "rate": RATE,
                                                           "master": "local[2]"},
            "best": summary, "all": results}
@@ -289,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"benchmark": "startup", "ratio": out["ratio"],
                       "sluice_cold_first_commit_s": summary["sluice"]["cold"]["phases"].get("first_commit"),
                       "sluice_restart_first_commit_s": sluice_restart,
+                      "sluice_standby_kill_to_first_commit_s": summary["sluice"]["standby"]["kill_to_first_commit_s"],
+                      "sluice_first_batch_cold_s": _first_batch_s(summary["sluice"]["cold"]),
+                      "sluice_first_batch_restart_s": _first_batch_s(summary["sluice"]["restart"]),
                       "spark_cold_first_commit_s": summary.get("spark", {}).get("cold", {}).get("phases", {}).get("first_commit"),
                       "spark_restart_first_commit_s": spark_restart,
                       "sluice_steady_batch_s": summary["sluice"]["cold"]["steady_batch_s"]}))

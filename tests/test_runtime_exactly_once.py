@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
+from sluice.runtime.checkpoint import Checkpoint
+from sluice.runtime.lease import Lease
 from tests import crash_harness as harness
 from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches, state_written
 from tests.pipelines import exactly_once
@@ -57,6 +63,55 @@ def test_sigkill_at_several_moments_then_restart_equals_uninterrupted_run(refere
     assert got["stats"] == reference["stats"]
     assert got["jumps"] == reference["jumps"]
     assert sorted(reference["stats"]) == list(range(BATCHES + 1))  # + the end-of-input batch
+
+
+def wait_until(condition, what: str, *procs, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        for proc in procs:
+            if proc.poll() is not None:
+                pytest.fail(f"a driver exited ({proc.returncode}) while waiting for {what}")
+        if time.time() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_standby_takes_over_from_a_killed_driver_exactly_once(reference, tmp_path):
+    """A hot standby (``sluice run --standby``) waits while the active driver runs, takes over
+    when it is SIGKILLed in the middle of a batch, and the output equals a run that never failed."""
+    out, checkpoint, hold = str(tmp_path / "out"), str(tmp_path / "checkpoint"), str(tmp_path / "hold")
+    env = dict(SLUICE_TEST_OUT=out, SLUICE_TEST_ROWS=str(ROWS), SLUICE_TEST_PER_BATCH=str(PER_BATCH),
+               SLUICE_TEST_HOLD=hold)
+    active = harness.launch(exactly_once.__file__, checkpoint, env)
+    log = tmp_path / "standby.log"
+    standby = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "run", exactly_once.__file__, "--checkpoint", checkpoint, "--quiet",
+         "--standby"], env=dict(os.environ, SLUICE_MASTER="local[2]", **env), stdout=log.open("wb"),
+        stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        # after batch 1 the active's next batch waits in its first operator: killed mid-batch
+        wait_until(lambda: 1 in done_batches(checkpoint), "batch 1", active, standby)
+        open(hold, "w").close()
+        wait_until(lambda: b"standby: ready" in log.read_bytes(), "the standby", active, standby)
+        wait_until(lambda: started_batches(checkpoint) - done_batches(checkpoint), "a held batch", active, standby)
+        lease = Lease(Checkpoint(checkpoint)).read()
+        assert lease is not None and lease.epoch == 1  # the standby waited
+        os.killpg(active.pid, signal.SIGKILL)  # the driver and its Spark JVM, no goodbyes
+        active.wait()
+        os.remove(hold)
+        assert standby.wait(timeout=300) == 0, log.read_text()
+    finally:
+        for proc in (active, standby):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert b"standby: took over" in log.read_bytes()
+    assert Lease(Checkpoint(checkpoint)).read().epoch == 2
+    got = batch_outputs(out)
+    assert got["raw"] == reference["raw"]
+    assert got["stats"] == reference["stats"]
+    assert got["jumps"] == reference["jumps"]
 
 
 def test_moving_key_groups_between_batches_keeps_results_exact(reference, spark, tmp_path):

@@ -5,6 +5,7 @@ order to worry about). ``SLUICE_TEST_OUT`` says where its sinks write."""
 from __future__ import annotations
 
 import os
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,9 +16,14 @@ from sluice import agg, sinks, sources
 OUT = os.environ.get("SLUICE_TEST_OUT", "/tmp/sluice-exactly-once")
 ROWS = int(os.environ.get("SLUICE_TEST_ROWS", "24000"))
 PER_BATCH = int(os.environ.get("SLUICE_TEST_PER_BATCH", "2000"))
+# while this file exists, a batch waits in its first operator: the standby test holds the
+# active driver in the middle of a batch until the standby is ready, then kills it
+HOLD = os.environ.get("SLUICE_TEST_HOLD")
 
 
 def to_watts(batch: pa.RecordBatch) -> pa.RecordBatch:
+    while HOLD and os.path.exists(HOLD):
+        time.sleep(0.05)
     watts = pc.cast(pc.multiply(batch.column("kwh"), 1000.0), pa.int64(), safe=False)
     return pa.RecordBatch.from_arrays([batch.column("id"), batch.column("meter"), watts], names=["id", "meter", "watts"])
 

@@ -168,7 +168,9 @@ class Pipeline:
         ``executors`` / ``max_executors`` (on a standalone cluster: hold that many executors
         from the first batch / let the controller hold at most that many; docs/elastic.md),
         ``collocate`` (False: an exchange before every keyed operator, also one keyed on the
-        key of the keyed operator before it; see docs/balancing.md).
+        key of the keyed operator before it; see docs/balancing.md), ``standby`` (True: a hot
+        standby that waits for the driver running this checkpoint and takes over when it dies;
+        ``on_standby`` receives its status lines; docs/operations.md).
 
         >>> import sluice
         >>> from sluice import sources as S

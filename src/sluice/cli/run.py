@@ -64,6 +64,9 @@ def register(subparsers) -> None:
     p.add_argument("--reset-state", action="append", default=[], metavar="OPERATOR",
                    help="drop this stateful operator's state in the checkpoint and start it empty "
                         "(after a pipeline change the checkpoint cannot follow; repeat for several)")
+    p.add_argument("--standby", action="store_true",
+                   help="a hot standby: start Spark, validate and open the sources now, then wait for the driver "
+                        "running this checkpoint and take over within seconds when it dies (docs/operations.md)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--ui", action="store_true", help="serve the live dashboard and /metrics while the job runs")
     add_server_options(p)
@@ -117,7 +120,8 @@ def main(args) -> int:
         result = pipeline.run(checkpoint, master=master, duration=args.duration,
                               trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
                               on_batch=progress, policies=args.policies, dead_letter_budget=args.dead_letter_budget,
-                              reset_state=args.reset_state,
+                              reset_state=args.reset_state, standby=args.standby,
+                              on_standby=(lambda line: print(line, flush=True)) if args.standby else None,
                               on_control=getattr(progress, "control", None), ship=args.pipeline, ui=spark_ui,
                               **options)
     finally:

@@ -61,8 +61,10 @@ class BatchExecutor:
     def __init__(self, spark, graph: JobGraph, checkpoint: str | Checkpoint, plan_log: PlanLog, sources: list[SourceInfo],
                  dead_letter_sink: SinkSpec | None = None, controller=None, on_batch=None, backlog=None,
                  dead_letter_budget: float = DEFAULT_BUDGET,
-                 late_data_sink: SinkSpec | None = None):
+                 late_data_sink: SinkSpec | None = None, fence=None):
         self.spark = spark
+        # raises when this driver may no longer write to the checkpoint (runtime.lease)
+        self.fence = fence or (lambda: None)
         self.graph = graph
         self.checkpoint = Checkpoint.of(checkpoint)
         self.plan_log = plan_log
@@ -166,6 +168,7 @@ class BatchExecutor:
     def _run(self, df, batch_id: int) -> None:
         """DESIGN.md section 4, step by step."""
         started = time.time()
+        self.fence()
         # 1. the Plan for this batch, and its time and watermark (fixed for any replay)
         plan = self.plan_log.plan_for(batch_id)
         if plan is None:
@@ -187,6 +190,7 @@ class BatchExecutor:
         frames, lineage = self._build(df, batch_id, plan, context, state)
 
         # 3. every sink, idempotently for batch_id (this runs the batch's Spark job)
+        self.fence()  # a driver another has replaced writes nothing more
         sink_stats = {op.id: self._write_sink(op, frames[op.inputs[0]], batch_id, started) for op in self.graph.sinks()}
         lineage.finish(self.accumulator)  # the stages' driver-side work: late records fetched
         dead = self._forward_dead_letters(batch_id, replay)
@@ -195,6 +199,7 @@ class BatchExecutor:
                      self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"))
 
         # 4. commit the key-group state, then record the batch as done with its metrics
+        self.fence()
         state.commit()
         per_op = split_metrics(self.accumulator.value)
         observed = lineage.source_statistics(per_op)

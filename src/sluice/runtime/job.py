@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field, replace
 
 from sluice.errors import ConfigError, PlanError, SluiceError, from_traceback
@@ -16,6 +17,7 @@ from sluice.runtime.compile import SourceInfo
 from sluice.runtime.dead_letters import check_budget_value
 from sluice.runtime.executor import MICROS, BatchExecutor
 from sluice.runtime.interrupt import StopOnSigint
+from sluice.runtime.lease import Lease
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.pipeline_record import open_checkpoint
 from sluice.runtime.planlog import PlanLog
@@ -45,7 +47,8 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                  policies=None, on_control: Callable[[dict], None] | None = None,
                  dead_letter_budget: float | None = None,
                  reset_state: Iterable[str] = (), ship: str | None = None, ui: bool | None = None,
-                 executors: int | None = None, max_executors: int | None = None) -> JobResult:
+                 executors: int | None = None, max_executors: int | None = None, standby: bool = False,
+                 on_standby: Callable[[str], None] | None = None) -> JobResult:
     """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
     URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
@@ -77,18 +80,47 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     to register), and a controller's ``executors`` actions add and release them between
     batches, up to ``max_executors`` (default: what the application got when it started).
     On local Spark ``executors`` is an error and the controller rejects such actions.
-    """
-    from sluice.runtime.schemas import SparkTyper
-    from sluice.runtime.session import announce_ui, spark_session
-    from sluice.runtime.sources import is_exhausted, read_backlog
-    from sluice.runtime.warmup import in_background, start_python_workers
 
+    A run holds the checkpoint's lease (``runtime.lease``) while it runs: a second run on a
+    checkpoint in use fails at once (LeaseHeldError), and a run that lost the lease stops
+    before writing anything more (FencedError). ``standby``: a hot standby instead. It starts
+    its session and Python workers, validates the pipeline and opens its sources, then waits
+    for the lease (``on_standby`` gets a line saying whom it waits for) and takes over the
+    moment the active driver stops or dies: its first batch replays what the active left
+    unfinished.
+    """
     if duration is not None and duration <= 0:
         raise ConfigError(f"duration must be positive seconds, got {duration}")
     if trigger_interval < 0:
         raise ConfigError(f"trigger_interval must be >= 0 seconds, got {trigger_interval}")
     budget = check_budget_value(pipeline.dead_letter_budget if dead_letter_budget is None else dead_letter_budget)
     checkpoint = Checkpoint.of(checkpoint)
+    lease = Lease(checkpoint)
+    if not standby:
+        # fail before the slow start when another driver runs this checkpoint; a driver that
+        # just died may take a moment to be gone (its JVM), one on another host until its
+        # lease expires
+        lease.acquire(wait=True, timeout_s=lease.ttl + lease.grace)
+        lease.start_heartbeat()
+    try:
+        return _run(pipeline, checkpoint, lease, master=master, spark=spark, duration=duration,
+                    trigger_interval=trigger_interval, max_rows_per_batch=max_rows_per_batch, plan=plan,
+                    controller=controller, on_batch=on_batch, stop_when=stop_when, fuse=fuse, collocate=collocate,
+                    policies=policies, on_control=on_control, budget=budget, reset_state=reset_state, ship=ship,
+                    ui=ui, executors=executors, max_executors=max_executors, standby=standby, on_standby=on_standby)
+    finally:
+        lease.release()
+
+
+def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, duration, trigger_interval,
+         max_rows_per_batch, plan, controller, on_batch, stop_when, fuse, collocate, policies, on_control, budget,
+         reset_state, ship, ui, executors, max_executors, standby: bool, on_standby) -> JobResult:
+    """``run_pipeline`` once its arguments are checked and (unless a standby) it holds the lease."""
+    from sluice.runtime.schemas import SparkTyper
+    from sluice.runtime.session import announce_ui, jvm_pid, spark_session
+    from sluice.runtime.sources import is_exhausted, read_backlog
+    from sluice.runtime.warmup import in_background, start_python_workers
+
     warmup = None
     if spark is None:
         spark = spark_session(master, ui=ui)
@@ -96,6 +128,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         # a fresh session has no Python workers yet: start them while the driver validates
         # and opens the sources, not in the first batch (``runtime.warmup``)
         warmup = start_python_workers(spark)
+    lease.add_pids([jvm_pid(spark)])  # a standby knows the driver is gone when its JVM is too
     pool = _executor_pool(spark, executors, max_executors)
     if ship is not None:  # every task from now on finds the pipeline's modules
         from sluice.runtime.shipping import ship_code
@@ -105,10 +138,39 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     # Spark's analyzer types the graph's SQL while Spark opens the sources: both mostly wait
     # (on Py4J, on Python planning processes), so they overlap well
     validation = in_background(lambda: graph.validate(typer=SparkTyper(spark)), "sluice-validate")
+    infos = _source_infos(graph)
+    rehearsal = None
+    schema = _known_schema(graph)
+    if warmup is not None and not standby and schema is not None and rehearsals_enabled():
+        # a fresh driver's first batch pays for Spark's first code generation and class
+        # loading: rehearse it on a scratch checkpoint while the sources are opened
+        # (``runtime.rehearsal``; best effort)
+        rehearsal = _rehearsal(spark, pipeline, schema, infos, fuse, collocate, after=[validation])
     try:
-        frames, infos = _open_sources(spark, graph, checkpoint, max_rows_per_batch)
+        frames = _open_sources(spark, graph, checkpoint)
     finally:
         validation.result()  # a pipeline that does not validate fails with its own error first
+    stream = frames[0]
+    for frame in frames[1:]:
+        stream = stream.unionByName(frame, allowMissingColumns=True)
+    if standby and rehearsals_enabled():  # the standby has the time: workers, a rehearsal, then wait
+        say = on_standby or (lambda line: None)
+        try:
+            seconds = _rehearsal(spark, pipeline, stream.schema, infos, fuse, collocate,
+                                 after=[] if warmup is None else [warmup]).result()
+            say(f"standby: rehearsed a batch in {seconds:.1f} s")
+        except Exception as exc:  # the rehearsal changes no result: say so and go on
+            first_line = next(iter(str(exc).splitlines()), "")[:200]
+            say(f"standby: the batch rehearsal failed ({type(exc).__name__}: {first_line}); "
+                f"the first batch after a takeover will be slower")
+        # ready: from here on this driver writes to the checkpoint
+        lease.acquire(wait=True, on_wait=lambda held: on_standby and on_standby(
+            f"standby: ready, waiting for the driver holding {checkpoint} (processes {list(held.pids)} on "
+            f"{held.host}, lease epoch {held.epoch})"))
+        lease.start_heartbeat()
+        if on_standby:
+            on_standby(f"standby: took over {checkpoint} (lease epoch {lease.epoch})")
+    _admit(graph, checkpoint, max_rows_per_batch)
 
     plan_log = PlanLog(checkpoint)
     # the graph under the ids the checkpoint keeps state by; stops here if its state does not fit
@@ -122,9 +184,6 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         plan_log.write(replace(plan, version=next_batch))
 
     controls = checkpoint.sources
-    stream = frames[0]
-    for frame in frames[1:]:
-        stream = stream.unionByName(frame, allowMissingColumns=True)
 
     def backlog() -> dict:
         out = {}
@@ -140,13 +199,15 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         controller = _reporting(control, on_control)
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
                              controller=controller, on_batch=on_batch, backlog=backlog, dead_letter_budget=budget,
-                             late_data_sink=getattr(pipeline, "late_data_sink", None))
+                             late_data_sink=getattr(pipeline, "late_data_sink", None), fence=lease.check)
     writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
     if warmup is not None:
         # done before the query starts: Spark gives the Python process that plans a Python
         # source 10 s to connect back, and on a loaded machine competing imports can take that
         wait([warmup], timeout=60)
+    if rehearsal is not None:
+        wait([rehearsal], timeout=120)  # its result does not matter, only that Spark is warm
     started = time.time()
     query = writer.queryName(f"sluice_{graph.name}_{int(started * 1000)}").start()
     finite = all(getattr(op.params["spec"], "finite", False) for op in graph.sources())
@@ -240,27 +301,83 @@ def _reporting(control, on_control):
     return step
 
 
-def _open_sources(spark, graph, checkpoint: Checkpoint, max_rows_per_batch: int | None) -> tuple[list, list[SourceInfo]]:
-    """A streaming DataFrame per source, and what the executor must know about each."""
+def rehearsals_enabled() -> bool:
+    """Whether a fresh driver rehearses a batch (``runtime.rehearsal``): yes unless the
+    environment says ``SLUICE_REHEARSAL=0`` (for comparisons, or a machine too small for it)."""
+    return os.environ.get("SLUICE_REHEARSAL", "1") not in ("0", "false", "no")
+
+
+def _rehearsal(spark, pipeline, schema, infos: list[SourceInfo], fuse: bool, collocate: bool,
+               after: list[Future]) -> Future:
+    """Rehearse a batch of ``pipeline`` on a scratch checkpoint (``runtime.rehearsal``) in the
+    background, once the work ``after`` is done (the validation, the workers' warm-up). Its
+    Future gives the seconds it took, or what it raised."""
+    from sluice.runtime.rehearsal import rehearse_batch
+    from sluice.runtime.warmup import in_background
+
+    def run() -> float:
+        wait(after, timeout=120)
+        return rehearse_batch(spark, pipeline.graph, pipeline.partitions, schema, infos, fuse=fuse,
+                              collocate=collocate)
+
+    return in_background(run, "sluice-rehearsal")
+
+
+def _known_schema(graph):
+    """The Spark schema of the job's stream before its source is opened, when it can be
+    known: one source of Sluice's own (a Spark source's columns come from Spark)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from sluice.graph.sources import SparkSource
+    from sluice.runtime.sources.datasource import stream_schema
+
+    sources = graph.sources()
+    if len(sources) != 1 or isinstance(sources[0].params["spec"], SparkSource):
+        return None
+    try:
+        return from_arrow_schema(stream_schema(sources[0].params["spec"]))
+    except Exception:  # a spec that cannot say its schema: opening the source reports it
+        return None
+
+
+def _admit(graph, checkpoint: Checkpoint, max_rows_per_batch: int | None) -> None:
+    """Set each source's admission limit in its control file (a write: only the lease's holder
+    does it, a standby once it took over)."""
+    from sluice.runtime.sources import set_max_rows
+
+    for op in graph.sources():
+        limit = max_rows_per_batch or getattr(op.params["spec"], "max_rows_per_batch", None)
+        if limit:
+            set_max_rows(checkpoint.sources, op.id, limit)
+
+
+def _source_infos(graph) -> list[SourceInfo]:
+    """What the executor must know about each source."""
+    infos = []
+    for i, op in enumerate(graph.sources()):
+        spec = op.params["spec"]
+        delay = getattr(spec, "watermark_delay", 0) or 0
+        infos.append(SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS)))
+    return infos
+
+
+def _open_sources(spark, graph, checkpoint: Checkpoint) -> list:
+    """A streaming DataFrame per source (reads only: a standby opens them while another
+    driver runs)."""
     from pyspark.sql import functions as F
 
     from sluice.runtime.schemas import SOURCE_ID
-    from sluice.runtime.sources import open_stream, set_max_rows
+    from sluice.runtime.sources import open_stream
 
     controls = checkpoint.sources
-    frames, infos = [], []
+    frames = []
     for i, op in enumerate(graph.sources()):
         spec = op.params["spec"]
-        limit = max_rows_per_batch or getattr(spec, "max_rows_per_batch", None)
-        if limit:
-            set_max_rows(controls, op.id, limit)
         frame = open_stream(spark, spec, controls, op.id, dead_letters=checkpoint.location())
         if len(graph.sources()) > 1:
             frame = frame.withColumn(SOURCE_ID, F.lit(i))
         frames.append(frame)
-        delay = getattr(spec, "watermark_delay", 0) or 0
-        infos.append(SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS)))
-    return frames, infos
+    return frames
 
 
 def _check_plan(plan: Plan, graph) -> None:

@@ -234,3 +234,8 @@ def class_archive() -> ClassArchive | None:
         return None
     name = f"spark-{pyspark.__version__}-java-{java_major_version()}.jsa"
     return ClassArchive(os.path.join(directory, name))
+
+
+def jvm_pid(spark) -> int:
+    """The process id of the session's JVM (the driver's other process)."""
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())

@@ -15,12 +15,18 @@ costs the time it meant to save.
 
 from __future__ import annotations
 
+import importlib
 import threading
 from concurrent.futures import Future
+
+RUNTIME_MODULES = ("sluice.runtime.sources.datasource", "sluice.runtime.stages", "sluice.runtime.kernels.factory")
 
 
 def _import_runtime(batches):
     # the modules a batch's tasks import: the keyed and chained stages, the sources' readers
+    # (by name: loaded for their side effect, the worker has them when the batch comes)
+    for module in RUNTIME_MODULES:
+        importlib.import_module(module)
 
     yield from batches
 
