@@ -64,6 +64,11 @@ PEAK = 400.0  # readings/s at the top of the trace
 PARTITIONS = 12  # tasks of the keyed stage: spread evenly over 1, 2, 3 or 4 executors
 ACCURATE_S, CHEAP_S = 6e-3, 1.5e-3  # seconds of waiting a record
 EXCURSION_S = 15.0
+# the demo's rise and fall after three phases at its base rate: the controller decides only after
+# a batch, and Spark runs none before input arrives, so a look-ahead needs the base phases to
+# start executors (which take tens of seconds to join here) before the rise
+SHAPE = (0.15, 0.15, 0.15, 0.5, 1.0, 0.5, 0.15)
+BATCH_S = 10.0  # the demo's admission cap: a batch admits at most this many seconds of the peak rate
 INTERVAL_S = 5.0
 LEAD_S = 20.0  # the input starts this long after a run is launched (the query and its Python workers are up)
 ECONOMICS = {"price_per_hour": 1.0, "billing": "second", "break_even_best": 6.0, "break_even_worst": 3.0,
@@ -75,7 +80,7 @@ def trace(quick: bool) -> tuple[list[tuple[float, float]], float]:
     from sluice.examples.grid import rate_trace
 
     phase_s = 9.0 if quick else 24.0
-    return rate_trace(PEAK, phase_s), phase_s
+    return rate_trace(PEAK, phase_s, SHAPE), phase_s
 
 
 def rate_at(phases, phase_s: float):
@@ -111,7 +116,7 @@ def alternates():
 def pipeline(phases, phase_s: float, t0: float, out: str, alts):
     from sluice.examples.grid import build
 
-    p = build(out, phases, phase_s, alternates=alts, start=t0, partitions=PARTITIONS)
+    p = build(out, phases, phase_s, alternates=alts, start=t0, partitions=PARTITIONS, batch_s=BATCH_S)
     return p.economics(**ECONOMICS)
 
 
@@ -222,7 +227,8 @@ def run_simulated(name: str, phases, phase_s: float, alts, make_policy, executor
     g = pipeline(phases, phase_s, 0.0, tempfile.gettempdir(), alts).graph
     # as live: the clock starts LEAD_S before the trace (the policies may act on their forecast then)
     trace_rate = rate_at(phases, phase_s)
-    engine = ElasticEngine(g, lambda t: trace_rate(t - LEAD_S), overhead_s=overhead_s, source="meters_0")
+    engine = ElasticEngine(g, lambda t: trace_rate(t - LEAD_S), overhead_s=overhead_s, source="meters_0",
+                           max_rows=int(BATCH_S * PEAK))
     engine.executors = SimulatedExecutors(lambda: engine.clock, held=executors, max_executors=WORKERS,
                                           startup_s=startup_s)
     policy = make_policy(LEAD_S) if make_policy else None

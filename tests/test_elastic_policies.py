@@ -125,7 +125,7 @@ def test_figures_from_a_start_time_on():
     # a run's batches before its input starts are left out: the cost from the end of the batch before
     g = graph()
     g.economics = Economics(price_per_hour=3.6, break_even_best=7.2, break_even_worst=3.6)
-    engine = ElasticEngine(g, lambda t: 100.0 if t >= 10.0 else 0.0, overhead_s=0.5)
+    engine = ElasticEngine(g, lambda t: 100.0 if t >= 10.0 else 20.0, overhead_s=0.5)
     engine.executors = SimulatedExecutors(lambda: engine.clock, held=2, max_executors=2)
     batches = run(engine, None, initial_plan(g, 1), 30.0)
     f = figures(batches, 2000.0, since=10.0, economics=g.economics, bounds=(0.6, 1.0))
@@ -135,3 +135,12 @@ def test_figures_from_a_start_time_on():
     assert f["cost"] == pytest.approx(2 * (end - before.started_at - before.duration_s) / 3600 * 3.6, rel=1e-6)
     hours = (end - before.started_at - before.duration_s) / 3600
     assert f["profit"] == pytest.approx(float(ProfitModel(0.6, 1.0, 3.6 * hours, 7.2 * hours).profit(1.0, f["cost"])))
+
+
+def test_the_simulator_runs_no_batch_before_input_arrives():
+    # as Spark: no new input, no batch (and no controller decision); the first batch starts once
+    # a row has arrived (rows arrive from t=5 at 100 rows/s: the first by 5.1)
+    g = graph()
+    engine = ElasticEngine(g, lambda t: 100.0 if t >= 5.0 else 0.0, overhead_s=0.5)
+    batches = run(engine, None, initial_plan(g, 1), 8.0)
+    assert batches[0].started_at == pytest.approx(5.1) and all(m.rows_in > 0 for m in batches)

@@ -59,6 +59,13 @@ class ElasticEngine:
         """Rows arrived and not yet admitted by a batch."""
         return int(self.arrived) - self.admitted
 
+    def idle(self, until_s: float, tick_s: float = 0.1) -> None:
+        """With no row waiting, wait for one (up to ``until_s``): Spark starts no batch
+        without new input, so neither a batch nor a controller decision happens meanwhile."""
+        while self.waiting <= 0 and self.clock < until_s:
+            self.arrived += self._arrivals(self.clock, self.clock + tick_s, steps=1)
+            self.clock += tick_s
+
     def cost_per_row(self, op_id: str, plan: Plan) -> float:
         alts = alternates_of(self.graph[op_id])
         if alts:
@@ -116,10 +123,14 @@ class ElasticEngine:
 
 
 def run(engine: ElasticEngine, controller, plan: Plan, until_s: float, drain: bool = False) -> list[BatchMetrics]:
-    """Batches until the clock passes ``until_s``, the controller deciding after each (as live);
-    ``drain``: and on until no row waits (a live run with a finite input ends so)."""
+    """Batches until the clock passes ``until_s``, the controller deciding after each (as live),
+    each as soon as a row waits; ``drain``: and on until no row waits (a live run with a finite
+    input ends so)."""
     out = []
     while engine.clock < until_s or (drain and engine.waiting > 0):
+        engine.idle(until_s)
+        if engine.waiting <= 0:
+            break  # the input has ended
         m = engine.step(plan)
         out.append(m)
         if controller is not None:
