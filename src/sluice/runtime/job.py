@@ -141,10 +141,10 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
     infos = _source_infos(graph)
     rehearsal = None
     schema = _known_schema(graph)
-    if warmup is not None and not standby and schema is not None and rehearsals_enabled():
+    if warmup is not None and not standby and schema is not None and rehearses("start"):
         # a fresh driver's first batch pays for Spark's first code generation and class
         # loading: rehearse it on a scratch checkpoint while the sources are opened
-        # (``runtime.rehearsal``; best effort)
+        # (``runtime.rehearsal``; best effort; off by default, see ``rehearses``)
         rehearsal = _rehearsal(spark, pipeline, schema, infos, fuse, collocate, after=[validation])
     try:
         frames = _open_sources(spark, graph, checkpoint)
@@ -153,23 +153,8 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
     stream = frames[0]
     for frame in frames[1:]:
         stream = stream.unionByName(frame, allowMissingColumns=True)
-    if standby and rehearsals_enabled():  # the standby has the time: workers, a rehearsal, then wait
-        say = on_standby or (lambda line: None)
-        try:
-            seconds = _rehearsal(spark, pipeline, stream.schema, infos, fuse, collocate,
-                                 after=[] if warmup is None else [warmup]).result()
-            say(f"standby: rehearsed a batch in {seconds:.1f} s")
-        except Exception as exc:  # the rehearsal changes no result: say so and go on
-            first_line = next(iter(str(exc).splitlines()), "")[:200]
-            say(f"standby: the batch rehearsal failed ({type(exc).__name__}: {first_line}); "
-                f"the first batch after a takeover will be slower")
-        # ready: from here on this driver writes to the checkpoint
-        lease.acquire(wait=True, on_wait=lambda held: on_standby and on_standby(
-            f"standby: ready, waiting for the driver holding {checkpoint} (processes {list(held.pids)} on "
-            f"{held.host}, lease epoch {held.epoch})"))
-        lease.start_heartbeat()
-        if on_standby:
-            on_standby(f"standby: took over {checkpoint} (lease epoch {lease.epoch})")
+    if standby:  # ready: from here on this driver writes to the checkpoint
+        _stand_by(spark, pipeline, stream.schema, infos, warmup, lease, fuse, collocate, on_standby)
     _admit(graph, checkpoint, max_rows_per_batch)
 
     plan_log = PlanLog(checkpoint)
@@ -301,10 +286,40 @@ def _reporting(control, on_control):
     return step
 
 
-def rehearsals_enabled() -> bool:
-    """Whether a fresh driver rehearses a batch (``runtime.rehearsal``): yes unless the
-    environment says ``SLUICE_REHEARSAL=0`` (for comparisons, or a machine too small for it)."""
-    return os.environ.get("SLUICE_REHEARSAL", "1") not in ("0", "false", "no")
+def _stand_by(spark, pipeline, schema, infos: list[SourceInfo], warmup, lease: Lease, fuse: bool, collocate: bool,
+              on_standby: Callable[[str], None] | None) -> None:
+    """A hot standby's wait: once its Python workers have started, rehearse a batch (it has
+    the time: its first batch after a takeover then runs warm), then wait for the lease and
+    keep it from then on. ``on_standby`` hears each step."""
+    say = on_standby or (lambda line: None)
+    if rehearses("standby"):
+        try:
+            seconds = _rehearsal(spark, pipeline, schema, infos, fuse, collocate,
+                                 after=[] if warmup is None else [warmup]).result()
+            say(f"standby: rehearsed a batch in {seconds:.1f} s")
+        except Exception as exc:  # the rehearsal changes no result: say so and go on
+            first_line = next(iter(str(exc).splitlines()), "")[:200]
+            say(f"standby: the batch rehearsal failed ({type(exc).__name__}: {first_line}); "
+                f"the first batch after a takeover will be slower")
+    lease.acquire(wait=True, on_wait=lambda held: say(
+        f"standby: ready, waiting for the driver holding {lease.checkpoint} (processes {list(held.pids)} on "
+        f"{held.host}, lease epoch {held.epoch})"))
+    lease.start_heartbeat()
+    say(f"standby: took over {lease.checkpoint} (lease epoch {lease.epoch})")
+
+
+def rehearses(driver: str) -> bool:
+    """Whether a ``driver`` ("standby" or a fresh "start") rehearses a batch before its first
+    (``runtime.rehearsal``). ``SLUICE_REHEARSAL``: ``standby`` (the default) only a standby,
+    which has the time; ``1`` a fresh start too; ``0`` neither.
+
+    A start does not by default: on this 2-core machine under load the rehearsal competed
+    with opening the source and cost about 9 CPU seconds more to the first commit than it
+    saved in the first batch (docs/results/startup.md, session 7)."""
+    mode = os.environ.get("SLUICE_REHEARSAL", "standby").strip().lower()
+    if mode in ("0", "false", "no", "off"):
+        return False
+    return driver == "standby" or mode in ("1", "true", "yes", "on")
 
 
 def _rehearsal(spark, pipeline, schema, infos: list[SourceInfo], fuse: bool, collocate: bool,
