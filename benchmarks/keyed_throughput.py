@@ -29,8 +29,9 @@ batches (arrival times come from the source's offsets in Spark's offset log, whi
 systems write).
 
 **Profile**: where a Sluice batch's time goes, from the keyed stage's task metrics (input
-wait = the upstream map and filter plus the Arrow transfer from the JVM; state read; kernel;
-delta write; output), summed over tasks.
+wait = the exchange's read and the Arrow transfer from the JVM: the map stage before the
+exchange, with the source, the Python map and the filter, is a Spark stage of its own; state
+read; kernel; delta write; output), summed over tasks. docs/runtime.md, section 5, reads it.
 
 The machine is shared: full mode alternates the two systems (A B B A A B) and keeps the best
 run of each. Writes docs/results/keyed_throughput.json and keyed_throughput.png; the last
@@ -209,7 +210,7 @@ def plot(results: dict, path: Path) -> None:
 
 
 PROFILE_PARTS = {  # keyed-stage task metrics -> what they are
-    "input_wait_s": "input (map, filter, exchange, Arrow transfer)",
+    "input_wait_s": "input (exchange read, Arrow transfer)",
     "state_read_s": "state read and merge",
     "kernel_s": "kernel (key ids, group-by, merge)",
     "delta_write_s": "delta write",

@@ -63,13 +63,14 @@ def anchor_source(spark, spec, workdir: str, name: str = "readings"):
 
 def retrying(run, *args, attempts: int = 3):
     """``run(*args)``, again (up to ``attempts`` times) when Spark's Python process missed its
-    10 s to connect back: on a machine this loaded, a start-up failure of the environment, not
-    a result."""
+    10 s to connect back, or a Python worker its socket to the executor: on a machine this
+    loaded, a start-up failure of the environment, not a result."""
     for attempt in range(1, attempts + 1):
         try:
             return run(*args)
-        except Exception as exc:  # noqa: BLE001 - only the one known transient failure is retried
-            if "failed to connect back" not in str(exc) or attempt == attempts:
+        except Exception as exc:  # noqa: BLE001 - only the known transient failures are retried
+            transient = "failed to connect back" in str(exc) or "CANNOT_OPEN_SOCKET" in str(exc)
+            if not transient or attempt == attempts:
                 raise
             print(f"  (Spark's Python worker did not connect back in time; run again, attempt {attempt + 1})",
                   flush=True)
