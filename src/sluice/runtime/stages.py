@@ -21,7 +21,6 @@ from sluice.runtime.kernels.factory import keyed_kernel, python_kernel
 from sluice.runtime.kernels.grouping import dense_ids, exact_key_type
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.stateless import KernelContext, run_chain
-from sluice.runtime.kernels.window_state import RECORDS
 from sluice.runtime.reporting import reporting_to
 from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
@@ -134,8 +133,7 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
             metrics.add(f"{op.id}#kg", f"{kg}", n)
         output = output.select(out_schema.names).cast(out_schema)
         _timed(metrics, op.id, "output_s", step)
-        # records in, also when Spark combined them into fewer rows
-        metrics.op_timing(op.id, sum(kg_counts), output.num_rows, time.perf_counter() - start)
+        metrics.op_timing(op.id, rows.num_rows, output.num_rows, time.perf_counter() - start)
         metrics.flush()
         yield from output.to_batches()
 
@@ -150,14 +148,8 @@ def _timed(metrics: TaskMetrics, op_id: str, metric: str, since: float) -> float
 
 
 def _counts(rows: pa.Table):
-    """The key groups of ``rows`` and the records of each: rows combined by Spark
-    (``exchange.spark_combine``) count the records they stand for, so that the balancer
-    sees a hot key as hot also when its records arrive as one row per map task."""
     if rows.num_rows == 0:
         return [], []
-    if RECORDS in rows.column_names:
-        sums = rows.group_by(KEY_GROUP, use_threads=False).aggregate([(RECORDS, "sum")])
-        return sums[KEY_GROUP].to_pylist(), sums[f"{RECORDS}_sum"].to_pylist()
     vc = pc.value_counts(rows.column(KEY_GROUP))
     return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
 

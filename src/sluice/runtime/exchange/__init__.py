@@ -3,10 +3,9 @@ their key group's state.
 
 One interface, :func:`exchange`, picks one of three ways, by what the kernel can do:
 
-* **Spark combine** (``spark_combine``): a window kernel or a running aggregate whose
-  partials are all built-ins is pre-aggregated by Spark itself, per (key, pane, map task) or
-  (key, map task), around Spark's own hash exchange; the *salt* (``salt``) makes that hash
-  send each row to its key group's partition.
+* **Spark combine** (``spark_combine``): a window kernel whose partials are all built-ins is
+  pre-aggregated by Spark itself, per (key, pane, map task), around Spark's own hash
+  exchange; the *salt* (``salt``) makes that hash send each row to its key group's partition.
 * **Python combine** (``python_combine``): another :class:`~sluice.runtime.kernels.keyed.CombiningKernel`
   pre-aggregates each map task's records in one ``mapInArrow`` pass, then the rows are routed.
 * **Routing** (``routing``): the rows themselves, with their key group and the partition the
@@ -71,7 +70,7 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
         combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism, source_stats)
 
         def fetch_late() -> dict:
-            if combined.late is None or not accumulator.value.get(MetricKey(op.id, "late_seen")):
+            if not accumulator.value.get(MetricKey(op.id, "late_seen")):
                 return {}
             return {"side_late": write_late(combined, op, context, root)}
 

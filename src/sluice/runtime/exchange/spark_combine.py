@@ -1,5 +1,4 @@
-"""C-MR's sub-window Combine run by Spark itself, for windows and running aggregates of
-built-in aggregates.
+"""C-MR's sub-window Combine run by Spark itself, for windows of built-in aggregates.
 
 When every partial a window kernel keeps is a built-in (count, sum, min, max of numbers,
 booleans and timestamps), the Combine needs no Python: Spark computes each pane's partials
@@ -12,11 +11,6 @@ every row's hash the partition its key group is routed to, so the rows arrive wh
 state is, with no second exchange. Python sees the same rows as after the Python combine
 (``exchange.python_combine``), one per (key, pane, map task), and the raw records never cross
 into Python: at size = slide that pass, not the kernel, was the gap to Spark's ``window()``.
-
-Running aggregates (``kernels.aggregate``) are combined the same way, grouped by (key, map
-task) without a pane: for a running count and sum over many keys the records of a batch
-shrink to one row per key and map task, and the keyed stage receives the partials, not every
-record (the input side dominated that stage: see docs/runtime.md). They have no late records.
 
 The map task (``spark_partition_id()`` before the exchange) is a grouping column so that a
 float sum adds the same records in the same order when a batch is replayed: the rows of one
@@ -51,7 +45,6 @@ from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange.routing import routing_columns
 from sluice.runtime.exchange.salt import SALT, salt_sql
-from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel
 from sluice.runtime.kernels.panes import PartialField, PartialLayout
 from sluice.runtime.kernels.windows import (
@@ -73,14 +66,8 @@ _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
 
 
-SparkCombined = WindowAggregateKernel | AggregateKernel  # the kernels whose partials Spark may compute
-
-
-def supports_native_combine(kernel: KeyedKernel, in_schema: pa.Schema) -> TypeGuard[SparkCombined]:
-    """True when Spark can compute every partial of ``kernel`` (per pane for windows) over
-    ``in_schema``."""
-    if isinstance(kernel, AggregateKernel):
-        return kernel.layout(in_schema) is not None
+def supports_native_combine(kernel: KeyedKernel, in_schema: pa.Schema) -> TypeGuard[WindowAggregateKernel]:
+    """True when Spark can compute every partial of ``kernel``'s panes over ``in_schema``."""
     if not isinstance(kernel, WindowAggregateKernel):
         return False
     time = kernel.queries[0].time
@@ -173,13 +160,12 @@ class NativeCombine:
 
     frame: Any  # pyspark DataFrame: keys, pane, map task, partials, key group, ingest, late count
     schema: pa.Schema  # its rows' schema without the hidden columns (the kernel's combined_schema)
-    # builds the DataFrame of the records late for some query, when needed (None: no windows)
-    late: Callable[[], Any] | None
-    kernel: SparkCombined
+    late: Callable[[], Any]  # builds the DataFrame of the records late for some query, when needed
+    kernel: WindowAggregateKernel
     record_schema: pa.Schema
 
 
-def native_combine(df, op: Operator, kernel: SparkCombined, in_schema: pa.Schema, context: BatchContext,
+def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: pa.Schema, context: BatchContext,
                    stage: KeyedStagePlan, max_parallelism: int, source_stats: SourceStats | None = None
                    ) -> NativeCombine:
     """Route ``df`` by key group and combine it into pane partials in Spark; with
@@ -193,42 +179,11 @@ def native_combine(df, op: Operator, kernel: SparkCombined, in_schema: pa.Schema
     kernel.bind(in_schema)
     record_schema = kernel.record_schema(in_schema)
     layout = kernel.layout(record_schema)
-    assert layout is not None  # supports_native_combine
+    wm = batch_watermark(kernel.queries[0], context)
     spark = df.sparkSession  # its hash exchanges have enough partitions (prepare_hash_exchange)
     view = _view_name(op)
     df.createOrReplaceTempView(view)
-    panes: list[str] = []  # the pane of each record, for windows: "<SQL> AS __pane"
-    late = None
-    if isinstance(kernel, WindowAggregateKernel):
-        panes.append(_pane_sql(kernel, record_schema, context))
-        late = _late_frame(spark, view, kernel, record_schema, panes[0], context)
 
-    routing = routing_columns(kernel.key_columns, stage, max_parallelism)
-    keys = [f"{_KEY}{i}" for i in range(len(kernel.key_columns))]
-    # the keys again, in columns Spark cannot fold: a constant key (a window over a whole
-    # stream) would be dropped from the grouping, and so from the exchange's hash, which
-    # the salt must reproduce exactly
-    columns = [*(f"IF(spark_partition_id() >= 0, {_q(k)}, NULL) AS {name}" for name, k in zip(keys, kernel.key_columns)),
-               f"spark_partition_id() AS {COMBINE_TASK}", f"{routing[PARTITION]} AS {PARTITION}", *panes]
-    groups = [*keys, *([PANE_STATE] if panes else []), COMBINE_TASK, SALT]
-    columns += salt_sql(groups[:-1], PARTITION, stage.partitions)
-
-    # the partition steers the salt and the salt the exchange; neither is needed after it
-    # (the keyed stage checks its rows' key groups against the routing table)
-    selected = [*(f"{name} AS {_q(k)}" for name, k in zip(keys, kernel.key_columns)), *groups[len(keys):-1]]
-    selected += [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
-    # one key group per key, so any aggregate will do
-    selected += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}", f"count(1) AS {RECORDS}"]
-    if source_stats is not None and source_stats.event_time:  # every record is in one group
-        selected.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
-    frame = spark.sql(f"SELECT {', '.join(selected)} FROM (SELECT *, {', '.join(columns)} FROM {view}) "
-                      f"GROUP BY {', '.join(groups)}")
-    schema = kernel.combined_schema(in_schema).append(pa.field(RECORDS, pa.int64()))
-    return NativeCombine(frame, schema, late, kernel, record_schema)
-
-
-def _pane_sql(kernel: WindowAggregateKernel, record_schema: pa.Schema, context: BatchContext) -> str:
-    """The select item of each record's pane (``... AS __pane``)."""
     time = kernel.queries[0].time
     # (processing time: a constant Spark must not fold, or it drops the pane from the grouping
     # and so from the exchange's hash, which the salt reproduces)
@@ -237,13 +192,28 @@ def _pane_sql(kernel: WindowAggregateKernel, record_schema: pa.Schema, context: 
     # every record gets its pane, late or not: the kernel sorts out the late panes. The
     # watermark is a literal, and a literal in the aggregate's input would make Spark
     # generate and compile new code for it every batch (some 30-70 ms on the driver)
-    return f"{_floor_div(t, kernel.pane)} AS {PANE_STATE}"
+    pane = f"{_floor_div(t, kernel.pane)} AS {PANE_STATE}"
+    routing = routing_columns(kernel.key_columns, stage, max_parallelism)
+    keys = [f"{_KEY}{i}" for i in range(len(kernel.key_columns))]
+    # the keys again, in columns Spark cannot fold: a constant key (a window over a whole
+    # stream) would be dropped from the grouping, and so from the exchange's hash, which
+    # the salt must reproduce exactly
+    columns = [*(f"IF(spark_partition_id() >= 0, {_q(k)}, NULL) AS {name}" for name, k in zip(keys, kernel.key_columns)),
+               f"spark_partition_id() AS {COMBINE_TASK}", f"{routing[PARTITION]} AS {PARTITION}", pane]
+    groups = [*keys, PANE_STATE, COMBINE_TASK, SALT]
+    columns += salt_sql(groups[:-1], PARTITION, stage.partitions)
 
+    # the partition steers the salt and the salt the exchange; neither is needed after it
+    # (the keyed stage checks its rows' key groups against the routing table)
+    selected = [*(f"{name} AS {_q(k)}" for name, k in zip(keys, kernel.key_columns)), PANE_STATE, COMBINE_TASK]
+    selected += [f"{_partial_sql(f, layout, record_schema)} AS {_q(PARTIAL_PREFIX + f.name)}" for f in layout.fields]
+    # one key group per key, so any aggregate will do
+    selected += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}", f"count(1) AS {RECORDS}"]
+    if source_stats is not None and source_stats.event_time:  # every record is in one group
+        selected.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
+    frame = spark.sql(f"SELECT {', '.join(selected)} FROM (SELECT *, {', '.join(columns)} FROM {view}) "
+                      f"GROUP BY {', '.join(groups)}")
 
-def _late_frame(spark, view: str, kernel: WindowAggregateKernel, record_schema: pa.Schema, pane: str,
-                context: BatchContext) -> Callable[[], Any]:
-    """What builds the DataFrame of the batch's records late for some window query."""
-    wm = batch_watermark(kernel.queries[0], context)
     # timestamps travel as micros: collected, they would come back in the driver's time zone
     fields = [f"{_micros(f.name, f.type) if pa.types.is_timestamp(f.type) else _q(f.name)} AS {_q(f.name)}"
               for f in record_schema]
@@ -253,13 +223,12 @@ def _late_frame(spark, view: str, kernel: WindowAggregateKernel, record_schema: 
         f"({wm}L - {q.allowed_lateness}L), false)"
         for q in kernel.queries
     )
-
     # built only when some record was late, in the same batch (the view is the batch's until the next)
     def late() -> Any:  # a pyspark DataFrame
         return spark.sql(f"SELECT {', '.join(fields)} FROM (SELECT *, {pane} FROM {view}) WHERE NOT ({on_time})")
 
-    return late
-
+    schema = kernel.combined_schema(in_schema).append(pa.field(RECORDS, pa.int64()))
+    return NativeCombine(frame, schema, late, kernel, record_schema)
 
 
 def _view_name(op: Operator) -> str:
@@ -280,8 +249,6 @@ def prepare_hash_exchange(spark, partitions: int) -> None:
 
 def late_records(combine: NativeCombine, context: BatchContext) -> list[pa.Table]:
     """The batch's late records, per query they are late for: a second job over the batch."""
-    if combine.late is None or not isinstance(combine.kernel, WindowAggregateKernel):
-        return []  # running aggregates take every record
     rows = combine.late().toArrow()
     if rows.num_rows == 0:
         return []

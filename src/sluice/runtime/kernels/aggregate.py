@@ -2,12 +2,6 @@
 key's previous partial aggregate by the key's id (``kernels.grouping``: NULL is one key).
 Only user-defined aggregates call Python, and then once per key and batch (with all of the
 key's new values as one array), never once per record.
-
-When every aggregate is a built-in Spark computes exactly (:meth:`AggregateKernel.layout`),
-the runtime has Spark pre-aggregate each map task's records per key before the exchange
-(``exchange.spark_combine``, the combine windows use): the kernel then receives one row of
-partials per (key, map task) instead of every record, and merges them as it merges records,
-with sums of partials where records are counted or summed.
 """
 
 from __future__ import annotations
@@ -23,8 +17,6 @@ from sluice.graph.aggregates import Aggregate, UserAggregate
 from sluice.graph.kinds import aggregate_output_schema
 from sluice.runtime.kernels.grouping import state_and_row_ids
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
-from sluice.runtime.kernels.panes import PartialLayout
-from sluice.runtime.kernels.window_state import COMBINE_TASK, INGEST, PARTIAL_PREFIX
 
 
 def _state_fields(name: str, agg: Aggregate, input_schema: pa.Schema) -> list[pa.Field]:
@@ -52,109 +44,12 @@ def _combine(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Chunke
 _KEY_ID = "__key_id"  # the key's id in the batch's numbering of keys
 
 
-def _exact_in_spark(agg: Aggregate, dtype: pa.DataType | None) -> bool:
-    """True when Spark's partial of ``agg`` over a column of ``dtype``, merged here, gives
-    exactly what the kernel computes from the records: counts of anything, sums and means of
-    signed integers and floats, min and max of signed integers (Spark orders NaN above every
-    float, Arrow skips it; a boolean sum is a float here)."""
-    if agg.kind == "count":
-        return True
-    if dtype is None or isinstance(agg, UserAggregate):
-        return False
-    if agg.kind in ("sum", "mean"):
-        return pa.types.is_signed_integer(dtype) or pa.types.is_floating(dtype)
-    return agg.kind in ("min", "max") and pa.types.is_signed_integer(dtype)
-
-
-def _groups_as_in_spark(dtype: pa.DataType) -> bool:
-    """Key types that Spark's GROUP BY gives back exactly as the kernel's key encoding would
-    (a float key comes back as 0.0 for -0.0, a timestamp in another unit or time zone)."""
-    return (pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_integer(dtype)
-            or pa.types.is_boolean(dtype) or pa.types.is_binary(dtype) or pa.types.is_date32(dtype))
-
-
 class AggregateKernel(KeyedKernel):
-    input_schema: pa.Schema | None = None  # the records' schema, set by bind()
-
     def __init__(self, key_columns: list[str], aggregates: dict[str, Aggregate]):
         super().__init__(key_columns)
         self.aggregates = aggregates
 
-    # -- partials combined before the exchange (exchange.spark_combine) -------------------
-
-    def layout(self, input_schema: pa.Schema) -> PartialLayout | None:
-        """The partials Spark computes per (key, map task) for these aggregates over records
-        of ``input_schema``, or None when one of them (or a key) is not exact in Spark."""
-        schema = self.record_schema(input_schema)
-        if not self.key_columns or not all(_groups_as_in_spark(schema.field(k).type) for k in self.key_columns):
-            return None
-        for agg in self.aggregates.values():
-            if not _exact_in_spark(agg, schema.field(agg.column).type if agg.column else None):
-                return None
-        return PartialLayout(list(self.aggregates.values()), schema)
-
-    def bind(self, input_schema: pa.Schema) -> None:
-        """Remember the records' schema: rows of partials do not carry the records' types."""
-        self.input_schema = pa.schema([f for f in input_schema if f.name not in (KEY_GROUP, INGEST)])
-
-    def record_schema(self, schema: pa.Schema) -> pa.Schema:
-        """The records' schema, also when ``schema`` is that of partials (:meth:`combined_schema`)."""
-        if COMBINE_TASK not in schema.names:
-            return schema
-        if self.input_schema is None:
-            raise TypeError("aggregate kernel: rows of partials need the records' schema (call bind first)")
-        return self.input_schema
-
-    def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        """Rows of partials: the keys, the map task that made them, one column per partial."""
-        schema = self.record_schema(input_schema)
-        layout = self.layout(schema)
-        if layout is None:
-            raise TypeError(f"aggregate kernel: {list(self.aggregates)} cannot be combined by Spark")
-        fields = [schema.field(c) for c in self.key_columns] + [pa.field(COMBINE_TASK, pa.int32())]
-        fields += [pa.field(PARTIAL_PREFIX + f.name, layout.arrow_type(f)) for f in layout.fields]
-        return pa.schema(fields)
-
-    def _partials(self, rows: pa.Table) -> tuple[pa.Table, list[tuple[Any, str]]]:
-        """Rows of partials (with their key ids), ordered by map task, as one column per
-        aggregate input, and the Arrow aggregate of each: the one that gives, over a key's
-        rows, what the records' own aggregate would (:meth:`process`'s ``specs``, in order).
-
-        Ordered by map task so that float sums add in the same order whatever order the
-        exchange delivered the rows in (a replayed batch gives the same state); a key has
-        one row per map task."""
-        schema = self.record_schema(rows.schema)
-        rows = rows.take(pc.sort_indices(rows[COMBINE_TASK]))  # a stable sort
-
-        def partial(name: str, count_of: str | None = None) -> pa.ChunkedArray:
-            column = rows[PARTIAL_PREFIX + name]
-            if count_of is not None:  # Spark fills a min/max over no values with its identity
-                column = pc.if_else(pc.greater(rows[PARTIAL_PREFIX + f"n:{count_of}"], 0), column, None)
-            return column
-
-        columns: dict[str, pa.ChunkedArray] = {k: rows[k] for k in [_KEY_ID, KEY_GROUP]}
-        specs: list[tuple[Any, str]] = []
-        for name, agg in self.aggregates.items():
-            if agg.kind == "count":
-                columns[name] = partial("rows" if agg.column is None else f"n:{agg.column}")
-                specs.append((name, "sum"))
-            elif agg.kind == "sum":
-                columns[name] = partial(f"sum:{agg.column}")
-                specs.append((name, "sum"))
-            elif agg.kind in ("min", "max"):
-                columns[name] = partial(f"{agg.kind}:{agg.column}", count_of=agg.column)
-                columns[name] = columns[name].cast(schema.field(agg.column).type)
-                specs.append((name, agg.kind))
-            else:  # mean (layout() admits no UDAF)
-                columns[f"{name}__sum"] = partial(f"sum:{agg.column}")
-                columns[f"{name}__n"] = partial(f"n:{agg.column}")
-                specs += [(f"{name}__sum", "sum"), (f"{name}__n", "sum")]
-        return pa.table(columns), specs
-
-    # -- the kernel ---------------------------------------------------------------------
-
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        input_schema = self.record_schema(input_schema)
         fields = [input_schema.field(k) for k in self.key_columns]
         for name, agg in self.aggregates.items():
             fields += _state_fields(name, agg, input_schema)
@@ -166,15 +61,12 @@ class AggregateKernel(KeyedKernel):
         return [name for name in input_schema.names if name in read]
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        input_schema = self.record_schema(input_schema)
         schema = aggregate_output_schema(self.key_columns, self.aggregates, input_schema)  # the kind's one rule
         assert schema is not None
         return schema
 
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
-        """One batch of records, or of rows of partials (:meth:`combined_schema`)."""
         input_schema = rows.schema
-        partials = COMBINE_TASK in rows.column_names
         out_schema = self.output_schema(input_schema)
         state_schema = self.state_schema(input_schema)
         if rows.num_rows == 0:
@@ -203,10 +95,7 @@ class AggregateKernel(KeyedKernel):
                 specs.append((agg.column, "list"))
                 labels.append(f"{name}__values")
         group_keys = [_KEY_ID, KEY_GROUP]
-        by_key = rows.append_column(_KEY_ID, pa.array(ids[n_state:]))
-        if partials:  # the partials' columns, summed where records are counted (same labels)
-            by_key, specs = self._partials(by_key)
-        grouped = by_key.group_by(group_keys, use_threads=False).aggregate(specs)
+        grouped = rows.append_column(_KEY_ID, pa.array(ids[n_state:])).group_by(group_keys, use_threads=False).aggregate(specs)
         # the grouping columns keep their names; the aggregates are the other columns, in
         # order (pyarrow has put them before the keys in some versions and after in others)
         names = grouped.column_names
