@@ -24,12 +24,12 @@ started by the benchmark from the pyspark wheel):
 - ``plasticc``: ``control.elastic.plasticc_policy`` with ``TraceForecast`` of the trace (the
   thesis's evaluation of look-ahead: the true future rate under a 10 % mean error).
 
-Before the runs the benchmark measures how long a requested executor takes to join on this
-cluster (hold one, ask for ``WORKERS``, time each registration): that start-up is what the
-policies are told and what the simulator's executors take, and PLAStiCC looks ahead over it
-plus three steps. Each run starts its input ``LEAD_S`` after it is launched (the policies run
-then already: PLAStiCC may start executors for what its forecast shows) and ends when the
-last row is processed.
+Before the runs the benchmark measures how long a requested executor takes to become useful
+on this cluster (hold one, ask for ``WORKERS``, time each registration, then the start of
+their Python workers): that start-up is what the policies are told and what the simulator's
+executors take, and PLAStiCC looks ahead over it plus three steps. Each run starts its input
+``LEAD_S`` after it is launched (its query is up by then; Spark runs no batch before input,
+so the policies first decide after the first batch) and ends when the last row is processed.
 
 Figures per run (``sim.elastic.figures``), from the trace's start to the last row processed:
 profit Theta (Eq. 4.8/4.9 with the pipeline's ``economics``: an executor costs 1 an hour,
@@ -156,14 +156,21 @@ def excursion_seconds(batches, rate, t0: float) -> float:
     return round(total, 2)
 
 
-def measure_startup(pool) -> list[float]:
-    """Seconds from asking for executors to each one registering, measured on the cluster:
-    the pool holds one, then asks for ``WORKERS`` (what static-peak starts with)."""
+def measure_startup(spark, pool) -> tuple[list[float], float]:
+    """How long a requested executor takes to become useful on this cluster: the seconds from
+    the request to each one registering (the pool holds one, then asks for ``WORKERS``, what
+    static-peak starts with), and then the seconds its Python workers take to start (Spark
+    gives a registered executor tasks at once, and they wait for those workers)."""
+    from sluice.runtime.warmup import start_python_workers
+
     pool.set_total(1, wait_s=120)
     asked = time.time()
     before = {e["id"] for e in pool.held().executors}
     pool.set_total(WORKERS, wait_s=180)
-    return sorted(round(float(e["since"]) - asked, 2) for e in pool.held().executors if e["id"] not in before)
+    joins = sorted(round(float(e["since"]) - asked, 2) for e in pool.held().executors if e["id"] not in before)
+    warming = time.time()
+    start_python_workers(spark, tasks=2 * WORKERS).result()
+    return joins, round(time.time() - warming, 2)
 
 
 def figures_of(batches, graph, offered: float, trace_s: float, since: float) -> dict:
@@ -283,8 +290,9 @@ def deviation(live: dict, simulated: dict) -> dict:
     return out
 
 
-def live_runs(phases, phase_s: float, alts, peak: int, average: int) -> tuple[dict, list[float], float]:
-    """Every run live on a fresh standalone cluster: (figures per run, executor joins, start-up)."""
+def live_runs(phases, phase_s: float, alts, peak: int, average: int) -> tuple[dict, dict, float]:
+    """Every run live on a fresh standalone cluster: (figures per run, the seconds executors
+    took to join and their Python workers to start, the start-up the policies are told)."""
     from sluice.errors import SluiceError
     from sluice.runtime.cluster import LocalCluster
     from sluice.runtime.executors import ExecutorPool
@@ -298,9 +306,10 @@ def live_runs(phases, phase_s: float, alts, peak: int, average: int) -> tuple[di
                                                          "spark.python.authenticate.socketTimeout": "120s"})
         pool = ExecutorPool(spark, max_executors=WORKERS)
         pool.settle()
-        joins = measure_startup(pool)
-        startup = statistics.median(joins) if joins else 15.0
-        print(f"executors joined {joins} s after the request: start-up {startup} s", flush=True)
+        joins, warm = measure_startup(spark, pool)
+        startup = round((statistics.median(joins) if joins else 15.0) + warm, 2)
+        print(f"executors joined {joins} s after the request, their Python workers started in {warm} s: "
+              f"start-up {startup} s", flush=True)
         for name, (factory, executors) in runs_of(phases, phase_s, startup, peak, average).items():
             print(f"live {name} ...", flush=True)
             for attempt in (1, 2):  # on a loaded machine a Python worker may miss its time to connect back
@@ -315,7 +324,7 @@ def live_runs(phases, phase_s: float, alts, peak: int, average: int) -> tuple[di
                     print(f"  {name} failed ({str(exc).splitlines()[0]}): once more", flush=True)
             print(f"  {({k: v for k, v in live[name].items() if k != 'timeline'})}", flush=True)
         spark.stop()
-    return live, joins, startup
+    return live, {"joins": joins, "python_workers": warm}, startup
 
 
 def runs_of(phases, phase_s: float, startup: float, peak: int, average: int) -> dict:
