@@ -27,7 +27,20 @@ Figures per run: sustained throughput (rows / seconds from the start of the firs
 batch to the end of the last: adapting after each shift counts), p95 batch time over the
 steady batches, migrations (decisions in ``decisions.jsonl`` and key groups moved), and the
 pause of each migration: the duration of the first batch run with the new routing against
-the median of its neighbours (two before, two after). The machine is shared: the runs
+the median of its neighbours (two before, two after). Two figures tell how close to the
+possible the policies get:
+
+- ``row_imbalance``: per batch, the busiest partition's rows over the mean under the routing
+  the batch ran with. Every row costs the same work, so this is the balance reached, free of
+  the timing noise of a shared machine (1.0 is perfect).
+- ``ideal_ratio`` and ``reactive_ideal_ratio``: the throughput gain perfect balance would
+  give over the hash run, from that run's own key-group loads (``balance_bound``): each batch
+  keeps its fixed part and its busiest partition's keyed work becomes max(total / partitions,
+  the largest key group's). The reactive bound leaves the first batch of each phase as it
+  was: a policy acting on measured load sees the hot set move only after that batch (with
+  six batches a phase, three of the sixteen steady batches).
+
+The machine is shared: the runs
 alternate (hash, flux, sluice, then sluice, flux, hash, ...) and the best of N of each is kept.
 Every run's final per-key aggregates must equal the others' (checked: exactly once under
 migrations). Writes docs/results/skew_balancing.json and .png; the last line printed is one
@@ -139,6 +152,7 @@ POLICIES = {"hash": None, "flux": FluxBalancing, "ring": RingBalancing, "sluice"
 
 
 def run(spark, system: str, total_rows: int, per_batch: int, table: np.ndarray, workdir: str) -> dict:
+    from sluice.plan.physical import range_routing
     from sluice.runtime.job import run_pipeline
 
     checkpoint = os.path.join(workdir, system)
@@ -152,7 +166,75 @@ def run(spark, system: str, total_rows: int, per_batch: int, table: np.ndarray, 
     result = run_pipeline(p, checkpoint, spark=spark, controller=controller)
     batches = sorted((m.batch_id, m.started_at, m.duration_s, m.rows_in) for m in result.metrics if m.rows_in)
     decisions = _decisions(checkpoint)
-    return {"figures": figures(batches, decisions), "latest": latest}
+    out = {"figures": figures(batches, decisions), "latest": latest}
+    initial = range_routing(p.graph.max_parallelism, PARTITIONS)
+    out["figures"]["row_imbalance"] = row_imbalance(result.metrics, initial, decisions)
+    if controller is None:  # routing held fixed: the range routing every batch ran with
+        out["figures"]["bound"] = balance_bound(result.metrics, initial, -(-total_rows // PHASES), per_batch)
+    return out
+
+
+def _rows_by_key_group(m, size: int) -> np.ndarray:
+    (_, groups), = m.key_groups.items()  # one keyed operator
+    rows = np.zeros(size)
+    for kg, values in groups.items():
+        rows[int(kg)] = values.get("rows", 0)
+    return rows
+
+
+def row_imbalance(metrics: list, initial: list[int], decisions: list[dict]) -> dict:
+    """How evenly each batch's rows were spread over the partitions by the routing it ran
+    with: the busiest partition's rows over the mean. A row costs the same work wherever it
+    runs, so this is the balance a policy reached, free of the timing noise of a shared
+    machine (1.0 is perfect; routing held fixed, about the hot partition's share times the
+    partitions). Over the steady batches, the first batch of each phase (no reactive policy
+    can have balanced it) included."""
+    routing = np.asarray(initial)
+    changes = {d["batch_id"] + 1: np.asarray(d["action"]["value"]) for d in decisions}
+    values = []
+    for m in sorted((m for m in metrics if m.rows_in), key=lambda m: m.batch_id):
+        routing = changes.get(m.batch_id, routing)
+        rows = _rows_by_key_group(m, len(routing))
+        per_partition = np.bincount(routing, weights=rows, minlength=PARTITIONS)
+        values.append((m.batch_id, float(per_partition.max() / per_partition.mean())))
+    steady = [v for b, v in values[WARMUP:]]
+    return {"median": round(statistics.median(steady), 3), "mean": round(statistics.mean(steady), 3),
+            "per_batch": [round(v, 3) for _, v in values]}
+
+
+def balance_bound(metrics: list, routing: list[int], phase_rows: int, per_batch: int) -> dict:
+    """What perfect balancing could gain over routing held fixed, from the hash run's own
+    measurements: per steady batch, the keyed stage's busy time apportioned to key groups by
+    their rows (the statistic the policies balance), summed per partition under ``routing``.
+    The partitions run in parallel on their own cores, so the batch lasts its fixed part
+    (everything but the busiest partition's keyed work) plus the busiest partition's work.
+    Perfect balance replaces the busiest partition's work by max(total / partitions, the
+    largest single key group's): key groups are indivisible.
+
+    ``ideal_ratio``: every steady batch balanced perfectly. ``reactive_ideal_ratio``: the
+    first batch of each phase of the hot set stays as it was, since a controller that acts on
+    measured load sees the shift only after that batch (the policies here act at the next
+    batch, the earliest possible). ``fixed_share``: the fixed part's share of a hash batch."""
+    steady = sorted((m for m in metrics if m.rows_in), key=lambda m: m.batch_id)[WARMUP:]
+    table = np.asarray(routing)
+    hash_s = ideal_s = reactive_s = fixed_s = 0.0
+    hot_shares = []
+    for m in steady:
+        (op_id, _), = m.key_groups.items()
+        rows = _rows_by_key_group(m, len(table))
+        ops = m.operators[op_id]
+        busy = max(ops.get("time_s", 0.0) - ops.get("input_wait_s", 0.0), 0.0) * rows / max(rows.sum(), 1)
+        per_partition = np.bincount(table, weights=busy, minlength=PARTITIONS)
+        hottest = float(per_partition.max())
+        balanced = max(float(busy.sum()) / PARTITIONS, float(busy.max()))
+        first_of_phase = m.batch_id > 0 and (m.batch_id * per_batch) // phase_rows != ((m.batch_id - 1) * per_batch) // phase_rows
+        hash_s += m.duration_s
+        ideal_s += m.duration_s - hottest + balanced
+        reactive_s += m.duration_s if first_of_phase else m.duration_s - hottest + balanced
+        fixed_s += m.duration_s - hottest
+        hot_shares.append(hottest / max(float(busy.sum()), 1e-9))
+    return {"ideal_ratio": round(hash_s / ideal_s, 3), "reactive_ideal_ratio": round(hash_s / reactive_s, 3),
+            "fixed_share": round(fixed_s / hash_s, 3), "hot_partition_share": round(statistics.median(hot_shares), 3)}
 
 
 def _decisions(checkpoint: str) -> list[dict]:
@@ -246,6 +328,7 @@ def main() -> None:
             f = result["figures"]
             print(f"  {system:6s} {f['rows_per_s']:9.0f} rows/s  p95 {f['p95_batch_s']:.2f} s  "
                   f"migrations {f['migrations']} ({f['key_groups_moved']} key groups)  pauses {f['pause_ratios']}  "
+                  f"row imbalance {f['row_imbalance']['median']}  {f.get('bound', '')}  "
                   f"[{time.time() - t0:.0f} s]", flush=True)
     reference = next(iter(outputs.values()))
     exact = all(out == reference for out in outputs.values())
@@ -261,6 +344,10 @@ def main() -> None:
                "flux_ratio": round(best["flux"]["rows_per_s"] / best["hash"]["rows_per_s"], 3),
                "ring_ratio": round(best["ring"]["rows_per_s"] / best["hash"]["rows_per_s"], 3),
                "max_pause_ratio": best["sluice"]["max_pause_ratio"],
+               # what perfect balancing could gain, from the (best) hash run's own key-group loads
+               "ideal_ratio": best["hash"]["bound"]["ideal_ratio"],
+               "reactive_ideal_ratio": best["hash"]["bound"]["reactive_ideal_ratio"],
+               "row_imbalance": {s: best[s]["row_imbalance"]["median"] for s in best},
                "outputs_equal": exact, "rows": total_rows, "rows_per_batch": per_batch, "keys": KEYS, "skew": SKEW,
                "phases": PHASES, "hot_keys": HOT, "work_s_per_row": WORK_S, "partitions": PARTITIONS, "repeats": repeats,
                "systems": best,
@@ -271,7 +358,8 @@ def main() -> None:
     (RESULTS / "skew_balancing.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, RESULTS / "skew_balancing.png")
     summary = {k: results[k]
-               for k in ("benchmark", "ratio", "flux_ratio", "ring_ratio", "max_pause_ratio", "outputs_equal", "note")}
+               for k in ("benchmark", "ratio", "flux_ratio", "ring_ratio", "ideal_ratio", "reactive_ideal_ratio",
+                         "row_imbalance", "max_pause_ratio", "outputs_equal", "note")}
     summary |= {f"{s}_rows_per_s": best[s]["rows_per_s"] for s in best}
     print(json.dumps(summary))
 
