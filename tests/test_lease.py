@@ -96,3 +96,14 @@ def test_is_free_and_pid_alive():
     assert not pid_alive(child.pid)
     with pytest.raises(ValueError, match="ttl"):
         Lease(Checkpoint("/tmp/x"), ttl=0)
+
+
+def test_a_lapse_with_nobody_taking_over_keeps_the_lease(tmp_path):
+    clock = Clock()
+    active = lease(tmp_path, clock)
+    active.acquire()
+    clock.now += 30.0  # the heartbeat stalled (a loaded machine), and no standby is waiting
+    active.check()  # still its lease: renewed, not fenced
+    assert active.renew()
+    standby = lease(tmp_path, clock, pids=(2,), host="h2")
+    assert not standby.try_acquire()  # renewed: not expired

@@ -19,7 +19,9 @@ one of two standbys racing for one epoch gets it), then ``lease.json`` is writte
 commits its state and its done record (``runtime.executor``): it fails with ``FencedError``
 once ``lease.json`` names another holder, or once its own renewals have lapsed
 (``now > expires_at - margin``: a driver paused longer than its lease may already be
-replaced). A standby waits ``grace`` beyond the expiry, the holder stops ``margin`` before
+replaced) and another driver has claimed the next epoch; a lapse nobody acted on is
+renewed, so a stalled heartbeat on a loaded machine never stops a job that has no
+standby. A standby waits ``grace`` beyond the expiry, the holder stops ``margin`` before
 it, so a pause between a check and the write it guards must exceed ``margin + grace`` (and the
 hosts' clocks must agree that well) before two drivers could write one batch; even then the
 batch's writes are idempotent replays (docs/runtime.md) and Spark's offset log refuses a
@@ -225,8 +227,7 @@ class Lease:
             if self.epoch is None or self.fenced:
                 return False
             if self.clock() > self.expires_at - self.margin:
-                self.fenced = f"its lease (epoch {self.epoch}) lapsed: not renewed for {self.ttl} s"
-                return False
+                return self._recover_lapsed()
             current = self.read()
             if current is None or current.epoch != self.epoch or current.owner != self.owner:
                 self.fenced = (f"another driver took its lease (epoch {current.epoch if current else '?'}, "
@@ -234,6 +235,21 @@ class Lease:
                 return False
             self._write()
             return True
+
+    def _recover_lapsed(self) -> bool:
+        """Renewals lapsed (a stalled process, a loaded machine): keep the lease if nobody has
+        claimed the next epoch, which a standby must do before it takes over; else fenced.
+        A lapse with no standby waiting must not stop a healthy job. Called holding the lock."""
+        assert self.epoch is not None
+        current = self.read()
+        nobody_else = (current is not None and current.epoch == self.epoch and current.owner == self.owner
+                       and self.checkpoint.read_bytes(f"{CLAIMS}/{self.epoch + 1:09d}.claim") is None)
+        if nobody_else:
+            self._write()
+            return True
+        self.fenced = (f"its lease (epoch {self.epoch}) lapsed (not renewed for {self.ttl} s) and another driver "
+                       f"claimed epoch {self.epoch + 1}")
+        return False
 
     def start_heartbeat(self) -> None:
         """Renew every ``ttl / 4`` seconds on a daemon thread until released or fenced."""
@@ -250,7 +266,7 @@ class Lease:
         with self._lock:
             if self.fenced is None and self.epoch is not None:
                 if self.clock() > self.expires_at - self.margin:
-                    self.fenced = f"its lease (epoch {self.epoch}) lapsed: not renewed for {self.ttl} s"
+                    self._recover_lapsed()
                 else:
                     current = self.read()
                     if current is None or current.epoch != self.epoch or current.owner != self.owner:
