@@ -99,8 +99,9 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     if not standby:
         # fail before the slow start when another driver runs this checkpoint; a driver that
         # just died may take a moment to be gone (its JVM), one on another host until its
-        # lease expires
-        lease.acquire(wait=True, timeout_s=lease.ttl + lease.grace)
+        # lease expires (a lease renewed the instant before it died is free ttl + grace
+        # later: a second more, so the wait cannot end just short of it)
+        lease.acquire(wait=True, timeout_s=lease.ttl + lease.grace + 1.0)
         lease.start_heartbeat()
     try:
         return _run(pipeline, checkpoint, lease, master=master, spark=spark, duration=duration,
