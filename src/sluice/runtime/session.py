@@ -12,6 +12,7 @@ import sys
 import uuid
 
 from sluice.errors import EnvironmentProblem
+from sluice.runtime.lease import pid_alive
 
 _INSTALL_JAVA = (
     "Install Java 17+ (Debian/Ubuntu: apt-get install -y openjdk-17-jre-headless; "
@@ -208,15 +209,8 @@ def _lock_owner(lock: str) -> int | None:
 
 
 def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False  # a lock being written this instant reads empty: treated as stale once
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    # a lock being written this instant reads empty: treated as stale once
+    return pid is not None and pid_alive(pid)
 
 
 def class_archive() -> ClassArchive | None:
