@@ -213,12 +213,7 @@ def run_with_standby(workdir: str, args, rng: random.Random) -> dict:
         restarts.append(r)
         print(f"  {system}: kill {k + 1} after {wait:.1f} s; the standby took over: first commit "
               f"{_s(r['first_commit_s'])} after the kill, caught up {_s(r['caught_up_s'])}", flush=True)
-    proc.wait()
-    if proc.returncode != 0:
-        raise SystemExit(f"{system}'s last run failed ({proc.returncode}); see {workdir}/{system}.log")
-    lost, duplicated = check_output(workdir, system, args)
-    print(f"  {system}: lost {lost} rows, duplicated {duplicated} rows", flush=True)
-    return {"start": start_times, "restarts": restarts, "lost_rows": lost, "duplicated_rows": duplicated}
+    return finish(system, workdir, args, proc, start_times, restarts)
 
 
 def run_system(system: str, workdir: str, args, rng: random.Random) -> dict:
@@ -241,6 +236,11 @@ def run_system(system: str, workdir: str, args, rng: random.Random) -> dict:
         restarts.append(r)
         print(f"  {system}: kill {k + 1} after {wait:.1f} s; back: first commit {_s(r['first_commit_s'])}, "
               f"caught up {_s(r['caught_up_s'])}", flush=True)
+    return finish(system, workdir, args, proc, start_times, restarts)
+
+
+def finish(system: str, workdir: str, args, proc, start_times: dict, restarts: list) -> dict:
+    """Let the last run end, then count the rows lost and duplicated against the source."""
     proc.wait()
     if proc.returncode != 0:
         raise SystemExit(f"{system}'s last run failed ({proc.returncode}); see {workdir}/{system}.log")
