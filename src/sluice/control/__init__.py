@@ -10,6 +10,7 @@ from sluice.control.alternates import AlternatesByLoad
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, LinearFit, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
+from sluice.control.collocation import CollocationBalancing
 from sluice.control.config import build_policies, default_policies, load_policies, register
 from sluice.control.controller import Controller, EscalationWarning
 from sluice.control.decisions import read_decisions
@@ -22,6 +23,7 @@ from sluice.control.view import ControlView, Resources
 __all__ = [
     "Action",
     "AlternatesByLoad",
+    "CollocationBalancing",
     "ConstraintStatus",
     "ControlView",
     "Controller",

@@ -13,6 +13,8 @@ Kinds and their actuators (``sluice.control.actuators``):
   contiguous ranges; state follows its key groups through the store).
 - ``routing``: the routing table of a keyed stage (``target``: its id; ``value``: the
   partition of each key group); moved key groups' state is read by their new partition.
+  ``value`` may also be ``{op id: table}``: several stages re-routed in one step (ALBIC's
+  collocation moves communicating key groups of two stages to one partition index).
 - ``alternate``: which alternate of an operator with alternates runs (``target``: its id;
   ``value``: the alternate's name; ``sluice.graph.alternates``). The next Plan says so: the
   switch happens at the batch boundary, and a replayed batch runs the alternate it ran with.

@@ -88,8 +88,14 @@ def plan_change(plan: Plan, action: Action, version: int) -> Plan:
     if action.kind == THREADS:
         return replace(plan, version=version, threads={**plan.threads, action.target: int(action.value)})
     if action.kind == ROUTING:
-        routing = [int(p) for p in action.value]
-        return plan.with_routing(version, action.target, routing, plan.keyed[action.target].partitions)
+        # value: one stage's table, or {op id: table} for stages moved in one step (collocation)
+        tables = action.value if isinstance(action.value, dict) else {action.target: action.value}
+        routed = replace(plan, version=version)
+        for op_id, table in tables.items():
+            if op_id not in plan.keyed:
+                raise PlanError(f"{op_id!r} is not a keyed operator of this plan; keyed: {sorted(plan.keyed)}")
+            routed = routed.with_routing(version, op_id, [int(p) for p in table], plan.keyed[op_id].partitions)
+        return routed
     if action.kind == PARTITIONS:
         n = int(action.value)
         return plan.with_routing(version, action.target, range_routing(plan.max_parallelism, n), n)

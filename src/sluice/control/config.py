@@ -19,6 +19,7 @@ from sluice.control.alternates import AlternatesByLoad
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
+from sluice.control.collocation import CollocationBalancing
 from sluice.control.elastic import ce_policy, ga_policy, plasticc_policy
 from sluice.control.guards import Guards
 from sluice.control.policy import Policy
@@ -33,6 +34,7 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     KeyGroupBalancing.name: KeyGroupBalancing,
     FluxBalancing.name: FluxBalancing,
     RingBalancing.name: RingBalancing,
+    CollocationBalancing.name: CollocationBalancing,
     OneStepScaling.name: OneStepScaling,
     IncrementalScaling.name: IncrementalScaling,
     Guards.name: Guards,

@@ -23,7 +23,7 @@ _TOKEN = re.compile(
 # words that are part of SQL's grammar or literals, never column names
 _KEYWORDS = frozenset(
     [
-        "and", "or", "not", "in", "is", "null", "true", "false", "like", "rlike", "ilike",
+        "and", "or", "not", "div", "in", "is", "null", "true", "false", "like", "rlike", "ilike",
         "between", "case", "when", "then", "else", "end", "as", "cast", "try_cast", "interval",
         "distinct", "exists", "if", "asc", "desc", "nulls", "first", "last", "over", "partition",
         "by", "order", "rows", "range", "unbounded", "preceding", "following", "current", "row",

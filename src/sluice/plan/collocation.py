@@ -77,3 +77,40 @@ def collocation_groups(graph: JobGraph) -> tuple[tuple[str, ...], ...]:
             group.append(follows[group[-1]])
         groups.append(tuple(group))
     return tuple(groups)
+
+
+def traffic_source(graph: JobGraph, op_id: str) -> tuple[str, list[str]] | None:
+    """The keyed operator whose key groups send ``op_id``'s key groups their rows, and its
+    key columns, when the traffic between them can be measured at ``op_id``'s exchange:
+    (upstream id, its keys), or None.
+
+    ALBIC collocates communicating key groups of consecutive keyed operators whose keys
+    differ (section 4.3.2). The pair is ``up -> (forward row-wise operators) -> key_by ->
+    op_id``: ``up`` keeps its key values in its output rows (``KEY_PRESERVING``), every
+    operator between has one input (filters, selects, column additions, Python passes), and
+    ``up``'s key columns reach ``op_id``'s key_by unchanged in name and type, so the hash that
+    routed a row to ``up``'s key group can be computed again beside ``op_id``'s own. A
+    ``process`` counts too: its rows are attributed to the key group of the key they carry,
+    exact when it emits rows under the key of the records it processed (an enrichment)."""
+    op = graph[op_id]
+    if not op.is_keyed or op.kind == "join" or len(op.inputs) != 1:
+        return None
+    key_by = graph[op.inputs[0]]
+    if key_by.kind != "key_by" or len(key_by.inputs) != 1 or key_by.schema is None:
+        return None
+    up = graph[key_by.inputs[0]]
+    while not up.is_keyed:
+        if up.kind in ("source", "key_by", "union") or len(up.inputs) != 1:
+            return None
+        up = graph[up.inputs[0]]
+    if up.kind not in KEY_PRESERVING | {"process"} or len(up.inputs) != 1:
+        return None
+    up_keys = list(up.params.get("keys") or ())
+    up_input = graph[up.inputs[0]].schema
+    if not up_keys or up_input is None:
+        return None
+    try:
+        same = all(up_input.field(k).type == key_by.schema.field(k).type for k in up_keys)
+    except KeyError:
+        return None
+    return (up.id, up_keys) if same else None

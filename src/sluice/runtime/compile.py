@@ -28,6 +28,7 @@ from typing import Any
 from sluice.graph import JobGraph
 from sluice.graph.alternates import with_alternate
 from sluice.graph.operators import Operator
+from sluice.plan.collocation import traffic_source
 from sluice.plan.physical import KeyedStagePlan, Plan
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange
@@ -166,6 +167,9 @@ class KeyedStage(Stage):
     # False when collocated with the keyed operator before it (plan.collocation): its rows
     # are in their key group's partition already, so no exchange
     exchanges: bool = True
+    # the keyed operator before and its keys, whose key groups' traffic to this one's is
+    # counted (plan.collocation.traffic_source), or None
+    upstream: tuple[str, list[str]] | None = None
     _finish: Any = field(default=None, repr=False)
 
     def build(self, frames: dict) -> Any:
@@ -176,14 +180,17 @@ class KeyedStage(Stage):
             keyed_schema = kernel.union
         if self.exchanges:
             routed = exchange(keyed_input, op, kernel, keyed_schema, self.plan, self.context, self.max_parallelism,
-                              self.checkpoint, self.accumulator, self.source_stats)
-            frame, schema, self._finish = routed
+                              self.checkpoint, self.accumulator, self.source_stats,
+                              self.upstream[1] if self.upstream else None)
+            frame, schema, self._finish = routed.frame, routed.schema, routed.finish
+            traffic_from = self.upstream[0] if self.upstream and routed.traffic else None
         else:
+            traffic_from = None
             frame, schema = collocated_input(keyed_input, op, kernel, keyed_schema, self.plan, self.context,
                                              self.max_parallelism, self.checkpoint, self.accumulator)
         return keyed_stage(frame, op, schema, self.plan, (self.store.root, op.id, kernel.key_columns),
                            self.state.index(op.id), self.context, self.checkpoint, self.accumulator,
-                           self.source_stats, kernel=kernel)
+                           self.source_stats, kernel=kernel, traffic_from=traffic_from)
 
     def finish(self) -> dict[str, float]:
         return self._finish() if self._finish is not None else {}
@@ -253,7 +260,7 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
             stages.append(KeyedStage(planned, batch.kernel_of(planned), graph[op.inputs[0]], plan.keyed[op.id],
                                      plan.max_parallelism, batch.stores[op.id], batch.state, batch.context,
                                      batch.checkpoint, batch.accumulator, measured.get(op.id),
-                                     exchanges=plan.exchanges_before(op.id)))
+                                     exchanges=plan.exchanges_before(op.id), upstream=traffic_source(graph, op.id)))
     return BatchLineage(graph, stages)
 
 

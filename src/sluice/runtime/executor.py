@@ -47,6 +47,7 @@ from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_sid
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
 from sluice.runtime.task_metrics import MetricsParam, split_metrics
+from sluice.runtime.traffic import traffic_metrics
 from sluice.runtime.warmup import in_background
 
 MICROS = 1_000_000
@@ -340,6 +341,7 @@ class BatchExecutor:
                  state: StateTransaction) -> BatchMetrics:
         """``per_op``: the tasks' metrics by operator; ``observed``: each source's rows and
         latest event time."""
+        traffic = traffic_metrics(per_op, plan)
         key_groups = {}
         for op_id, store in self.stores.items():
             rows = per_op.pop(f"{op_id}#kg", {})
@@ -368,6 +370,7 @@ class BatchExecutor:
             operators=per_op,
             sinks=sink_stats,
             key_groups=key_groups,
+            traffic=traffic,
             dead_letters=len(dead),
             late_records=int(sum(metrics.get("side_late", 0) for metrics in per_op.values())),
             watermark=context.watermark,

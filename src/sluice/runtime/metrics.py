@@ -26,6 +26,9 @@ class BatchMetrics:
     # rows, write_s, committed_ms (batch start to commit), latency_mean/p50/p95/p99_ms
     sinks: dict[str, dict[str, float]] = field(default_factory=dict)
     key_groups: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)  # op -> kg -> {rows, state_bytes}
+    # keyed op -> its traffic from the keyed operator before, keyed differently (runtime.traffic):
+    # {upstream, rows, local_rows, pairs: [[upstream kg, kg, rows], ...], dropped_rows}
+    traffic: dict[str, dict] = field(default_factory=dict)
     dead_letters: int = 0  # records sent to the dead-letter sink (an operator raised, a source could not parse)
     late_records: int = 0  # records too late for every window, sent to the windows' ``late`` side outputs
     watermark: int | None = None

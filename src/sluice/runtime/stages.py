@@ -22,10 +22,10 @@ from sluice.runtime.kernels.grouping import dense_ids, exact_key_type
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
 from sluice.runtime.kernels.stateless import KernelContext, run_chain
 from sluice.runtime.reporting import reporting_to
-from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, with_hidden
+from sluice.runtime.schemas import INGEST, UP_KEY_GROUP, partition_id, to_arrow, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.state import KeyGroupStore
-from sluice.runtime.task_metrics import TaskMetrics
+from sluice.runtime.task_metrics import SparseCounts, TaskMetrics
 
 
 # ---- fused Python chains ---------------------------------------------------------------------
@@ -54,16 +54,19 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
 
 # ---- keyed stages ----------------------------------------------------------------------------
 def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
-                context: BatchContext, root: str | Checkpoint, accumulator, source_stats=None, kernel: KeyedKernel | None = None):
+                context: BatchContext, root: str | Checkpoint, accumulator, source_stats=None, kernel: KeyedKernel | None = None,
+                traffic_from: str | None = None):
     """Run a keyed operator over routed rows, reading and writing the key-group store.
 
     ``source_stats``: the statistics of the source whose records Spark combined into these
     rows, to measure here (``exchange.SourceStats``). ``kernel``: the operator's kernel, as
-    the exchange before saw it (default: made from the operator)."""
+    the exchange before saw it (default: made from the operator). ``traffic_from``: the keyed
+    operator before, when the rows carry their key group there (``UP_KEY_GROUP``): the rows
+    per (its key group, this one's) are counted, ALBIC's traffic between key groups."""
     if kernel is None:
         kernel = keyed_kernel(op)
     keys = kernel.key_columns
-    routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP)
+    routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP, *([UP_KEY_GROUP] if traffic_from else []))
     out_schema = with_hidden(kernel.output_schema(in_schema.append(pa.field(KEY_GROUP, pa.int32()))), INGEST)
     kernel_state = kernel.state_schema(in_schema)
     state_schema = kernel_state.append(pa.field(KEY_GROUP, pa.int32()))
@@ -83,6 +86,8 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         if source_stats is not None:
             source_stats.measure(rows, metrics)
         rows = rows.select(routed_schema.names).cast(routed_schema)
+        if traffic_from is not None:
+            rows = _count_traffic(rows, traffic_from, op.id, len(routing), metrics)
         kg_values, kg_counts = _counts(rows)
         strays = [kg for kg in kg_values if routing[kg] != partition]
         if strays:
@@ -145,6 +150,18 @@ def _timed(metrics: TaskMetrics, op_id: str, metric: str, since: float) -> float
     now = time.perf_counter()
     metrics.add(op_id, metric, now - since)
     return now
+
+
+def _count_traffic(rows: pa.Table, upstream: str, op_id: str, max_parallelism: int, metrics: TaskMetrics) -> pa.Table:
+    """Count the rows per (upstream key group, key group) pair, coded ``up * K + kg``, into
+    the metric ``(op_id#traffic, upstream)``; return the rows without the upstream key group.
+    One bincount over the task's rows (K = 128: 16,384 bins, about 1 ms for 100,000 rows)."""
+    if rows.num_rows:
+        up = rows.column(UP_KEY_GROUP).to_numpy().astype(np.int64)
+        kg = rows.column(KEY_GROUP).to_numpy().astype(np.int64)
+        metrics.add(f"{op_id}#traffic", upstream,
+                    SparseCounts.of(up * max_parallelism + kg, max_parallelism * max_parallelism))
+    return rows.drop_columns([UP_KEY_GROUP])
 
 
 def _counts(rows: pa.Table):

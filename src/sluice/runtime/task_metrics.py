@@ -2,13 +2,15 @@
 
 Tasks add to one Spark accumulator a dict of ``MetricKey(operator, metric) -> number``.
 Metrics whose name ends in ``_max`` combine by maximum, all others by sum. The driver reads
-and resets it once per batch.
+and resets it once per batch. A value may also be :class:`SparseCounts` (counts of many
+codes in one entry, summed code by code: the traffic between key groups).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import numpy as np
 from pyspark.accumulators import AccumulatorParam
 
 
@@ -22,6 +24,46 @@ class MetricKey(NamedTuple):
     def is_max(self) -> bool:
         """Combined over tasks by maximum (``*_max``), not by sum."""
         return self.metric.endswith("_max")
+
+
+class SparseCounts:
+    """Counts of integer codes, summed code by code when added: one accumulator entry for
+    thousands of counts (one entry per code would cost a pickled key each)."""
+
+    __slots__ = ("codes", "counts")
+
+    def __init__(self, codes: np.ndarray, counts: np.ndarray):
+        self.codes = np.asarray(codes, dtype=np.int64)
+        self.counts = np.asarray(counts, dtype=np.int64)
+
+    @staticmethod
+    def of(values: np.ndarray, bins: int | None = None) -> SparseCounts:
+        """The counts of ``values``; ``bins``: an upper bound of the values, for a bincount
+        (linear) where it is small enough, else a sort."""
+        values = np.asarray(values, dtype=np.int64)
+        if bins is not None and bins <= 1 << 18:
+            counts = np.bincount(values, minlength=bins)
+            codes = np.flatnonzero(counts)
+            return SparseCounts(codes, counts[codes])
+        codes, counts = np.unique(values, return_counts=True)
+        return SparseCounts(codes, counts)
+
+    def __add__(self, other):
+        if isinstance(other, (int, float)) and other == 0:  # the accumulator's start
+            return self
+        if not isinstance(other, SparseCounts):
+            return NotImplemented
+        codes, inverse = np.unique(np.concatenate([self.codes, other.codes]), return_inverse=True)
+        return SparseCounts(codes, np.bincount(inverse, weights=np.concatenate([self.counts, other.counts]),
+                                               minlength=len(codes)).astype(np.int64))
+
+    __radd__ = __add__
+
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def __repr__(self) -> str:
+        return f"SparseCounts({len(self.codes)} codes, {self.total()} in all)"
 
 
 class MetricsParam(AccumulatorParam):
@@ -42,9 +84,9 @@ class TaskMetrics:
 
     def __init__(self, accumulator):
         self.accumulator = accumulator
-        self.values: dict[MetricKey, float] = {}
+        self.values: dict[MetricKey, Any] = {}  # numbers, or SparseCounts
 
-    def add(self, operator: str, metric: str, value: float) -> None:
+    def add(self, operator: str, metric: str, value: float | SparseCounts) -> None:
         key = MetricKey(operator, metric)
         if key.is_max:
             self.values[key] = max(self.values.get(key, value), value)

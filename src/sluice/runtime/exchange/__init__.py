@@ -52,6 +52,8 @@ class Exchanged(NamedTuple):
     # what the driver must do once the batch's job has run, if anything (Spark's combine
     # fetches the late records then): returns metrics of the operator to add
     finish: Callable[[], dict] | None
+    # each row also carries its key group at the keyed operator before (traffic is counted)
+    traffic: bool = False
 
 
 def combined_by_spark(kernel: KeyedKernel, in_schema: pa.Schema) -> bool:
@@ -61,11 +63,14 @@ def combined_by_spark(kernel: KeyedKernel, in_schema: pa.Schema) -> bool:
 
 def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
              context: BatchContext, max_parallelism: int, root: str | Checkpoint, accumulator,
-             source_stats: SourceStats | None = None) -> Exchanged:
+             source_stats: SourceStats | None = None, upstream_keys: list[str] | None = None) -> Exchanged:
     """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
 
     ``source_stats``: the statistics of the source whose records ``df`` holds, to be measured
-    on Spark's combined rows (:class:`SourceStats`); only given when Spark combines."""
+    on Spark's combined rows (:class:`SourceStats`); only given when Spark combines.
+    ``upstream_keys``: the key columns of the keyed operator before, whose key groups' traffic
+    to this operator's is to be counted (``plan.collocation.traffic_source``): only where the
+    records themselves cross the exchange (a combine sends partials, one per key and pane)."""
     if supports_native_combine(kernel, in_schema):
         combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism, source_stats)
 
@@ -81,8 +86,8 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
         df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
         return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema, None)
     read = kernel.input_columns(in_schema)  # only these cross the exchange
-    return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, read),
-                     pa.schema([in_schema.field(c) for c in read]), None)
+    return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, read, upstream_keys),
+                     pa.schema([in_schema.field(c) for c in read]), None, bool(upstream_keys))
 
 
 def collocated_input(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,

@@ -8,7 +8,14 @@ from collections.abc import Sequence
 from pyspark.sql import functions as F
 
 from sluice.plan.physical import KeyedStagePlan
-from sluice.runtime.schemas import INGEST, KEY_GROUP, PARTITION, quote
+from sluice.runtime.schemas import INGEST, KEY_GROUP, PARTITION, UP_KEY_GROUP, quote
+
+
+def key_group_sql(keys: list[str], max_parallelism: int) -> str:
+    """SQL of the key group of the key columns ``keys``: Spark's xxhash64, stable across runs
+    and machines, mod the max parallelism."""
+    columns = ", ".join(quote(k) for k in keys)
+    return f"CAST(pmod(xxhash64({columns}), {int(max_parallelism)}) AS INT)"
 
 
 def routing_columns(keys: list[str], stage: KeyedStagePlan, max_parallelism: int) -> dict[str, str]:
@@ -31,8 +38,7 @@ def routing_columns(keys: list[str], stage: KeyedStagePlan, max_parallelism: int
     an aggregate, and an aggregate grouped by the partition would then ask for a second
     exchange, by hash, that scatters a key group over partitions (``exchange.spark_combine``).
     """
-    columns = ", ".join(quote(k) for k in keys)
-    kg = f"CAST(pmod(xxhash64({columns}), {int(max_parallelism)}) AS INT)"
+    kg = key_group_sql(keys, max_parallelism)
     return {KEY_GROUP: kg, PARTITION: partition_sql(kg, stage)}
 
 
@@ -64,7 +70,8 @@ def packed_routing(routing: Sequence[int], partitions: int) -> tuple[list[int], 
     return words, bits
 
 
-def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str]):
+def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str],
+          upstream_keys: list[str] | None = None):
     """Keep ``columns`` and the ingest time, add the key group, and exchange
     by the partition the routing table gives it.
 
@@ -72,13 +79,21 @@ def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, colu
     every batch). The partition is an expression of the exchange, not a column: it is
     computed from the key group column (one hash a row) and never shipped. Columns the
     kernel does not read are dropped before the exchange, not after it: every byte of a row
-    is written to the shuffle, read back, and turned into Arrow for the keyed stage."""
-    routed = with_key_group(df, keys, stage, max_parallelism, columns)
+    is written to the shuffle, read back, and turned into Arrow for the keyed stage.
+
+    ``upstream_keys``: the key columns of the keyed operator before (``plan.collocation.
+    traffic_source``); each row then also carries the key group it had there, so the keyed
+    stage can count the traffic between the two operators' key groups. It costs a hash a row
+    on the map side and one more fixed-width field (8 bytes) a row in the shuffle."""
+    routed = with_key_group(df, keys, stage, max_parallelism, columns, upstream_keys)
     return routed.repartitionById(stage.partitions, F.expr(partition_sql(KEY_GROUP, stage)))
 
 
-def with_key_group(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str]):
-    """``columns`` and the ingest time, and the key group of each row (one projection)."""
-    kept = [quote(c) for c in columns if c not in (INGEST, KEY_GROUP)]
-    kg = routing_columns(keys, stage, max_parallelism)[KEY_GROUP]
-    return df.selectExpr(*kept, INGEST, f"{kg} AS {KEY_GROUP}")
+def with_key_group(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str],
+                   upstream_keys: list[str] | None = None):
+    """``columns`` and the ingest time, and the key group of each row (one projection); with
+    ``upstream_keys``, also the key group of those columns (``UP_KEY_GROUP``)."""
+    kept = [quote(c) for c in columns if c not in (INGEST, KEY_GROUP, UP_KEY_GROUP)]
+    kg = key_group_sql(keys, max_parallelism)
+    up = [f"{key_group_sql(upstream_keys, max_parallelism)} AS {UP_KEY_GROUP}"] if upstream_keys else []
+    return df.selectExpr(*kept, INGEST, f"{kg} AS {KEY_GROUP}", *up)
