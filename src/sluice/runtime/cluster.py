@@ -70,8 +70,14 @@ class LocalCluster:
     """A standalone master and ``workers`` workers of ``cores`` cores and ``memory`` each."""
 
     def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g", root: str | None = None,
-                 timeout_s: float = 120.0):
+                 timeout_s: float = 120.0, distinct_hosts: bool = False):
+        """``distinct_hosts``: each worker (and its executors) binds its own loopback address,
+        127.0.0.2, 127.0.0.3, ..., so Spark takes them for different hosts, as on a real
+        cluster: it reads another executor's shuffle blocks over the network rather than from
+        the host's disk, and its locality preferences (which name hosts) tell the workers
+        apart. Linux routes all of 127.0.0.0/8 to the loopback interface."""
         self.workers, self.cores, self.memory = workers, cores, memory
+        self.distinct_hosts = distinct_hosts
         self._own_root = root is None
         self.root = os.path.abspath(root or tempfile.mkdtemp(prefix="sluice-cluster-"))
         self.timeout_s = timeout_s
@@ -91,9 +97,10 @@ class LocalCluster:
             for i in range(self.workers):
                 work_dir = os.path.join(self.root, f"worker-{i}")
                 os.makedirs(work_dir, exist_ok=True)
+                host = self.worker_host(i)
                 self._launch(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
-                             "--host", HOST, "--cores", str(self.cores), "--memory", self.memory,
-                             "--work-dir", work_dir, "--webui-port", str(free_port()), self.master_url)
+                             "--host", host, "--cores", str(self.cores), "--memory", self.memory,
+                             "--work-dir", work_dir, "--webui-port", str(free_port()), self.master_url, host=host)
             self._wait_for(lambda: (self._alive_workers() or 0) >= self.workers,
                            f"{self.workers} workers to register")
         except BaseException:
@@ -127,8 +134,12 @@ class LocalCluster:
         return [pid for pid, ppid, cmd in _processes() if ppid in workers and "CoarseGrainedExecutorBackend" in cmd]
 
     # ---- helpers -----------------------------------------------------------------------------
-    def _launch(self, name: str, main_class: str, *args: str) -> None:
-        env = dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP=HOST,
+    def worker_host(self, index: int) -> str:
+        """The address worker ``index`` and its executors bind."""
+        return f"127.0.0.{2 + index}" if self.distinct_hosts else HOST
+
+    def _launch(self, name: str, main_class: str, *args: str, host: str = HOST) -> None:
+        env = dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP=host,
                    PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
         env.pop("PYTHONPATH", None)  # executors get the pipeline's code as shipped files only
         with open(os.path.join(self.root, "logs", f"{name}.log"), "ab") as log:
