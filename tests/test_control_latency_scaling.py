@@ -4,6 +4,8 @@ escalates only when that is not possible or not enough. Simulated engine, no Spa
 
 from __future__ import annotations
 
+from sluice.control.actions import partitions_of
+
 import warnings
 
 import pytest
@@ -48,7 +50,7 @@ def test_scales_the_keyed_stage_out_instead_of_escalating():
         warnings.simplefilter("error", EscalationWarning)  # no escalation at all
         out, controller = run(30_000, partitions=1, cores=2)
     scaled = partitions_decided(controller)
-    assert [r["action"]["value"] for r in scaled] == [2]
+    assert [partitions_of(r["action"]["value"]) for r in scaled] == [2]
     assert scaled[0]["policy"] == "batch_sizing" and "before escalating" in scaled[0]["action"]["reason"]
     tail = out[-40:]
     assert all(b.plan_version == scaled[0]["batch_id"] + 1 for b in tail)  # run with two partitions

@@ -147,3 +147,66 @@ def test_ds2_releases_executors_the_partitions_do_not_need():
     for _ in range(20):
         plan = controller(engine.step(plan), plan) or plan
     assert plan.keyed["agg"].partitions == 1 and executors.resources().executors == 1 and plan.executors == 1
+
+
+def _skewed_batches(partitions: int, loads: dict[int, float]) -> list[BatchMetrics]:
+    """Two batches of one second in which key group kg kept ``loads[kg]`` of a core busy (its
+    rows in proportion), measured under range routing onto ``partitions``."""
+    rows = {kg: int(1000 * load) for kg, load in loads.items()}
+    total = sum(rows.values())
+    return [BatchMetrics(batch_id=b, plan_version=0, started_at=float(b), duration_s=1.0, rows_in=total,
+                         operators={"agg": {"rows_in": total, "time_s": sum(loads.values()), "input_wait_s": 0.0}},
+                         key_groups={"agg": {str(kg): {"rows": n, "state_bytes": 100} for kg, n in rows.items()}})
+            for b in range(2)]
+
+
+def _partition_loads(routing, loads, partitions):
+    out = [0.0] * partitions
+    for kg, load in loads.items():
+        out[routing[kg]] += load
+    return out
+
+
+def test_a_rescale_places_key_groups_by_measured_load_not_by_ranges():
+    from sluice.control.scaling import balanced_routing
+
+    # the first 32 key groups (the lower half of the range, one new partition under ranges)
+    # carry nearly all the work: ranges would leave one of two partitions with 90 % of it
+    loads = {kg: (0.05 if kg < 32 else 0.005) for kg in range(K)}
+    stage = KeyedStagePlan(1, tuple(range_routing(K, 1)))
+    routing = balanced_routing(_skewed_batches(1, loads), ["agg"], stage, 2, K)
+    assert routing is not None and len(routing) == K and set(routing) == {0, 1}
+    balanced = _partition_loads(routing, loads, 2)
+    by_ranges = _partition_loads(range_routing(K, 2), loads, 2)
+    assert max(by_ranges) / (sum(by_ranges) / 2) > 1.8
+    assert max(balanced) / (sum(balanced) / 2) < 1.05
+
+
+def test_a_scale_in_drains_the_partitions_it_removes_and_balances_the_rest():
+    from sluice.control.scaling import balanced_routing
+
+    loads = {kg: 0.01 * (1 + kg % 5) for kg in range(K)}
+    stage = KeyedStagePlan(4, tuple(range_routing(K, 4)))
+    routing = balanced_routing(_skewed_batches(4, loads), ["agg"], stage, 2, K)
+    assert routing is not None and set(routing) <= {0, 1}
+    balanced = _partition_loads(routing, loads, 2)
+    assert max(balanced) / (sum(balanced) / 2) < 1.05
+
+
+def test_without_key_group_statistics_a_rescale_falls_back_to_ranges():
+    from sluice.control.actions import PARTITIONS, Action
+    from sluice.control.actuators import plan_change
+    from sluice.control.scaling import balanced_routing
+
+    batches = [BatchMetrics(batch_id=0, plan_version=0, started_at=0.0, duration_s=1.0, rows_in=10,
+                            operators={"agg": {"rows_in": 10, "time_s": 0.5}})]
+    stage = KeyedStagePlan(1, tuple(range_routing(K, 1)))
+    assert balanced_routing(batches, ["agg"], stage, 3, K) is None
+    # and the plan change takes either form of the action's value
+    plan = plan_of(1)
+    assert plan_change(plan, Action(PARTITIONS, "agg", 3, "r"), 5).keyed["agg"].routing == tuple(range_routing(K, 3))
+    table = [kg % 3 for kg in range(K)]
+    moved = plan_change(plan, Action(PARTITIONS, "agg", {"partitions": 3, "routing": table}, "r"), 5)
+    assert moved.keyed["agg"].partitions == 3 and list(moved.keyed["agg"].routing) == table
+    with pytest.raises(Exception, match="routing of 64 key groups"):
+        plan_change(plan, Action(PARTITIONS, "agg", {"partitions": 2, "routing": table}, "r"), 5)

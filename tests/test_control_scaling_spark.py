@@ -4,6 +4,8 @@ following its key groups), and escalate only after that was applied and measured
 
 from __future__ import annotations
 
+from sluice.control.actions import partitions_of
+
 import os
 import time
 
@@ -42,7 +44,7 @@ def test_the_keyed_stage_is_scaled_out_before_the_bound_is_escalated(spark, tmp_
     records = read_decisions(os.path.join(out, "checkpoint"))
     scaled = [r for r in records if r["type"] == "decision" and r["action"]["kind"] == "partitions"]
     escalated = [r for r in records if r["type"] == "escalation" and r["state"] == "started"]
-    assert scaled and scaled[0]["policy"] == "batch_sizing" and scaled[0]["action"]["value"] == 2
+    assert scaled and scaled[0]["policy"] == "batch_sizing" and partitions_of(scaled[0]["action"]["value"]) == 2
     assert "before escalating" in scaled[0]["action"]["reason"]
     # while the scale-out is applied and measured (three batches under the new Plan), the
     # policy does not escalate. (It may have escalated before, if DS2 had then measured no

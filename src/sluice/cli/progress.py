@@ -7,6 +7,7 @@ import time
 from collections.abc import Mapping
 
 from sluice.runtime.metrics import BatchMetrics
+from sluice.ui.job_view import action_text
 
 
 class ProgressLine:
@@ -73,6 +74,5 @@ def control_summary(state: dict) -> str:
              for name, c in state.get("constraints", {}).items()]
     last = state.get("last_decision")
     if last:
-        action = last["action"]
-        parts.append(f"last: {action['kind']} {action['target']} -> {action['value']} (batch {last['batch_id']})")
+        parts.append(f"last: {action_text(last['action'])} (batch {last['batch_id']})")
     return ("  " + "  ".join(parts)) if parts else ""

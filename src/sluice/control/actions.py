@@ -9,8 +9,10 @@ Kinds and their actuators (``sluice.control.actuators``):
   ``{"chains": ..., "rebalance": {head: partitions}}`` with the rebalance exchanges before
   chains that the chaining policy places).
 - ``threads``: worker threads per task of a Python operator (``target``: its id).
-- ``partitions``: partitions of a keyed stage (``target``: its id; key groups re-routed in
-  contiguous ranges; state follows its key groups through the store).
+- ``partitions``: partitions of a keyed stage (``target``: its id; ``value``: the count, key
+  groups re-routed in contiguous ranges, or ``{"partitions": n, "routing": [...]}``, the
+  partition of each key group under the new count, as the scaling policy balances them;
+  state follows its key groups through the store). :func:`partitions_of` reads either.
 - ``routing``: the routing table of a keyed stage (``target``: its id; ``value``: the
   partition of each key group); moved key groups' state is read by their new partition.
   ``value`` may also be ``{op id: table}``: several stages re-routed in one step (ALBIC's
@@ -83,3 +85,8 @@ class Action:
                      if isinstance(value, dict) else [list(c) for c in value])
         return {"kind": self.kind, "target": self.target, "value": value, "reason": self.reason,
                 "expected": dict(self.expected), "policy": self.policy}
+
+
+def partitions_of(value: Any) -> int:
+    """The partition count a ``partitions`` action's value (or its logged form) asks for."""
+    return int(value["partitions"]) if isinstance(value, dict) else int(value)

@@ -21,7 +21,17 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from sluice.control.actions import ALL_SOURCES, ALTERNATE, CHAINS, EXECUTORS, PARTITIONS, ROUTING, THREADS, Action
+from sluice.control.actions import (
+    ALL_SOURCES,
+    ALTERNATE,
+    CHAINS,
+    EXECUTORS,
+    PARTITIONS,
+    ROUTING,
+    THREADS,
+    Action,
+    partitions_of,
+)
 from sluice.errors import PlanError
 from sluice.plan.physical import Plan, range_routing
 
@@ -97,8 +107,14 @@ def plan_change(plan: Plan, action: Action, version: int) -> Plan:
             routed = routed.with_routing(version, op_id, [int(p) for p in table], plan.keyed[op_id].partitions)
         return routed
     if action.kind == PARTITIONS:
-        n = int(action.value)
-        return plan.with_routing(version, action.target, range_routing(plan.max_parallelism, n), n)
+        n = partitions_of(action.value)
+        table = action.value.get("routing") if isinstance(action.value, dict) else None
+        if table is None:
+            return plan.with_routing(version, action.target, range_routing(plan.max_parallelism, n), n)
+        if len(table) != plan.max_parallelism or not all(0 <= int(p) < n for p in table):
+            raise PlanError(f"partitions of {action.target!r}: a routing of {plan.max_parallelism} key groups onto "
+                            f"partitions 0..{n - 1} is needed, got {len(table)} entries")
+        return plan.with_routing(version, action.target, [int(p) for p in table], n)
     if action.kind == ALTERNATE:
         if action.target not in plan.alternates:
             raise PlanError(f"{action.target!r} has no alternates in this plan; operators with alternates: "

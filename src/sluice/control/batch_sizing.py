@@ -48,7 +48,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, EXECUTORS, PARTITIONS, THREADS, Action
+from sluice.control.actions import (
+    ADMISSION,
+    ALL_SOURCES,
+    ESCALATE,
+    EXECUTORS,
+    PARTITIONS,
+    THREADS,
+    Action,
+    partitions_of,
+)
 from sluice.control.policy import Policy
 from sluice.control.scaling import OneStepScaling
 from sluice.control.view import ControlView
@@ -273,7 +282,7 @@ class ModelBatchSizing(Policy):
         proposals = self.scaling.propose(view)
         more = [a for a in proposals
                 if (a.kind == PARTITIONS and a.target in view.plan.keyed
-                    and a.value > view.plan.keyed[a.target].partitions)
+                    and partitions_of(a.value) > view.plan.keyed[a.target].partitions)
                 or (a.kind == THREADS and a.value > view.plan.threads.get(a.target, 1))]
         if not more:
             return []

@@ -9,7 +9,11 @@ tasks), so its true rate per partition is ``rows_in / useful`` and the partition
     ceil(offered_rate * rows_per_source_row / (true_rate * target_utilization))
 
 bounded by the cores the job can use (partitions beyond them only queue) and by the
-stage's key groups. The offered rate is what arrives at the sources (``ControlView.
+stage's key groups. The key groups are then placed on the new partitions by their measured
+loads, as ALBIC's Algorithm 1 rescales (:func:`balanced_routing`): new partitions join empty
+and removed ones are drained, and one MILP balances the lot, so the new partitions share the
+work evenly rather than by hash ranges (which leave a partition with the most keys behind:
+DS2's count assumes balanced partitions). The offered rate is what arrives at the sources (``ControlView.
 offered_rate``: rows admitted plus the growth of the backlog); without a backlog report (a
 pull source), the admitted rate stands in for it. The first batch after a change of the
 plan is not measured: its tasks load the state of the key groups that moved, a transient
@@ -28,10 +32,17 @@ Pure: no Spark.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+
+import numpy as np
 
 from sluice.control.actions import EXECUTORS, PARTITIONS, Action
+from sluice.control.keygroups import balancing_problem, key_group_stats
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView, Resources
+from sluice.plan.balancing import MigrationBudget, MilpSettings, solve_milp
+from sluice.plan.balancing.scaling import ScalingDecision, apply_decision
+from sluice.plan.physical import KeyedStagePlan
 
 
 class OneStepScaling(Policy):
@@ -106,10 +117,14 @@ class OneStepScaling(Policy):
             if self.max_step is not None:
                 need = now + max(-self.max_step, min(self.max_step, need - now))
             direction = "out" if need > now else "in"
+            routing = balanced_routing(batches, ops, stage, need, plan.max_parallelism)
+            placed = "key groups by measured load" if routing is not None else "key groups in ranges"
             reason = (f"{op_id}: true rate {true_rate:,.0f} rows/s a partition (useful time, DS2), "
                       f"{needed_rate:,.0f} rows/s offered; at {self.target_utilization:.0%} utilization it needs "
-                      f"{exact:.2f} partitions (capped at {ceiling} cores): scale {direction} {now} -> {need}")
-            actions.append(Action(PARTITIONS, op_id, need, reason,
+                      f"{exact:.2f} partitions (capped at {ceiling} cores): scale {direction} {now} -> {need}, "
+                      f"{placed}")
+            value = need if routing is None else {"partitions": need, "routing": routing}
+            actions.append(Action(PARTITIONS, op_id, value, reason,
                                   expected={"utilization": round(needed_rate / (true_rate * need), 3),
                                             "partitions": need, "true_rate": round(true_rate, 1)}))
             partitions.update(dict.fromkeys(ops, need))
@@ -150,6 +165,37 @@ class IncrementalScaling(OneStepScaling):
 
     def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25):
         super().__init__(target_utilization, window, tolerance, max_step=1)
+
+
+RESCALE_SETTINGS = MilpSettings(time_limit=1.0)
+
+
+def balanced_routing(batches: Sequence, ops: Sequence[str], stage: KeyedStagePlan, partitions: int,
+                     max_parallelism: int, settings: MilpSettings = RESCALE_SETTINGS) -> list[int] | None:
+    """The routing of a keyed stage rescaled to ``partitions``, balanced by the key groups'
+    loads measured over ``batches`` (ALBIC's Algorithm 1, lines 6-7: new partitions join
+    empty, the ones beyond the new count are marked for removal, and one MILP on HiGHS
+    balances every key group over the partitions that stay, with no migration budget: a
+    rescale moves state anyway, and the removed partitions must drain in this step). None
+    when nothing was measured (the caller re-routes by ranges)."""
+    stats = key_group_stats(batches, list(ops), max_parallelism)
+    if stats is None or float(stats.load.sum()) <= 0:
+        return None
+    now = stage.partitions
+    problem = balancing_problem(stats, stage)
+    decision = (ScalingDecision(add_capacities=(1.0,) * (partitions - now)) if partitions > now
+                else ScalingDecision(remove=tuple(range(partitions, now))))
+    scaled = apply_decision(problem, decision)
+    routing = np.asarray(solve_milp(scaled, MigrationBudget(), settings).assignment, dtype=np.int64)
+    # whatever the solver left on a removed partition (key groups without load, on a time-out)
+    # goes to the least loaded partition that stays
+    staying = routing < partitions
+    loads = np.bincount(routing[staying], weights=stats.load[staying], minlength=partitions)
+    for kg in np.flatnonzero(~staying):
+        target = int(np.argmin(loads))
+        routing[kg] = target
+        loads[target] += float(stats.load[kg])
+    return [int(p) for p in routing]
 
 
 def executors_for(partitions: int, resources: Resources) -> int:

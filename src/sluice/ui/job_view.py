@@ -83,6 +83,8 @@ def action_text(action) -> str:
     if kind is None:
         return json.dumps(action, default=str)
     text = str(kind) + (f" {target}" if target not in (None, "") else "")
+    if isinstance(value, dict) and "partitions" in value:  # a rescale with its routing: the count
+        value = value["partitions"]
     if value is not None and not isinstance(value, (dict, list)):
         text += f" -> {value}"
     return text
