@@ -129,14 +129,15 @@ def horizon_steps(startup_s: float) -> int:
     return max(4, math.ceil(startup_s / INTERVAL_S) + 3)
 
 
-def policies(phases, phase_s: float, startup_s: float):
+def policies(phases, phase_s: float, startup: tuple[float, float]):
     """The runs' policy factories (fresh objects per run: a policy keeps state), with the
-    executors' start-up time as measured on the cluster."""
+    executors' start-up as measured on the cluster: (to register, then for its Python workers)."""
     from sluice.control.elastic import ce_policy, plasticc_policy
     from sluice.plan.elastic.forecast import TraceForecast
 
+    startup_s = sum(startup)
     options = {"price_per_hour": ECONOMICS["price_per_hour"], "interval_s": INTERVAL_S, "startup_s": startup_s,
-               "horizon": horizon_steps(startup_s)}
+               "warmup_s": startup[1], "horizon": horizon_steps(startup_s)}
     return {"ce": lambda start: ce_policy(**options),
             "plasticc": lambda start: plasticc_policy(TraceForecast(rate_at(phases, phase_s), t0=start, mean_error=0.1,
                                                                     seed=3),
@@ -225,7 +226,7 @@ def overhead_of(timeline: list[dict], executors: int) -> float:
 
 
 def run_simulated(name: str, phases, phase_s: float, alts, make_policy, executors: int, overhead_s: float,
-                  startup_s: float) -> dict:
+                  startup: tuple[float, float]) -> dict:
     from sluice.control import Controller
     from sluice.plan.physical import initial_plan
     from sluice.sim.elastic import ElasticEngine, run
@@ -235,9 +236,10 @@ def run_simulated(name: str, phases, phase_s: float, alts, make_policy, executor
     # as live: the clock starts LEAD_S before the trace (the policies may act on their forecast then)
     trace_rate = rate_at(phases, phase_s)
     engine = ElasticEngine(g, lambda t: trace_rate(t - LEAD_S), overhead_s=overhead_s, source="meters_0",
-                           max_rows=int(BATCH_S * PEAK))
+                           max_rows=int(BATCH_S * PEAK), tasks=PARTITIONS)
+    # an executor registers, then its Python workers start: the tasks Spark gave it meanwhile wait
     engine.executors = SimulatedExecutors(lambda: engine.clock, held=executors, max_executors=WORKERS,
-                                          startup_s=startup_s)
+                                          startup_s=startup[0], warmup_s=startup[1])
     policy = make_policy(LEAD_S) if make_policy else None
     controller = Controller(g, [policy] if policy else [], executors=engine.executors)
     total = len(phases) * phase_s
@@ -327,7 +329,7 @@ def live_runs(phases, phase_s: float, alts, peak: int, average: int) -> tuple[di
     return live, {"joins": joins, "python_workers": warm}, startup
 
 
-def runs_of(phases, phase_s: float, startup: float, peak: int, average: int) -> dict:
+def runs_of(phases, phase_s: float, startup: tuple[float, float], peak: int, average: int) -> dict:
     """The runs: (policy factory or None for static, executors held at the start)."""
     factories = policies(phases, phase_s, startup)
     return {"static_peak": (None, peak), "static_average": (None, average), "ce": (factories["ce"], 1),

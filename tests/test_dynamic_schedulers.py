@@ -3,6 +3,8 @@ without the simulator: the interface the live engine will call."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -253,3 +255,101 @@ def test_an_idle_operator_keeps_its_more_valuable_alternate():
     # (value over cost would otherwise pick the cheap one: 0.6 / 0.005 > 1 / 0.01)
     df, vm = one_pe(((1.0, 0.01), (0.6, 0.005)))
     assert GreedyScheduler(True).adapt(look_ahead(df, vm, rate=0.0, queue=0.0)).active == (0,)
+
+
+# ---- PLAStiCC with Omega-hat held at every step (SchedulerInput.period_processed): hand-built inputs
+
+
+def every_step(df, vm, rates, queue: float = 0.0, vms: int = 1, before: float = 0.0, max_vms=None,
+               active=(0,), dt: float = 10.0):
+    """One PE on 1-core VMs billed by the second, a forecast of ``rates`` (msg/s a step), the
+    period's earlier processed messages ``before``."""
+    return SchedulerInput(dataflow=df, vm_classes=(vm,), profit=ProfitModel.for_dataflow(df, 3.0, 6.0),
+                          external_rate=np.array([rates[0]]), active=active,
+                          vms=tuple(RunningVM(f"vm-{i}", vm, 0.0, (1,)) for i in range(vms)), now_s=100.0,
+                          step_s=dt, period_s=3600.0, omega_target=0.95, epsilon=0.05, queue=np.array([queue]),
+                          forecast=Forecast(np.array(rates, dtype=float)[:, None]), billing_s=1.0, max_vms=max_vms,
+                          period_processed=before)
+
+
+def planned_omegas(inp: SchedulerInput, decision) -> np.ndarray:
+    """Every step's Omega (as PLAStiCC counts it) if the decision's deployment were held."""
+    from sluice.plan.elastic.plasticc import _Plan
+
+    plan = _Plan(inp)
+    counts = [decision.mapping[vm.vm_id][0] if vm.vm_id in decision.mapping else 0 for vm in inp.vms]
+    plan.counts[:, :, 0] = np.array(counts)[:, None]
+    plan.active[:, 0] = decision.active[0]
+    for _ in decision.start:
+        v = plan.add_vm(inp.vm_classes[0], 0, 0)
+        plan.counts[v, :, 0] = 1
+    return plan.step_omegas(plan.evaluate()[0])
+
+
+def test_plasticc_keeps_a_backlog_from_hiding_behind_a_quiet_future():
+    # 3 VMs at 100 msg/s each, 3,000 waiting, the rate falling to nothing: over the interval
+    # (the thesis's check) one VM clears it all by the end, so it releases two; held at every
+    # step with 10,000 processed earlier, two VMs miss Omega-hat in the first step
+    # ((10,000 + 2,000) / (10,000 + 3,000 + 1,000) = 0.857 < 0.9): all three stay
+    df, vm = one_pe()
+    rates = [100.0, 50.0, 0.0, 0.0, 0.0, 0.0]
+    inp = every_step(df, vm, rates, queue=3000.0, vms=3, before=10_000.0)
+    held = PlasticcScheduler().adapt(inp)
+    assert sum(1 for row in held.mapping.values() if any(row)) == 3 and not held.start
+    assert (planned_omegas(inp, held) >= 0.9).all()
+    thesis = PlasticcScheduler().adapt(dataclasses.replace(inp, period_processed=None))
+    assert sum(1 for row in thesis.mapping.values() if any(row)) < 3
+
+
+def test_plasticc_switches_alternates_when_no_executor_can_join_in_time():
+    # the accurate alternate (value 1, 0.01 s) takes 100 msg/s a core, the rate triples at step 1
+    # (100 -> 300 msg/s). A VM takes 30 s to join: too late for steps 1 and 2, so the lighter
+    # alternate (0.6, 0.002 s: 500 msg/s) runs from step 1 and Omega stays >= 0.9 at every step
+    df, vm = one_pe(((1.0, 0.01), (0.6, 0.002)), startup_s=30.0)
+    inp = every_step(df, vm, [100.0, 300.0, 300.0, 300.0, 300.0, 300.0], before=2000.0)
+    now = PlasticcScheduler().adapt(inp)
+    assert now.active == (0,)  # not yet: the switch is planned for step 1
+    later = PlasticcScheduler().adapt(every_step(df, vm, [300.0] * 6, queue=0.0, before=3000.0))
+    assert later.active == (1,)
+    assert (planned_omegas(every_step(df, vm, [300.0] * 6, before=3000.0), later) >= 0.9).all()
+
+
+def test_plasticc_holds_no_more_vms_than_the_job_may():
+    # 300 msg/s need 3 accurate cores; with at most 2 VMs the lighter alternate on 1 meets the rate
+    df, vm = one_pe(((1.0, 0.01), (0.6, 0.002)))
+    capped = PlasticcScheduler().adapt(every_step(df, vm, [300.0] * 4, before=3000.0, max_vms=2))
+    assert len(capped.mapping) <= 2 and capped.active == (1,)
+    free = PlasticcScheduler().adapt(every_step(df, vm, [300.0] * 4, before=3000.0))
+    assert free.active == (0,) and len(free.mapping) == 3  # by the second 2 more VMs cost less value
+
+
+def test_plasticc_counts_the_stall_a_joining_executor_brings():
+    # rate 50 then 150 msg/s from step 2; one VM serves 100 (accurate) or 200 (light). A VM started
+    # now joins at 10 s and its workers take 10 s more (warmup): the job makes no progress in step 1.
+    # With nothing processed before, step 2 misses Omega-hat (2,000 of 2,500) and a VM's stall
+    # would take step 1 to 0.5: the light alternate is planned from step 2 (nothing now). With
+    # 8,000 processed before, step 4 is the first to miss ((8,000 + 4,000) / 13,500); the stall
+    # in step 1 keeps it at (8,000 + 500) / 9,000 = 0.94, and the VM (0.5 an hour, 60 s by the
+    # second: 0.4 / 3 * 0.0083 = 0.0011 of value) costs less than the light alternate for steps
+    # 4 and 5 (0.4 * 20 / 3,600 = 0.0022): the VM starts now, and no step misses Omega-hat.
+    from sluice.models.dynamic import VMClass
+
+    df, _ = one_pe(((1.0, 0.01), (0.6, 0.005)))
+    vm = VMClass("one", 1, 1.0, 1e12, 0.5, 20.0, warmup_s=10.0)
+    rates = [50.0, 50.0, 150.0, 150.0, 150.0, 150.0]
+    fresh = PlasticcScheduler().adapt(every_step(df, vm, rates, before=0.0))
+    assert not fresh.start and fresh.active == (0,)
+    inp = every_step(df, vm, rates, before=8000.0)
+    long_run = PlasticcScheduler().adapt(inp)
+    assert len(long_run.start) == 1 and long_run.active == (0,)
+    assert (planned_omegas(inp, long_run) >= 0.9).all()
+
+
+def test_plasticc_leaves_a_step_it_cannot_save_and_meets_the_rest():
+    # 5,000 waiting at 100 msg/s with VMs 30 s away: step 0 cannot meet Omega-hat whatever it
+    # does, the plan still meets it from the step on where the backlog can be cleared
+    df, vm = one_pe(startup_s=30.0)
+    inp = every_step(df, vm, [100.0] * 8, queue=5000.0, before=1000.0, max_vms=4)
+    d = PlasticcScheduler().adapt(inp)
+    assert d.start  # executors now, for the steps they can still save
+    assert d.elapsed_s < 5.0

@@ -74,17 +74,28 @@ class ElasticPolicy(Policy):
     does a record's work (measured costs are divided by it: a batch's fixed cost and the gaps
     between batches take the rest, as DS2's target utilization leaves them); ``interval_s``: seconds between decisions (the
     schedulers' interval; PLAStiCC's forecast steps are as long); ``horizon``: PLAStiCC's
-    forecast steps; ``startup_s``: how long a requested executor takes to join.
+    forecast steps; ``startup_s``: how long a requested executor takes to be useful;
+    ``warmup_s``: the last part of it, from when the executor registers until its Python
+    workers run the tasks Spark gives it at once (the batch waits for them meanwhile).
+
+    Omega-hat is ``omega_target - epsilon``. PLAStiCC holds it as a constraint at every step
+    of its forecast: the Omega of the rows processed over the last ``horizon`` intervals
+    pooled with the plan's steps up to that one must not fall below it, with the backlog, the
+    executors still joining or warming, and the stall a new one brings.
     """
 
     def __init__(self, scheduler, *, price_per_hour: float = 1.0, cost_at_best: float | None = None,
                  cost_at_worst: float | None = None, period_s: float = 3600.0, omega_target: float = 0.95,
                  epsilon: float = 0.05, interval_s: float = 20.0, horizon: int = 4, startup_s: float = 15.0,
                  forecaster: Forecaster | None = None, window: int = 3, utilization: float = 0.7,
-                 name: str | None = None):
+                 name: str | None = None, warmup_s: float = 0.0):
         if interval_s <= 0 or horizon < 1 or window < 1 or price_per_hour < 0 or not 0 < utilization <= 1:
             raise ValueError("elastic policy: interval_s > 0, horizon >= 1, window >= 1, price_per_hour >= 0 and "
                              "0 < utilization <= 1 are required")
+        if not 0 <= warmup_s <= startup_s:
+            raise ValueError(f"elastic policy: 0 <= warmup_s ({warmup_s}) <= startup_s ({startup_s}) is required")
+        self.warmup_s = warmup_s
+        self.started_at: float | None = None  # the first decision: executors held before it are warm
         self.utilization = utilization
         self.scheduler = scheduler
         self.name = name or f"elastic_{scheduler.name.lower()}"
@@ -122,6 +133,8 @@ class ElasticPolicy(Policy):
         if resources.requested is not None and resources.requested != resources.executors:
             return []  # executors still joining (or leaving): decide on what the last decision gave
         self.rate_history.append(rate)
+        if self.started_at is None:
+            self.started_at = now
         inp, pes = self.scheduler_input(view, rate, now)
         decision = self.scheduler.adapt(inp)
         self.last_decision_at = now
@@ -159,7 +172,7 @@ class ElasticPolicy(Policy):
                                    name=view.graph.name if hasattr(view.graph, "name") else "job")
         resources = view.resources
         vm_class = VMClass("executor", max(resources.cores_per_executor, 1), 1.0, PLENTY_BANDWIDTH,
-                           self.price_per_hour, self.startup_s)
+                           self.price_per_hour, self.startup_s, self.warmup_s)
         need = np.array([rate * op.alternates[a].cost for op, a in zip(operators, active)])
         vms = self._running(resources, need, now, vm_class)
         profit = self._profit(dataflow, view)
@@ -178,8 +191,17 @@ class ElasticPolicy(Policy):
                              period_s=self.period_s, omega_target=self.omega_target, epsilon=self.epsilon,
                              observed_omega=observed_omega(view, self.window), queue=queue,
                              forecast=forecast, billing_s=self._billing_s(view),
+                             max_vms=resources.max_executors or None,
+                             period_processed=self._processed_within(view, now),
                              rate_history=np.array([[r] + [0.0] * (len(pes) - 1) for r in self.rate_history[-8:]]))
         return inp, pes
+
+    def _processed_within(self, view: ControlView, now: float) -> float:
+        """Rows the job processed over the last look-ahead's length: pooled with the plan's
+        steps, the Omega PLAStiCC keeps >= Omega-hat is over a window as long as its
+        interval (over the whole period, a long run's past would hide a new backlog)."""
+        since = now - self.horizon * self.interval_s
+        return float(sum(m.rows_in for m in view.batches() if m.started_at >= since))
 
     def _running(self, resources, need: np.ndarray, now: float, vm_class: VMClass) -> list[RunningVM]:
         """Held executors as running VMs, their cores spread over the PEs by need."""
@@ -203,8 +225,11 @@ class ElasticPolicy(Policy):
             if v == n_exec - 1:  # more PEs than cores: the last executor hosts the rest
                 for i in slots[(v + 1) * per:]:
                     counts[i] += 1
+            # registered less than warmup_s ago: its Python workers are not up yet
+            joined_since = self.started_at is not None and since[v] > self.started_at
+            ready = since[v] + self.warmup_s if joined_since and now - since[v] < self.warmup_s else 0.0
             vms.append(RunningVM(f"executor-{v}", _with_cores(vm_class, max(per, sum(counts))), since[v],
-                                 tuple(counts)))
+                                 tuple(counts), ready_s=ready))
         return vms
 
     def _profit(self, dataflow: DynamicDataflow, view: ControlView) -> ProfitModel:

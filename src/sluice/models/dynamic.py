@@ -191,7 +191,10 @@ class DynamicDataflow:
 @dataclass(frozen=True)
 class VMClass:
     """A resource class C_i (section 4.3): cores N, normalised core speed pi, bandwidth beta
-    (bytes/s) and price per VM-hour; ``startup_s`` is the start-up latency."""
+    (bytes/s) and price per VM-hour; ``startup_s`` is the start-up latency; ``warmup_s``, the
+    last part of it, is how long a VM that has joined holds work it cannot run yet, which the
+    job waits for (a Spark executor is given tasks when it registers, and they wait for its
+    Python workers to start): no progress anywhere meanwhile."""
 
     name: str
     cores: int
@@ -199,10 +202,14 @@ class VMClass:
     bandwidth: float
     price_per_hour: float
     startup_s: float = 120.0
+    warmup_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.cores < 1 or self.core_speed <= 0 or self.price_per_hour < 0 or self.bandwidth <= 0:
             raise ModelError(f"VM class {self.name!r}: cores, core speed and bandwidth must be > 0, price >= 0")
+        if not 0 <= self.warmup_s <= self.startup_s:
+            raise ModelError(f"VM class {self.name!r}: 0 <= warmup_s ({self.warmup_s}) <= startup_s "
+                             f"({self.startup_s}) is required")
 
     @property
     def capacity(self) -> float:

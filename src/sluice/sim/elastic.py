@@ -5,9 +5,12 @@ follows a trace; each batch admits what waits (up to a cap), and takes a fixed o
 plus the work of its rows (every Python or keyed operator's cost per row under the
 alternate the Plan runs: the declared ``Alt.cost``, or ``costs``) spread over the cores of
 the executors held, which a ``SimulatedExecutors`` actuator adds (after ``startup_s``) and
-releases. Each batch yields a ``runtime.metrics.BatchMetrics`` with the fields the
-controller reads (rows, backlog, per-operator rows and useful time, executors with their
-``since``, the alternates that ran), so ``control.Controller`` and the very same policy
+releases. With ``tasks`` the work is that many equal tasks, which Spark hands to a slot as
+it frees up or registers: an executor that registers while they run takes one at once and
+runs it only when its Python workers are up (``warmup_s``), and the batch waits for it.
+Each batch yields a ``runtime.metrics.BatchMetrics`` with the fields the controller reads
+(rows, backlog, per-operator rows and useful time, executors with their ``since``, the
+alternates that ran), so ``control.Controller`` and the very same policy
 objects run on it unchanged.
 
 Each batch's ``dynamics`` (value, Omega, cost, profit) is measured by the same
@@ -17,6 +20,7 @@ Each batch's ``dynamics`` (value, Omega, cost, profit) is measured by the same
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 
@@ -40,7 +44,10 @@ class ElasticEngine:
 
     def __init__(self, graph, rate: Callable[[float], float], executors: SimulatedExecutors | None = None,
                  costs: dict[str, float] | None = None, overhead_s: float = 0.5, max_rows: int = 200_000,
-                 noise: float = 0.0, seed: int = 0, source: str = "source"):
+                 noise: float = 0.0, seed: int = 0, source: str = "source", tasks: int | None = None):
+        if tasks is not None and tasks < 1:
+            raise ValueError(f"elastic engine: tasks ({tasks}) must be >= 1")
+        self.tasks = tasks
         self.graph, self.rate = graph, rate
         self.costs = dict(costs or {})
         self.overhead_s, self.max_rows, self.noise = overhead_s, max_rows, noise
@@ -79,6 +86,28 @@ class ElasticEngine:
         return float(sum(self.rate(t) for t in mids) * (t1 - t0) / steps)
 
     def _work_time(self, begin: float, work: float) -> float:
+        return self._tasks_time(begin, work) if self.tasks else self._fluid_time(begin, work)
+
+    def _tasks_time(self, begin: float, work: float) -> float:
+        """Seconds ``tasks`` equal tasks of ``work`` core-seconds take from ``begin``: each
+        goes to the slot Spark offers first (a slot is offered when it frees up, a joining
+        executor's when it registers) and runs from when that slot can run it."""
+        assert self.tasks is not None
+        each = work / self.tasks
+        slots = getattr(self.executors, "slots", None)
+        heap = list(slots(begin)) if slots is not None else []
+        if not heap:
+            heap = [(begin, begin)] * max(self.executors.resources().cores, 1)
+        heapq.heapify(heap)
+        end = begin
+        for _ in range(self.tasks):
+            offered, runs = heapq.heappop(heap)
+            done = max(offered, runs) + each
+            end = max(end, done)
+            heapq.heappush(heap, (done, done))
+        return end - begin
+
+    def _fluid_time(self, begin: float, work: float) -> float:
         """Seconds the batch's tasks take from ``begin``: ``work`` core-seconds over the cores
         held, and an executor that joins while they run takes its share of the tasks still
         waiting from then on (Spark offers pending tasks to an executor once it registers)."""

@@ -80,6 +80,11 @@ class SchedulerInput:
     rate_history: np.ndarray | None = None   # recent external rates (steps x operators)
     speed_history: dict[str, np.ndarray] | None = None  # recent observed speeds per VM
     billing_s: float = 3600.0             # a VM is billed in whole periods of this length (the thesis: hours)
+    max_vms: int | None = None            # the most VMs the job may hold at once (None: no limit)
+    # messages the inputs processed earlier in the optimisation period: given, a forecast-driven
+    # scheduler keeps the period's Omega (these pooled with the interval's) >= Omega-hat at every
+    # step of the interval, not only over the interval as a whole (the period may end at any step)
+    period_processed: float | None = None
 
     def __post_init__(self) -> None:
         rate = np.asarray(self.external_rate, dtype=float)
@@ -87,6 +92,8 @@ class SchedulerInput:
             raise PlanError(f"external_rate has shape {rate.shape}, the dataflow has {self.dataflow.n_ops} operators")
         if not self.vm_classes:
             raise PlanError("no VM class to deploy on")
+        if self.max_vms is not None and self.max_vms < 1:
+            raise PlanError(f"max_vms is {self.max_vms}: a job holds at least one VM")
 
 
 @dataclass(frozen=True)
@@ -281,7 +288,7 @@ class Placement:
                 new += 1
                 start[vid] = self.classes[v]
             elif not any(row) and (
-                stop_empty == "all" or hour_ends_within(inp.now_s - self.started_s[v], inp.step_s)
+                stop_empty == "all" or hour_ends_within(inp.now_s - self.started_s[v], inp.step_s, inp.billing_s)
             ):
                 stop.append(vid)
                 continue
@@ -293,9 +300,10 @@ class Placement:
         return Decision(tuple(int(a) for a in self.active), mapping, start, tuple(stop), elapsed_s)
 
 
-def hour_ends_within(age_s: float, step_s: float) -> bool:
-    """True when the VM's current paid hour ends before the next decision point."""
-    left = (-age_s) % 3600.0
+def hour_ends_within(age_s: float, step_s: float, billing_s: float = 3600.0) -> bool:
+    """True when the VM's current paid period (an hour, or ``billing_s``) ends before the next
+    decision point: billed by the second, an idle VM is worth keeping for no step."""
+    left = (-age_s) % billing_s
     return left <= step_s or age_s <= 0
 
 

@@ -67,6 +67,7 @@ class _Plan:
         self.ids: list[str | None] = [vm.vm_id for vm in inp.vms]
         self.started = np.array([vm.started_s for vm in inp.vms], dtype=float)
         self.ready = np.array([vm.ready_s for vm in inp.vms], dtype=float)
+        self.warmup = np.array([vm.vm_class.warmup_s for vm in inp.vms], dtype=float)
         self.start_step = np.zeros(len(inp.vms), dtype=int)
         self.speed = np.array([np.asarray(fc.speeds.get(vm.vm_id, np.full(self.h, vm.speed)), dtype=float)
                                for vm in inp.vms]).reshape(len(inp.vms), self.h)
@@ -91,6 +92,31 @@ class _Plan:
         pi = np.array([c.core_speed for c in self.classes])
         return pi[:, None] * self.speed * up
 
+    def stalled(self) -> np.ndarray:
+        """(h,): the share of each step during which the job waits for a joined VM's workers
+        (``VMClass.warmup_s``: from when it joins until it is ready, no batch progresses)."""
+        if not self.classes:
+            return np.zeros(self.h)
+        begins = self.now + np.arange(self.h) * self.dt
+        lo = np.maximum(self.ready - self.warmup, self.now)[:, None]
+        hi = self.ready[:, None]
+        overlap = np.clip(np.minimum(hi, begins[None, :] + self.dt) - np.maximum(lo, begins[None, :]), 0.0, self.dt)
+        return overlap.max(axis=0) / self.dt
+
+    def remove_vm(self) -> None:
+        """Drop the VM added last (a candidate action tried and not taken)."""
+        self.classes.pop()
+        self.ids.pop()
+        self.started, self.ready, self.warmup = self.started[:-1], self.ready[:-1], self.warmup[:-1]
+        self.start_step, self.speed, self.counts = self.start_step[:-1], self.speed[:-1], self.counts[:-1]
+
+    def alive(self) -> np.ndarray:
+        """(h,): the VMs held at each step (started by then and hosting an instance then)."""
+        if not self.classes:
+            return np.zeros(self.h, dtype=int)
+        started = self.start_step[:, None] <= np.arange(self.h)[None, :]
+        return ((self.counts.sum(axis=2) > 0) & started).sum(axis=0)
+
     def add_vm(self, vm_class, at_step: int, lead: int) -> int:
         s = max(at_step - lead, 0)
         start = self.now + s * self.dt
@@ -98,6 +124,7 @@ class _Plan:
         self.ids.append(None)
         self.started = np.append(self.started, start)
         self.ready = np.append(self.ready, start + vm_class.startup_s)
+        self.warmup = np.append(self.warmup, vm_class.warmup_s)
         self.start_step = np.append(self.start_step, s)
         self.speed = np.vstack([self.speed, np.ones((1, self.h))])
         self.counts = np.concatenate([self.counts, np.zeros((1, self.h, self.df.n_ops), dtype=int)])
@@ -110,6 +137,7 @@ class _Plan:
         included): a plan that leaves rows waiting pays for them in the steps after."""
         cap = np.einsum("vjn,vj->jn", self.counts.astype(float), self.eff_speed()) if self.classes \
             else np.zeros((self.h, self.df.n_ops))
+        cap = cap * (1.0 - self.stalled())[:, None]
         q = np.zeros(self.df.n_ops) if self.inp.queue is None else np.asarray(self.inp.queue, dtype=float)
         steps, arrivals_only = [], []
         for j in range(self.h):
@@ -133,6 +161,21 @@ class _Plan:
         ideal = self.ideal_arrivals[start:end + 1, outs].sum(axis=0) + \
             (thr.ideal_output_rate[start, outs] - self.ideal_arrivals[start, outs])
         return float(np.mean(np.where(ideal > 0, np.minimum(got / np.where(ideal > 0, ideal, 1), 1.0), 1.0)))
+
+    def step_omegas(self, thr) -> np.ndarray:
+        """(h,): the period's Omega if it ended with each step: the messages out from the
+        interval's start to that step's end over those that could have gone out (the queue
+        at the start and the arrivals), both with the period's earlier messages
+        (``period_processed`` at the inputs, as output messages at the ideal selectivity)."""
+        outs = list(self.df.outputs)
+        got = np.cumsum(thr.output_rate[:, outs], axis=0) * self.dt
+        ideal = (np.cumsum(self.ideal_arrivals[:, outs], axis=0)
+                 + (thr.ideal_output_rate[0, outs] - self.ideal_arrivals[0, outs])) * self.dt
+        arrived = float(self.rates.sum())
+        per_input = self.ideal_arrivals[:, outs].sum(axis=0) / arrived if arrived > 0 else np.ones(len(outs))
+        before = float(self.inp.period_processed or 0.0) * per_input
+        ratio = np.where(ideal + before > 0, (got + before) / np.maximum(ideal + before, 1e-12), 1.0)
+        return np.minimum(ratio, 1.0).mean(axis=1)
 
     def vm_cost(self, vm_class, from_step: int) -> float:
         """What holding a VM of ``vm_class`` from ``from_step`` to the end of the interval adds
@@ -158,6 +201,9 @@ class PlasticcScheduler:
             raise PlanError("PLAStiCC: adapt() needs a deployed dataflow")
         t0 = time.perf_counter()
         plan = _Plan(inp)
+        if inp.period_processed is not None:
+            self._plan_every_step(plan, inp)
+            return self._decision(plan, inp, time.perf_counter() - t0)
         lo, hi = inp.omega_target - inp.epsilon, inp.omega_target + inp.epsilon
         h = plan.h
         big = largest_class(inp.vm_classes)
@@ -180,6 +226,169 @@ class PlasticcScheduler:
                 break
             start = ot
         return self._decision(plan, inp, time.perf_counter() - t0)
+
+    # -- Omega-hat at every step ------------------------------------------------------
+    def _plan_every_step(self, plan: _Plan, inp: SchedulerInput) -> None:
+        """Algorithm 5 with the QoS constraint held at every step of the interval (the
+        period's Omega, ``period_processed`` pooled in, must stay >= Omega-hat - eps however
+        soon the period ends): the cross-over is the first step that misses it;
+        ScaleUpOrDecAppValue takes, of the actions that bring it closer there and leave no
+        other step further from it (an alternate switched, or an instance added, from any step
+        up to it), the one that loses the least Theta for the shortfall it removes; with no
+        step missing,
+        ScaleDownOrIncAppValue takes the action that gains Theta most (an instance released
+        or a more valuable alternate, from the earliest step that keeps every step as it
+        was). A step no action can bring up to Omega-hat (a backlog no start-up can clear in
+        time) is left as close as the actions bring it."""
+        lo = inp.omega_target - inp.epsilon
+        big = largest_class(inp.vm_classes)
+        lead = math.ceil(big.startup_s / inp.step_s)
+        given_up = -1
+        for _ in range(self.max_actions):
+            omegas = plan.step_omegas(plan.evaluate()[0])
+            missed = [k for k in np.flatnonzero(omegas < lo - 1e-9) if k > given_up]
+            if missed:
+                if not self._raise_at(plan, int(missed[0]), lo, big, lead):
+                    given_up = int(missed[0])
+            elif not self._lower(plan, lo):
+                return
+
+    def _shortfall(self, plan: _Plan, lo: float) -> np.ndarray:
+        return np.maximum(lo - plan.step_omegas(plan.evaluate()[0]), 0.0)
+
+    def _raise_at(self, plan: _Plan, k: int, lo: float, big, lead: int) -> bool:
+        """ScaleUpOrDecAppValue at cross-over step ``k``; False when no action helps there."""
+        df, inp = plan.df, plan.inp
+        sigma = inp.profit.sigma
+        thr, _, _ = plan.evaluate()
+        before = self._shortfall(plan, lo)
+        offered = thr.input_rate[:k + 1].sum(axis=0)
+        done = thr.processed[:k + 1].sum(axis=0) / plan.dt
+        omega_i = np.where(offered > 0, done / np.where(offered > 0, offered, 1), 1.0)
+        bpe = int(np.argmin(omega_i))
+        options = []  # (shortfall at k after it, Theta lost, apply)
+
+        def judge(loss: float, apply, undo) -> None:
+            apply()
+            after = self._shortfall(plan, lo)
+            undo()
+            # it must bring step k closer and leave no other step further from Omega-hat (a new
+            # executor's stall may cost the steps before it)
+            others = np.delete(after - before, k)
+            if after[k] < before[k] - 1e-12 and (others <= 1e-9).all():
+                options.append((after[k], loss, apply))
+
+        costs = df.cost_table[bpe, :int(df.n_alternates[bpe])]
+        lighter = [a for a in range(len(costs)) if costs[a] < costs[plan.active[k, bpe]]]
+        if lighter:
+            alt = max(lighter, key=lambda a: costs[a])
+            for s in range(k, -1, -1):
+                old = plan.active[s:, bpe].copy()
+
+                def switch(s=s, alt=alt):
+                    plan.active[s:, bpe] = alt
+
+                def unswitch(s=s, old=old):
+                    plan.active[s:, bpe] = old
+
+                judge(-self._delta_value(plan, bpe, alt, s), switch, unswitch)
+        if plan.classes:  # a free core on a VM held from s to the end
+            free = plan.cores[:, None] - plan.counts.sum(axis=2)
+            for s in range(k, -1, -1):
+                ok = np.flatnonzero((free[:, s:].min(axis=1) > 0) & (plan.start_step <= s))
+                if len(ok):
+                    v = int(ok[0])
+
+                    def place(v=v, s=s):
+                        plan.counts[v, s:, bpe] += 1
+
+                    def unplace(v=v, s=s):
+                        plan.counts[v, s:, bpe] -= 1
+
+                    judge(0.0, place, unplace)
+        alive = plan.alive()
+        for s in range(max(k - lead, 0), -1, -1):
+            if inp.max_vms is not None and alive[s:].max(initial=0) >= inp.max_vms:
+                continue
+
+            def start(s=s):
+                v = plan.add_vm(big, s, 0)
+                plan.counts[v, s:, bpe] += 1
+
+            judge(sigma * plan.vm_cost(big, s), start, plan.remove_vm)
+        if not options:
+            return False
+        # the least Theta lost for the shortfall it removes at k (one action seldom removes it all)
+        pick = min(options, key=lambda o: (o[1] / max(before[k] - o[0], 1e-12), o[0]))
+        pick[2]()
+        return True
+
+    def _lower(self, plan: _Plan, lo: float) -> bool:
+        """ScaleDownOrIncAppValue: the action that gains Theta most and misses Omega-hat at no
+        step it met it at, from the earliest step it can; False when there is none."""
+        df, inp = plan.df, plan.inp
+        sigma = inp.profit.sigma
+        before = self._shortfall(plan, lo)
+        best = None  # (gain, apply)
+
+        def earliest(steps, gain_from, apply_from, undo_from) -> None:
+            nonlocal best
+            for s in steps:
+                gain = gain_from(s)
+                if gain <= 1e-12:
+                    continue
+                if best is not None and gain <= best[0]:
+                    return  # gains only fall with later steps
+                apply_from(s)
+                after = self._shortfall(plan, lo)
+                undo_from(s)
+                if (after <= before + 1e-9).all():
+                    best = (gain, lambda s=s: apply_from(s))
+                    return
+
+        for op in range(df.n_ops):
+            n_alt = int(df.n_alternates[op])
+
+            def better(s, op=op, n_alt=n_alt):
+                """The next more valuable alternate than the one run from ``s`` to the end."""
+                run = plan.active[s:, op]
+                up = [a for a in range(n_alt) if df.value_table[op, a] > df.value_table[op, run[0]]]
+                return min(up, key=lambda a: df.value_table[op, a]) if up and (run == run[0]).all() else None
+
+            saved_alts = plan.active[:, op].copy()
+
+            def upgrade(s, op=op, better=better):
+                plan.active[s:, op] = better(s)
+
+            def restore(s, op=op, saved=saved_alts):
+                plan.active[:, op] = saved
+
+            def gained(s, op=op, better=better):
+                alt = better(s)
+                return 0.0 if alt is None else self._delta_value(plan, op, alt, s)
+
+            earliest(range(plan.h), gained, upgrade, restore)
+            for v in range(len(plan.classes)):
+                if plan.counts[v, -1, op] < 1:
+                    continue  # an instance held to the end of the interval, whose VM then empties
+
+                def release(s, v=v, op=op):
+                    plan.counts[v, s:, op] -= 1
+
+                def keep(s, v=v, op=op):
+                    plan.counts[v, s:, op] += 1
+
+                def saved(s, v=v, op=op):
+                    rows = plan.counts[v, s:]
+                    if (rows[:, op] < 1).any() or (rows.sum(axis=1) > 1).any():
+                        return 0.0
+                    return sigma * plan.vm_cost(plan.classes[v], s)
+
+                earliest(range(int(plan.start_step[v]), plan.h), saved, release, keep)
+        if best is None:
+            return False
+        best[1]()
+        return True
 
     # -- actions ----------------------------------------------------------------------
     def _delta_value(self, plan: _Plan, op: int, new_alt: int, ot: int) -> float:
@@ -292,7 +501,7 @@ class PlasticcScheduler:
                 continue
             row = plan.counts[v, 0]
             if not row.any() and not plan.counts[v].any() and \
-                    hour_ends_within(inp.now_s - plan.started[v], inp.step_s):
+                    hour_ends_within(inp.now_s - plan.started[v], inp.step_s, inp.billing_s):
                 stop.append(vid)
                 continue
             mapping[vid] = tuple(int(x) for x in row)
