@@ -64,13 +64,14 @@ PEAK = 400.0  # readings/s at the top of the trace
 PARTITIONS = 12  # tasks of the keyed stage: spread evenly over 1, 2, 3 or 4 executors
 ACCURATE_S, CHEAP_S = 6e-3, 1.5e-3  # seconds of waiting a record
 EXCURSION_S = 15.0
-# the demo's rise and fall after three phases at its base rate: the controller decides only after
+# the demo's rise and fall after two phases at its base rate: the controller decides only after
 # a batch, and Spark runs none before input arrives, so a look-ahead needs the base phases to
-# start executors (which take tens of seconds to join here) before the rise
-SHAPE = (0.15, 0.15, 0.15, 0.5, 1.0, 0.5, 0.15)
+# act (start executors, which take tens of seconds to be useful here, or plan a switch) before the rise
+SHAPE = (0.15, 0.15, 0.5, 1.0, 0.5, 0.15)
 BATCH_S = 10.0  # the demo's admission cap: a batch admits at most this many seconds of the peak rate
 INTERVAL_S = 5.0
-LEAD_S = 20.0  # the input starts this long after a run is launched (the query and its Python workers are up)
+LEAD_S = 8.0  # the input starts this long after a run is launched (its query is up by then)
+END_S = 1.0  # a run stops with the batch running this long before the trace ends (not drained)
 ECONOMICS = {"price_per_hour": 1.0, "billing": "second", "break_even_best": 6.0, "break_even_worst": 3.0,
              "min_omega": 0.9}  # Omega-hat: the policies' band is 0.95 +- 0.05
 
@@ -79,7 +80,7 @@ def trace(quick: bool) -> tuple[list[tuple[float, float]], float]:
     """The demo's rising and falling rate: (offset s, rows/s) phases and the phase length."""
     from sluice.examples.grid import rate_trace
 
-    phase_s = 9.0 if quick else 24.0
+    phase_s = 8.0 if quick else 24.0
     return rate_trace(PEAK, phase_s, SHAPE), phase_s
 
 
@@ -158,17 +159,17 @@ def excursion_seconds(batches, rate, t0: float) -> float:
 
 
 def measure_startup(spark, pool) -> tuple[list[float], float]:
-    """How long a requested executor takes to become useful on this cluster: the seconds from
-    the request to each one registering (the pool holds one, then asks for ``WORKERS``, what
-    static-peak starts with), and then the seconds its Python workers take to start (Spark
-    gives a registered executor tasks at once, and they wait for those workers)."""
+    """How long a requested executor takes to become useful on this cluster, measured on the
+    application's own executors as it starts (one a worker, what static peak runs with, so
+    no run waits for executors it does not need): the seconds from the application's start
+    (its request to the master) to each registering, and then the seconds their Python
+    workers take to start (Spark gives a registered executor tasks at once, and they wait for
+    those workers)."""
     from sluice.runtime.warmup import start_python_workers
 
-    pool.set_total(1, wait_s=120)
-    asked = time.time()
-    before = {e["id"] for e in pool.held().executors}
-    pool.set_total(WORKERS, wait_s=180)
-    joins = sorted(round(float(e["since"]) - asked, 2) for e in pool.held().executors if e["id"] not in before)
+    asked = spark.sparkContext.startTime / 1000.0
+    pool.wait_for(WORKERS, timeout_s=180)
+    joins = sorted(round(float(e["since"]) - asked, 2) for e in pool.held().executors)
     warming = time.time()
     start_python_workers(spark, tasks=2 * WORKERS).result()
     return joins, round(time.time() - warming, 2)
@@ -185,7 +186,7 @@ def figures_of(batches, graph, offered: float, trace_s: float, since: float) -> 
     out["omega"] = round(min(1.0, done / offered), 4) if offered else None
     # the thesis maximizes profit subject to Omega >= Omega-hat (Eq. 4.8): a run below it is not a solution
     out["meets_omega_hat"] = out["omega"] is not None and out["omega"] >= ECONOMICS["min_omega"]
-    out["drained_at_s"] = round(max(m.started_at + m.duration_s for m in batches) - since, 1) if batches else None
+    out["ended_at_s"] = round(max(m.started_at + m.duration_s for m in batches) - since, 1) if batches else None
     return out
 
 
@@ -206,10 +207,11 @@ def run_live(spark, pool, name: str, phases, phase_s: float, alts, make_policy, 
     t0 = time.time() + LEAD_S
     p = pipeline(phases, phase_s, t0, os.path.join(workdir, name + "_out"), alts)
     policy = make_policy(t0) if make_policy else None
-    # the trace's sources are finite: the run ends when their last row is processed (however slow
-    # the first batches are on a loaded machine), not at the trace's end
+    # the run stops with the batch running at the trace's end, as the simulator's (rows still
+    # waiting then are Omega's loss, not drained at a cost nobody counts)
+    end = t0 + len(phases) * phase_s - END_S
     result = run_pipeline(p, os.path.join(workdir, name), spark=spark, policies=[policy] if policy else None,
-                          executors=executors, max_executors=WORKERS)
+                          executors=executors, max_executors=WORKERS, stop_when=lambda _: time.time() >= end)
     batches = [m for m in result.metrics if m.rows_in or m.dynamics]
     offered = sum(rate * phase_s for _, rate in phases)
     out = figures_of(batches, p.graph, offered, len(phases) * phase_s, t0)
@@ -243,7 +245,7 @@ def run_simulated(name: str, phases, phase_s: float, alts, make_policy, executor
     policy = make_policy(LEAD_S) if make_policy else None
     controller = Controller(g, [policy] if policy else [], executors=engine.executors)
     total = len(phases) * phase_s
-    batches = run(engine, controller, initial_plan(g, PARTITIONS), LEAD_S + total, drain=True)  # until processed
+    batches = run(engine, controller, initial_plan(g, PARTITIONS), LEAD_S + total - END_S)
     out = figures_of(batches, g, engine.arrived, total, LEAD_S)
     out.update(excursion_s=excursion_seconds(batches, trace_rate, LEAD_S), batches=len(batches),
                timeline=timeline(batches, LEAD_S))
@@ -301,17 +303,17 @@ def live_runs(phases, phase_s: float, alts, peak: int, average: int) -> tuple[di
     from sluice.runtime.session import spark_session
 
     os.environ.setdefault("SLUICE_SPARK_UI", "0")
+    began = time.time()
     live: dict = {}
     with tempfile.TemporaryDirectory(prefix="elastic_live_") as workdir, \
             LocalCluster(workers=WORKERS, cores=1, memory="1g", root=os.path.join(workdir, "cluster")) as cluster:
         spark = spark_session(cluster.master_url, conf={"spark.executor.memory": "512m",
                                                          "spark.python.authenticate.socketTimeout": "120s"})
         pool = ExecutorPool(spark, max_executors=WORKERS)
-        pool.settle()
         joins, warm = measure_startup(spark, pool)
-        startup = round((statistics.median(joins) if joins else 15.0) + warm, 2)
-        print(f"executors joined {joins} s after the request, their Python workers started in {warm} s: "
-              f"start-up {startup} s", flush=True)
+        startup = (round(statistics.median(joins) if joins else 15.0, 2), warm)
+        print(f"{time.time() - began:.0f} s: executors joined {joins} s after the request, their Python workers "
+              f"started in {warm} s: start-up {startup}", flush=True)
         for name, (factory, executors) in runs_of(phases, phase_s, startup, peak, average).items():
             print(f"live {name} ...", flush=True)
             for attempt in (1, 2):  # on a loaded machine a Python worker may miss its time to connect back
@@ -324,7 +326,8 @@ def live_runs(phases, phase_s: float, alts, peak: int, average: int) -> tuple[di
                     if attempt == 2:
                         raise
                     print(f"  {name} failed ({str(exc).splitlines()[0]}): once more", flush=True)
-            print(f"  {({k: v for k, v in live[name].items() if k != 'timeline'})}", flush=True)
+            print(f"  {time.time() - began:.0f} s: {({k: v for k, v in live[name].items() if k != 'timeline'})}",
+                  flush=True)
         spark.stop()
     return live, {"joins": joins, "python_workers": warm}, startup
 
@@ -352,7 +355,7 @@ def main() -> None:
     if args.resimulate:
         before = json.loads((RESULTS / "elastic_live.json").read_text())
         live = {name: dict(r["live"], timeline=before["timelines"][name]) for name, r in before["results"].items()}
-        joins, startup = before["executor_startup_s"]["measured"], before["executor_startup_s"]["used"]
+        joins, startup = before["executor_startup_s"]["measured"], tuple(before["executor_startup_s"]["used"])
         started -= before["elapsed_s"]
     else:
         live, joins, startup = live_runs(phases, phase_s, alts, peak, average)
@@ -374,13 +377,16 @@ def main() -> None:
            "plasticc_over_ce_live": over("plasticc", "ce", live),
            "plasticc_over_ce_simulated": over("plasticc", "ce", simulated),
            "targets": {"plasticc_over_ce_live >= 1.1": (over("plasticc", "ce", live) or 0) >= 1.1,
-                       "live profit within 20 % of the simulator (every run)":
-                           all(r["live_vs_simulated"]["profit"] is not None and r["live_vs_simulated"]["profit"] <= 0.2
-                               for r in results.values())},
+                       "plasticc meets Omega-hat live": bool(live["plasticc"]["meets_omega_hat"]),
+                       "ce meets Omega-hat live": bool(live["ce"]["meets_omega_hat"]),
+                       **{f"live {k} within 20 % of the simulator (every run)":
+                          all(r["live_vs_simulated"][k] is not None and r["live_vs_simulated"][k] <= 0.2
+                              for r in results.values()) for k in ("profit", "omega", "cost", "executor_seconds")}},
            "phases": phases, "phase_s": phase_s, "workers": WORKERS, "static_executors": {"peak": peak, "average": average},
            "alternates": {name: {"value": alt.value, "cost_s": alt.cost} for name, alt in alts.items()},
            "economics": ECONOMICS, "simulator_overhead_s": round(overhead, 3),
-           "executor_startup_s": {"measured": joins, "used": startup, "plasticc_horizon_steps": horizon_steps(startup),
+           "executor_startup_s": {"measured": joins, "used": startup, "used_is": "(to register, Python workers)",
+                                  "plasticc_horizon_steps": horizon_steps(sum(startup)),
                                   "interval_s": INTERVAL_S}, "results": results,
            "timelines": {name: run["timeline"] for name, run in live.items()},
            "elapsed_s": round(time.time() - started, 1), "load_average": os.getloadavg()[0],
@@ -391,8 +397,13 @@ def main() -> None:
     plot(live, simulated, RESULTS / "elastic_live.png")
     for name in runs:
         print(f"{name:15s} live {results[name]['live']}\n{'':15s} sim  {results[name]['simulated']}", flush=True)
-    print(json.dumps({k: out[k] for k in ("benchmark", "ratio", "plasticc_over_ce_live", "plasticc_over_ce_simulated",
-                                          "elapsed_s")}))
+    keep = ("profit", "omega", "meets_omega_hat", "value", "executor_seconds", "excursion_s")
+    print(json.dumps({**{k: out[k] for k in ("benchmark", "ratio", "plasticc_over_ce_live", "plasticc_over_ce_simulated",
+                                             "targets", "elapsed_s", "load_average")},
+                      "startup_s": startup,
+                      "runs": {name: {"live": {k: r["live"][k] for k in keep},
+                                      "simulated": {k: r["simulated"][k] for k in keep},
+                                      "deviation": r["live_vs_simulated"]} for name, r in results.items()}}))
 
 
 if __name__ == "__main__":

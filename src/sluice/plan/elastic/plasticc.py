@@ -268,7 +268,9 @@ class PlasticcScheduler:
         bpe = int(np.argmin(omega_i))
         options = []  # (shortfall at k after it, Theta lost, apply)
 
-        def judge(loss: float, apply, undo) -> None:
+        def judge(loss: float, apply, undo) -> bool:
+            """Weigh one action; True when it meets Omega-hat at k (then the same action from an
+            earlier step, which loses more, need not be weighed)."""
             apply()
             after = self._shortfall(plan, lo)
             undo()
@@ -277,6 +279,8 @@ class PlasticcScheduler:
             others = np.delete(after - before, k)
             if after[k] < before[k] - 1e-12 and (others <= 1e-9).all():
                 options.append((after[k], loss, apply))
+                return bool(after[k] <= 1e-9)
+            return False
 
         costs = df.cost_table[bpe, :int(df.n_alternates[bpe])]
         lighter = [a for a in range(len(costs)) if costs[a] < costs[plan.active[k, bpe]]]
@@ -291,7 +295,8 @@ class PlasticcScheduler:
                 def unswitch(s=s, old=old):
                     plan.active[s:, bpe] = old
 
-                judge(-self._delta_value(plan, bpe, alt, s), switch, unswitch)
+                if judge(-self._delta_value(plan, bpe, alt, s), switch, unswitch):
+                    break
         if plan.classes:  # a free core on a VM held from s to the end
             free = plan.cores[:, None] - plan.counts.sum(axis=2)
             for s in range(k, -1, -1):
@@ -305,7 +310,8 @@ class PlasticcScheduler:
                     def unplace(v=v, s=s):
                         plan.counts[v, s:, bpe] -= 1
 
-                    judge(0.0, place, unplace)
+                    if judge(0.0, place, unplace):
+                        break
         alive = plan.alive()
         for s in range(max(k - lead, 0), -1, -1):
             if inp.max_vms is not None and alive[s:].max(initial=0) >= inp.max_vms:
@@ -315,7 +321,8 @@ class PlasticcScheduler:
                 v = plan.add_vm(big, s, 0)
                 plan.counts[v, s:, bpe] += 1
 
-            judge(sigma * plan.vm_cost(big, s), start, plan.remove_vm)
+            if judge(sigma * plan.vm_cost(big, s), start, plan.remove_vm):
+                break
         if not options:
             return False
         # the least Theta lost for the shortfall it removes at k (one action seldom removes it all)
