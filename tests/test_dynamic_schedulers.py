@@ -353,3 +353,17 @@ def test_plasticc_leaves_a_step_it_cannot_save_and_meets_the_rest():
     d = PlasticcScheduler().adapt(inp)
     assert d.start  # executors now, for the steps they can still save
     assert d.elapsed_s < 5.0
+
+
+def test_plasticc_counts_a_micro_batchs_latency():
+    # 50 msg/s on a 100 msg/s core, two steps of 10 s: all goes out in the fluid model; with
+    # batches of 5 s, at each step's end the rows out are those out (and arrived) 5 s before:
+    # 250 of 500 and 750 of 1,000, pooled with 1,000 processed earlier: 0.833 and 0.875
+    from sluice.plan.elastic.plasticc import _Plan
+
+    df, vm = one_pe()
+    fluid = every_step(df, vm, [50.0, 50.0], before=1000.0)
+    plan = _Plan(fluid)
+    assert plan.step_omegas(plan.evaluate()[0]).tolist() == pytest.approx([1.0, 1.0])
+    plan = _Plan(dataclasses.replace(fluid, batch_s=5.0))
+    assert plan.step_omegas(plan.evaluate()[0]).tolist() == pytest.approx([1250 / 1500, 1750 / 2000])

@@ -132,6 +132,24 @@ def test_a_simulated_executor_bills_from_its_request_and_takes_tasks_once_it_joi
     assert m.dynamics["cost"] == pytest.approx(2 * 2.0 / 3600 * 3.6)
 
 
+def test_a_batch_waits_for_the_python_workers_of_an_executor_that_registers_while_it_runs():
+    # 1,000 rows at 2.5 ms as 4 tasks of 0.625 s after a 0.5 s overhead, one warm executor; a second
+    # asked for at t=0 registers at t=1 and takes the next task at once, but runs it only once its
+    # Python workers are up (warmup 3 s: from t=4, done at 4.625); the warm one runs the other
+    # three (0.5-1.125, 1.125-1.75, 1.75-2.375). Without the warm-up the batch ends at 2.25.
+    def batch(warmup_s: float) -> float:
+        g = graph()
+        engine = ElasticEngine(g, lambda t: 0.0, overhead_s=0.5, tasks=4)
+        engine.executors = SimulatedExecutors(lambda: engine.clock, held=1, max_executors=2, startup_s=1.0,
+                                              warmup_s=warmup_s)
+        engine.arrived = 1000.0
+        engine.executors.set_total(2)
+        return engine.step(initial_plan(g, 1)).duration_s
+
+    assert batch(3.0) == pytest.approx(4.625)
+    assert batch(0.0) == pytest.approx(2.25)
+
+
 def test_figures_from_a_start_time_on():
     # a run's batches before its input starts are left out: the cost from the end of the batch before
     g = graph()

@@ -193,6 +193,7 @@ class ElasticPolicy(Policy):
                              forecast=forecast, billing_s=self._billing_s(view),
                              max_vms=resources.max_executors or None,
                              period_processed=self._processed_within(view, now),
+                             batch_s=float(np.mean([m.duration_s for m in view.batches(self.window)] or [0.0])),
                              rate_history=np.array([[r] + [0.0] * (len(pes) - 1) for r in self.rate_history[-8:]]))
         return inp, pes
 

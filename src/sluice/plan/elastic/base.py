@@ -85,6 +85,7 @@ class SchedulerInput:
     # scheduler keeps the period's Omega (these pooled with the interval's) >= Omega-hat at every
     # step of the interval, not only over the interval as a whole (the period may end at any step)
     period_processed: float | None = None
+    batch_s: float = 0.0                  # a message is processed no sooner than this after it arrives (micro-batches)
 
     def __post_init__(self) -> None:
         rate = np.asarray(self.external_rate, dtype=float)
@@ -92,6 +93,8 @@ class SchedulerInput:
             raise PlanError(f"external_rate has shape {rate.shape}, the dataflow has {self.dataflow.n_ops} operators")
         if not self.vm_classes:
             raise PlanError("no VM class to deploy on")
+        if self.batch_s < 0:
+            raise PlanError(f"batch_s is {self.batch_s}: a duration, >= 0")
         if self.max_vms is not None and self.max_vms < 1:
             raise PlanError(f"max_vms is {self.max_vms}: a job holds at least one VM")
 

@@ -166,13 +166,29 @@ class _Plan:
         """(h,): the period's Omega if it ended with each step: the messages out from the
         interval's start to that step's end over those that could have gone out (the queue
         at the start and the arrivals), both with the period's earlier messages
-        (``period_processed`` at the inputs, as output messages at the ideal selectivity)."""
+        (``period_processed`` at the inputs, as output messages at the ideal selectivity).
+        With ``batch_s``, the messages out at a step's end are those out, and at most those
+        that arrived, ``batch_s`` before it."""
         outs = list(self.df.outputs)
         got = np.cumsum(thr.output_rate[:, outs], axis=0) * self.dt
-        ideal = (np.cumsum(self.ideal_arrivals[:, outs], axis=0)
-                 + (thr.ideal_output_rate[0, outs] - self.ideal_arrivals[0, outs])) * self.dt
-        arrived = float(self.rates.sum())
-        per_input = self.ideal_arrivals[:, outs].sum(axis=0) / arrived if arrived > 0 else np.ones(len(outs))
+        queued = (thr.ideal_output_rate[0, outs] - self.ideal_arrivals[0, outs]) * self.dt
+        arrived = np.cumsum(self.ideal_arrivals[:, outs], axis=0) * self.dt
+        ideal = arrived + queued
+        if self.inp.batch_s > 0:
+            # micro-batches: a batch processes what arrived before it started, and its rows are
+            # out when it ends; at each step's end, the rows of about a batch's length (in
+            # arrivals, and in the work of the batch still running) are not out yet
+            ends = (np.arange(self.h) + 1) * self.dt - self.inp.batch_s
+            grid = np.arange(self.h + 1) * self.dt
+            zero = np.zeros((1, len(outs)))
+
+            def at(cumulative):
+                knots = np.concatenate([zero, cumulative])
+                return np.stack([np.interp(ends, grid, knots[:, o]) for o in range(len(outs))], axis=1)
+
+            got = np.minimum(at(got), queued + at(arrived))
+        offered = float(self.rates.sum())
+        per_input = self.ideal_arrivals[:, outs].sum(axis=0) / offered if offered > 0 else np.ones(len(outs))
         before = float(self.inp.period_processed or 0.0) * per_input
         ratio = np.where(ideal + before > 0, (got + before) / np.maximum(ideal + before, 1e-12), 1.0)
         return np.minimum(ratio, 1.0).mean(axis=1)
