@@ -21,6 +21,7 @@ Each batch's ``dynamics`` (value, Omega, cost, profit) is measured by the same
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Callable
 
@@ -187,7 +188,11 @@ def figures(batches: list, offered_rows: float | None = None, since: float | Non
     batches = [m for m in batches if since is None or m.started_at >= since]
     last: dict = next((m.dynamics for m in reversed(batches) if m.dynamics), {})
     base: dict = next((m.dynamics for m in reversed(before) if m.dynamics), {})
-    executor_seconds = sum(m.duration_s * len(held_executors(m.executors)) for m in batches)
+    # held from a batch's start to the next one's (a live job's executors are held between
+    # batches too), the last to its end
+    spans = [b.started_at - m.started_at for m, b in itertools.pairwise(batches)] + \
+        ([batches[-1].duration_s] if batches else [])
+    executor_seconds = sum(span * len(held_executors(m.executors)) for span, m in zip(spans, batches))
     processed = sum(m.rows_in for m in batches)
     omega = None if not offered_rows else min(1.0, processed / offered_rows)
     cost = None if last.get("cost") is None else last["cost"] - float(base.get("cost", 0.0))
