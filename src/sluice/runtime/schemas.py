@@ -15,7 +15,6 @@ from sluice.graph.operators import Operator
 INGEST = "__ingest_ts"
 KEY_GROUP = "__kg"
 PARTITION = "__part"
-UP_KEY_GROUP = "__up_kg"  # the key group a row had at the keyed operator before (traffic)
 SOURCE_ID = "__src"
 
 
@@ -39,7 +38,7 @@ def to_arrow(schema: StructType) -> pa.Schema:
 
 
 def with_hidden(schema: pa.Schema, *names: str) -> pa.Schema:
-    types = {INGEST: pa.timestamp("us", tz="UTC"), KEY_GROUP: pa.int32(), PARTITION: pa.int32(), UP_KEY_GROUP: pa.int32()}
+    types = {INGEST: pa.timestamp("us", tz="UTC"), KEY_GROUP: pa.int32(), PARTITION: pa.int32()}
     for name in names:
         schema = schema.append(pa.field(name, types[name]))
     return schema

@@ -30,7 +30,7 @@ from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange.python_combine import combine_stage
-from sluice.runtime.exchange.routing import route, with_key_group
+from sluice.runtime.exchange.routing import MAX_PACKED_PARALLELISM, route, with_key_group
 from sluice.runtime.exchange.spark_combine import (
     SourceStats,
     native_combine,
@@ -52,7 +52,8 @@ class Exchanged(NamedTuple):
     # what the driver must do once the batch's job has run, if anything (Spark's combine
     # fetches the late records then): returns metrics of the operator to add
     finish: Callable[[], dict] | None
-    # each row also carries its key group at the keyed operator before (traffic is counted)
+    # each row's key group column also holds its key group at the keyed operator before,
+    # packed (``routing.with_key_group``): the keyed stage counts the traffic and unpacks it
     traffic: bool = False
 
 
@@ -86,6 +87,8 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
         df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
         return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema, None)
     read = kernel.input_columns(in_schema)  # only these cross the exchange
+    if max_parallelism > MAX_PACKED_PARALLELISM:
+        upstream_keys = None  # two key groups would not fit the key group column
     return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, read, upstream_keys),
                      pa.schema([in_schema.field(c) for c in read]), None, bool(upstream_keys))
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pyspark.sql import functions as F
 
 from sluice.plan.physical import KeyedStagePlan
-from sluice.runtime.schemas import INGEST, KEY_GROUP, PARTITION, UP_KEY_GROUP, quote
+from sluice.runtime.schemas import INGEST, KEY_GROUP, PARTITION, quote
 
 
 def key_group_sql(keys: list[str], max_parallelism: int) -> str:
@@ -70,6 +70,10 @@ def packed_routing(routing: Sequence[int], partitions: int) -> tuple[list[int], 
     return words, bits
 
 
+MAX_PACKED_PARALLELISM = 46_340
+"""The largest max parallelism K for which two key groups pack into one INT (K * K < 2^31)."""
+
+
 def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str],
           upstream_keys: list[str] | None = None):
     """Keep ``columns`` and the ingest time, add the key group, and exchange
@@ -82,18 +86,26 @@ def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, colu
     is written to the shuffle, read back, and turned into Arrow for the keyed stage.
 
     ``upstream_keys``: the key columns of the keyed operator before (``plan.collocation.
-    traffic_source``); each row then also carries the key group it had there, so the keyed
-    stage can count the traffic between the two operators' key groups. It costs a hash a row
-    on the map side and one more fixed-width field (8 bytes) a row in the shuffle."""
+    traffic_source``); the key group column then also holds the key group each row had
+    there, packed as ``upstream * K + key group`` (see :func:`with_key_group`), so the keyed
+    stage can count the traffic between the two operators' key groups. It costs a second hash
+    a row on the map side and no byte in the shuffle."""
     routed = with_key_group(df, keys, stage, max_parallelism, columns, upstream_keys)
-    return routed.repartitionById(stage.partitions, F.expr(partition_sql(KEY_GROUP, stage)))
+    kg = f"({KEY_GROUP} % {int(max_parallelism)})" if upstream_keys else KEY_GROUP
+    return routed.repartitionById(stage.partitions, F.expr(partition_sql(kg, stage)))
 
 
 def with_key_group(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str],
                    upstream_keys: list[str] | None = None):
-    """``columns`` and the ingest time, and the key group of each row (one projection); with
-    ``upstream_keys``, also the key group of those columns (``UP_KEY_GROUP``)."""
-    kept = [quote(c) for c in columns if c not in (INGEST, KEY_GROUP, UP_KEY_GROUP)]
+    """``columns`` and the ingest time, and the key group of each row (one projection).
+
+    With ``upstream_keys`` (max parallelism at most ``MAX_PACKED_PARALLELISM``) the key group
+    column is ``kg(upstream_keys) * K + kg(keys)``: both in one INT, which a shuffle stores in
+    the same 8 bytes a row as the key group alone."""
+    kept = [quote(c) for c in columns if c not in (INGEST, KEY_GROUP)]
     kg = key_group_sql(keys, max_parallelism)
-    up = [f"{key_group_sql(upstream_keys, max_parallelism)} AS {UP_KEY_GROUP}"] if upstream_keys else []
-    return df.selectExpr(*kept, INGEST, f"{kg} AS {KEY_GROUP}", *up)
+    if upstream_keys:
+        if max_parallelism > MAX_PACKED_PARALLELISM:
+            raise ValueError(f"two key groups of max parallelism {max_parallelism} do not fit one INT")
+        kg = f"({key_group_sql(upstream_keys, max_parallelism)} * {int(max_parallelism)} + {kg})"
+    return df.selectExpr(*kept, INGEST, f"{kg} AS {KEY_GROUP}")
