@@ -13,7 +13,7 @@ from sluice.control import CollocationBalancing, Controller, Resources, build_po
 from sluice.control.actuators import plan_change
 from sluice.control.keygroups import collocation_problem, key_group_stats, key_group_traffic, routings_of
 from sluice.control.view import ControlView
-from sluice.plan.balancing import collocation_factor, node_loads
+from sluice.plan.balancing import BalancePlan, collocation_factor
 from sluice.plan.collocation import traffic_source
 from sluice.plan.physical import KeyedStagePlan, Plan, range_routing
 from sluice.runtime.metrics import BatchMetrics
@@ -120,8 +120,7 @@ def test_problem_across_both_stages_and_albic_collocates_every_pair():
     # and each stage stays balanced on its own: 4 upstream key groups a partition, 2 downstream ones
     assert np.bincount(up_r, minlength=2).tolist() == [4, 4]
     assert np.bincount(down_r[: K // 2], minlength=2).tolist() == [2, 2]
-    assert routings_of(type("P", (), {"assignment": np.concatenate([up_r, down_r])})(), K) == (up_r.tolist(),
-                                                                                              down_r.tolist())
+    assert routings_of(BalancePlan(np.concatenate([up_r, down_r]), (), 0.0), K) == (up_r.tolist(), down_r.tolist())
 
 
 def test_collocated_stages_are_left_alone_and_the_budget_bounds_the_moves():
@@ -210,3 +209,20 @@ def test_a_batch_record_counts_local_rows_under_its_plan_and_keeps_the_heaviest_
     assert record["local_rows"] == 20 + local_light
     assert record["pairs"][:3] == [[0, 0, 50], [5, 2, 30], [1, 4, 20]]
     assert len(record["pairs"]) == min(3 + K, MAX_PAIRS_PER_K * K) and record["dropped_rows"] == 0
+
+
+def test_the_controller_logs_the_measured_collocation_beside_the_expected_one(tmp_path):
+    from sluice.control.decisions import read_decisions
+
+    p, _ = _meters_then_groups()
+    plan = _plan()
+    controller = Controller(p.graph, [CollocationBalancing(window=1)], checkpoint=str(tmp_path),
+                            resources=Resources(cores=2))
+    new = controller(_batch(0), plan)
+    assert new is not None and new.version == 1
+    after = _batch(1, version=1, up_routing=list(new.keyed["up"].routing), down_routing=list(new.keyed["down"].routing))
+    assert controller(after, new) is None
+    (decision,) = [d for d in read_decisions(str(tmp_path)) if d["type"] == "decision"]
+    (measured,) = [d for d in read_decisions(str(tmp_path)) if d["type"] == "measured"]
+    assert decision["action"]["expected"]["collocation"] == pytest.approx(1.0)
+    assert measured["decision"] == decision["id"] and measured["measured"]["collocation"] == {"down": 1.0}
