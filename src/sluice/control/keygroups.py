@@ -125,22 +125,19 @@ class KeyGroupTraffic:
 
 def key_group_traffic(batches: Sequence, op_id: str, max_parallelism: int) -> KeyGroupTraffic | None:
     """``op_id``'s traffic from the keyed operator before it over ``batches``, or None when
-    none of them measured any (the keys are the same, or no upstream keyed operator)."""
+    none of them measured any (the keys are the same, or no upstream keyed operator). Should
+    the graph have changed within the window, only the latest upstream operator's counts."""
     k = max_parallelism
     codes: list[np.ndarray] = []
     counts: list[np.ndarray] = []
-    upstream = None
+    latest = [(getattr(m, "traffic", None) or {}).get(op_id) for m in batches]
+    upstream = next((t["upstream"] for t in reversed(latest) if t), None)
     rows = local = 0
     wall = 0.0
-    for m in batches:
+    for m, t in zip(batches, latest):
         wall += float(m.duration_s)
-        t = (getattr(m, "traffic", None) or {}).get(op_id)
-        if not t:
+        if not t or t["upstream"] != upstream:
             continue
-        if upstream is not None and t["upstream"] != upstream:
-            raise ValueError(f"traffic of {op_id!r}: the window mixes upstream operators {upstream!r} and "
-                             f"{t['upstream']!r}")
-        upstream = t["upstream"]
         rows += int(t["rows"])
         local += int(t["local_rows"])
         pairs = np.asarray(t["pairs"], dtype=np.int64).reshape(-1, 3)
