@@ -27,7 +27,8 @@ of the exchange before the building stage (Spark's task metrics, from its REST A
 shuffle-reading stage of each batch's job), throughput (median rows/s over the batches after
 the first; for ``collocated``, those under the routing of ALBIC's last round), and remote and
 local bytes over the same batches. Both runs' final per-building figures must be
-equal. Writes docs/results/collocation_keys.json; the last line is one JSON object whose
+equal. A first, shorter run with fixed routing warms the executors and is not counted. Writes
+docs/results/collocation_keys.json; the last line is one JSON object whose
 ``ratio`` is collocated over fixed throughput.
 """
 
@@ -201,6 +202,10 @@ def main() -> None:
         code = executors_import(spark)
         if code != [str(ROOT / "src")]:
             raise SystemExit(f"executors import sluice from {code}, not {ROOT / 'src'}")
+        # a first run warms the executors (their Python workers, the JVMs' JIT): without it the
+        # run that comes first is the slowest whichever it is
+        warm, _ = run(spark, "warmup", per_batch * 3, per_batch, workdir)
+        print(f"  warm-up    {warm['rows_per_s']:9.0f} rows/s  [{warm['run_s']:.0f} s]", flush=True)
         for i in range(repeats):
             for name in (("fixed", "collocated") if i % 2 == 0 else ("collocated", "fixed")):
                 figures, output = run(spark, f"{name}{i}", per_batch * batches, per_batch, workdir)
