@@ -42,6 +42,17 @@ def check_java() -> None:
         raise EnvironmentProblem(f"Spark needs Java 17+, found Java {major}. " + _INSTALL_JAVA)
 
 
+def worker_site() -> list[str]:
+    """The directory whose ``sitecustomize`` has Spark's Python processes import the installed
+    PySpark rather than Spark's zip copies of it (``runtime.worker_site``), unless
+    ``SLUICE_WORKER_SITE=0``."""
+    if os.environ.get("SLUICE_WORKER_SITE", "1") in ("0", "false", "no"):
+        return []
+    from sluice.runtime import worker_site as site
+
+    return [site.DIRECTORY]
+
+
 def ui_enabled(ui: bool | None = None) -> bool:
     """Whether a new session serves the Spark UI: ``ui`` if given, else on unless the
     environment says ``SLUICE_SPARK_UI=0`` (the test suite does: parallel runs would fight
@@ -69,7 +80,7 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     # test modules): hand them the driver's path. Set before the JVM starts the workers.
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     current = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(([current] if current else []) + paths))
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(worker_site() + ([current] if current else []) + paths))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
