@@ -6,7 +6,8 @@ state it reads) into stages, in topological order, each owning what it measures:
 
 * :class:`SourceStage`: the batch's records of one source; its statistics (rows, latest
   event time), observed by Spark or, when a keyed stage's Spark combine sees exactly its
-  records, measured there on the combined rows (``exchange.SourceStats``);
+  records, measured there on the combined rows, or when a Python chain reads exactly its
+  records, measured there on their Arrow batches (``exchange.SourceStats``);
 * :class:`NativeStage`: a Spark expression (filter, select, with_columns), a key_by or a union;
 * :class:`ChainStage`: consecutive Python operators fused into one ``mapInArrow`` pass;
 * :class:`KeyedStage`: the exchange by key group (``runtime.exchange``; none for an operator
@@ -101,7 +102,7 @@ class SourceStage(Stage):
         frame = df if self.n_sources == 1 else df.filter(F.col(SOURCE_ID) == self.source.index)
         if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
             frame = frame.select(*op.schema.names, INGEST)
-        if self.measured is not None:  # measured after Spark's combine, on far fewer rows
+        if self.measured is not None:  # measured after Spark's combine, or by the chain reading it
             return frame
         self.observation = Observation(f"src_{op.id}_{self.batch_id}")
         # SQL text: each F function would cost Py4J round trips, every batch
@@ -143,12 +144,14 @@ class ChainStage(Stage):
     batch_id: int
     checkpoint: Checkpoint
     accumulator: Any
+    source_stats: SourceStats | None = None  # of the source it reads directly, to measure
 
     def build(self, frames: dict) -> Any:
         frame = frames[self.upstream.id]
         if self.rebalance is not None:  # a costly chain gets more tasks than its input has
             frame = frame.repartition(self.rebalance)
-        return python_chain(frame, self.chain, self.upstream.schema, self.batch_id, self.checkpoint, self.accumulator)
+        return python_chain(frame, self.chain, self.upstream.schema, self.batch_id, self.checkpoint, self.accumulator,
+                            self.source_stats)
 
 
 @dataclass
@@ -236,14 +239,15 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
     """The batch's stages, from the graph and its Plan (chains, routing, alternates)."""
     stages: list[Stage] = []
     chain_of = {chain[-1]: chain for chain in plan.chains}
-    measured: dict[str, SourceStats] = {}  # keyed operator id -> the source statistics it measures
+    # keyed operator or chain (by its last operator's id) -> the source statistics it measures
+    measured: dict[str, SourceStats] = {}
     for op in graph.topological_order():
         if op.kind == "source":
             info = next(s for s in batch.sources if s.op.id == op.id)
-            keyed = combined_directly(graph, op, batch.kernel_of)
+            measurer = combined_directly(graph, op, batch.kernel_of) or chain_reading(graph, op, plan)
             stats = None
-            if keyed is not None:
-                stats = measured[keyed] = SourceStats(op.id, info.event_time)
+            if measurer is not None:
+                stats = measured[measurer] = SourceStats(op.id, info.event_time)
             stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats))
         elif op.kind == "sink":
             continue  # written by the executor, step 3
@@ -254,7 +258,7 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
                 continue  # inside a fused chain: runs in its tail's pass
             chain = [as_planned(graph[i], plan) for i in chain_of[op.id]]
             stages.append(ChainStage(op, chain, graph[chain[0].inputs[0]], plan.rebalance.get(chain[0].id),
-                                     batch.batch_id, batch.checkpoint, batch.accumulator))
+                                     batch.batch_id, batch.checkpoint, batch.accumulator, measured.get(op.id)))
         else:  # keyed
             planned = as_planned(op, plan)  # the active alternate's function
             stages.append(KeyedStage(planned, batch.kernel_of(planned), graph[op.inputs[0]], plan.keyed[op.id],
@@ -262,6 +266,19 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
                                      batch.checkpoint, batch.accumulator, measured.get(op.id),
                                      exchanges=plan.exchanges_before(op.id), upstream=traffic_source(graph, op.id)))
     return BatchLineage(graph, stages)
+
+
+def chain_reading(graph: JobGraph, source: Operator, plan: Plan) -> str | None:
+    """The fused chain that reads the source's records and nothing else (the source feeds
+    only the chain's first operator), by its last operator's id, if there is one.
+
+    The chain measures the source's statistics on the Arrow batches it receives anyway
+    (``SourceStats.measuring``), rather than Spark observing every record (see
+    :func:`combined_directly`)."""
+    consumers = graph.consumers(source.id)
+    if len(consumers) != 1 or not consumers[0].is_python:
+        return None
+    return next((chain[-1] for chain in plan.chains if chain[0] == consumers[0].id), None)
 
 
 def combined_directly(graph: JobGraph, source: Operator, kernel_of=None) -> str | None:

@@ -29,8 +29,12 @@ from sluice.runtime.task_metrics import SparseCounts, TaskMetrics
 
 
 # ---- fused Python chains ---------------------------------------------------------------------
-def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str | Checkpoint, accumulator):
-    """One mapInArrow pass running every operator of the chain in turn."""
+def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str | Checkpoint, accumulator,
+                 source_stats=None):
+    """One mapInArrow pass running every operator of the chain in turn.
+
+    ``source_stats``: the statistics of the source whose records are the chain's input, to
+    measure on them (``exchange.SourceStats``)."""
     schemas = [in_schema]
     for op in ops:
         schemas.append(op.schema or schemas[-1])
@@ -42,6 +46,8 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
         metrics = TaskMetrics(accumulator)
         dead = SideOutputWriter(root, DEAD_LETTER, batch_id, stage, partition_id())
         ctx = KernelContext(dead=dead, metrics=metrics)
+        if source_stats is not None:
+            batches = source_stats.measuring(batches, metrics, partition_id())
         yield from run_chain(kernels, batches, ctx)
         metrics.add(stage, "tasks", 1)  # the chaining policy weighs work per task
         errors = dead.flush()

@@ -6,11 +6,12 @@ import pyarrow, numpy and Sluice's runtime in it (a second or more each on a bus
 one after the other on the batch's critical path. While the driver validates the pipeline
 and opens its sources (Py4J calls and Python planning processes that leave the executors
 idle), a small job of no-op ``mapInArrow`` passes starts those workers and makes them import
-what the batch's tasks will need. Spark keeps idle workers for reuse, so the first batch
-finds them ready. The job waits for it before it starts its query: the Python process Spark
-starts then to plan a Python source must connect back within 10 s, and imports competing
-with it on a loaded machine could make it miss that. The warm-up is best effort: it changes no result, and its failure only
-costs the time it meant to save.
+what the batch's tasks will need (pandas too: pyarrow imports it at its first conversion of
+values). Spark keeps idle workers for reuse, so the first batch finds them ready. The job
+waits for it before it starts its query: the Python process Spark starts then to plan a
+Python source must connect back within 10 s, and imports competing with it on a loaded
+machine could make it miss that. The warm-up is best effort: it changes no result, and its
+failure only costs the time it meant to save.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ def _import_runtime(batches):
     # (by name: loaded for their side effect, the worker has them when the batch comes)
     for module in RUNTIME_MODULES:
         importlib.import_module(module)
+    # pyarrow imports pandas at its first conversion of Python or NumPy values (its pandas
+    # shim), which every source read and most user functions make: 0.3 s of CPU idle and 1-2 s
+    # loaded per worker, on the first batch's critical path unless done here
+    import pyarrow as pa
+
+    pa.array([0])
 
     yield from batches
 

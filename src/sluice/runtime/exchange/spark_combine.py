@@ -61,6 +61,7 @@ from sluice.runtime.schemas import quote as _q
 from sluice.runtime.side_outputs import SideOutputWriter
 
 _MAX_EVENT = "__max_event_us"  # per group, for the source's statistics
+_PARTITION_ROWS = "rows_of_partition_"  # SourceStats.measuring: a task's rows, by partition
 _KEY = "__combine_key"  # the key columns as Spark's combine groups them
 _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
@@ -122,9 +123,10 @@ def _partial_sql(f: PartialField, layout: PartialLayout, schema: pa.Schema) -> s
 @dataclass(frozen=True)
 class SourceStats:
     """A source's statistics, measured on the combined rows of its records by the keyed stage
-    that receives them: ``rows`` (the records) and ``max_event_us`` (their latest event time,
-    when it has one). Each task adds its share to the metrics accumulator under
-    ``<source>#source``; the driver takes them out as the source's observation (:meth:`take`).
+    that receives them, or on the records by the Python chain that reads them first: ``rows``
+    (the records) and ``max_event_us`` (their latest event time, when it has one). Each task
+    adds its share to the metrics accumulator under ``<source>#source``; the driver takes
+    them out as the source's observation (:meth:`take`).
 
     An observation (``DataFrame.observe``) of the combined rows would do the same in Spark,
     but it is an operator outside the stage's generated code, evaluated row by row, and one
@@ -147,11 +149,28 @@ class SourceStats:
             if latest is not None:
                 metrics.add(self.key, "max_event_us_max", int(latest))
 
+    def measuring(self, batches, metrics, partition: int):
+        """Pass one task's batches of the source's records themselves through, measuring them
+        (what a Python chain reading the source directly does, on the Arrow batches it
+        receives anyway). Rows count per partition and by maximum, so a job that runs the
+        chain again over the same partitions (a window's late records) counts them once."""
+        rows = 0
+        for batch in batches:
+            rows += batch.num_rows
+            if self.event_time is not None and batch.num_rows:
+                times = batch.column(self.event_time)
+                latest = pc.max(times.cast(pa.timestamp("us", tz=times.type.tz)).cast(pa.int64())).as_py()
+                if latest is not None:
+                    metrics.add(self.key, "max_event_us_max", int(latest))
+            yield batch
+        metrics.add(self.key, f"{_PARTITION_ROWS}{partition}_max", rows)
+
     def take(self, per_op: dict) -> dict:
         """The statistics, removed from the batch's metrics (``split_metrics``), as an
         observation gives them."""
         measured = per_op.pop(self.key, {})
-        return {"rows": int(measured.get("rows", 0)), "max_event_us": measured.get("max_event_us_max")}
+        rows = measured.get("rows", 0) + sum(n for name, n in measured.items() if name.startswith(_PARTITION_ROWS))
+        return {"rows": int(rows), "max_event_us": measured.get("max_event_us_max")}
 
 
 @dataclass
