@@ -81,11 +81,11 @@ EXCURSION_S = 15.0
 SHAPE = (0.15, 0.15, 0.5, 1.0, 0.5, 0.15)
 BATCH_S = 10.0  # the demo's admission cap: a batch admits at most this many seconds of the peak rate
 INTERVAL_S = 5.0
-LEAD_S = 8.0  # the input starts this long after a run is launched (its query is up by then)
-# the first run's: on a loaded machine its query took up to 18 s to start, and its first batch (no
+LEAD_S = 6.0  # the input starts this long after a run is launched (its query is up by then)
+# the first run's: on a loaded machine its query took 4-18 s to start, and its first batch (no
 # rows) starts the Python workers every stage needs on the fresh executors, which the runs after
 # it find idle and reuse
-FIRST_LEAD_S = 20.0
+FIRST_LEAD_S = 15.0
 END_S = 1.0  # a run stops with the batch running this long before the trace ends (not drained)
 ECONOMICS = {"price_per_hour": 1.0, "billing": "second", "break_even_best": 6.0, "break_even_worst": 3.0,
              "min_omega": 0.9}  # Omega-hat: the policies' band is 0.95 +- 0.05
