@@ -27,7 +27,8 @@ started by the benchmark from the pyspark wheel):
 
 Before the runs the benchmark measures how long a requested executor takes to become useful
 on this cluster, on the application's own executors as it starts (one a worker, what static
-peak runs with): the seconds to register, then the start of their Python workers. The
+peak runs with): the seconds to register, then the start of the Python workers of one task
+on an executor. The
 policies are told both (``startup_s`` the sum, ``warmup_s`` the second: a batch waits for
 a joining executor's workers, as Spark gives it tasks at once), the simulator's executors
 register and warm up as measured and its batches are ``PARTITIONS`` tasks, and PLAStiCC looks
@@ -177,17 +178,21 @@ def measure_startup(spark, pool) -> tuple[list[float], float]:
     """How long a requested executor takes to become useful on this cluster, measured on the
     application's own executors as it starts (one a worker, what static peak runs with, so
     no run waits for executors it does not need): the seconds from the application's start
-    (its request to the master) to each registering, and then the seconds their Python
-    workers take to start (Spark gives a registered executor tasks at once, and they wait for
-    those workers)."""
+    (its request to the master) to each registering, and then the seconds the Python workers of
+    one task take to start on an executor (Spark gives a registered executor tasks at once,
+    and they wait for those workers)."""
     from sluice.runtime.warmup import start_python_workers
 
     asked = spark.sparkContext.startTime / 1000.0
     pool.wait_for(WORKERS, timeout_s=180)
     joins = sorted(round(float(e["since"]) - asked, 2) for e in pool.held().executors)
+    # one task on each of two executors: what one executor that joins a run starts (the Python
+    # workers of one task a core); all four at once would contend for the 2 cores 4x as much
     warming = time.time()
-    start_python_workers(spark, tasks=2 * WORKERS).result()
-    return joins, round(time.time() - warming, 2)
+    start_python_workers(spark, tasks=2).result()
+    warm = round(time.time() - warming, 2)
+    start_python_workers(spark, tasks=2 * WORKERS).result()  # the others, for static peak
+    return joins, warm
 
 
 def figures_of(batches, graph, offered: float, trace_s: float, since: float) -> dict:
