@@ -24,14 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.dataset as ds
-
 import sluice
 from sluice import agg, sinks, sources
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import retrying
+from measure import batch_tables, retrying
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 KEYS = 400_000
@@ -51,12 +49,9 @@ def pipeline(out: str, rows: int, per_batch: int) -> sluice.Pipeline:
 def final(out: str) -> dict:
     """key -> (n, total) of the last batch that emitted the key."""
     latest: dict = {}
-    for d in sorted(Path(out, "summed").glob("batch=*"), key=lambda d: int(d.name.split("=")[1])):
-        files = [str(f) for f in d.glob("part-*") if f.stat().st_size > 0]
-        if files:
-            table = ds.dataset(files, format="parquet").to_table()
-            latest.update(zip(table.column("k").to_pylist(),
-                              zip(table.column("n").to_pylist(), table.column("total").to_pylist())))
+    for table in batch_tables(os.path.join(out, "summed")):
+        latest.update(zip(table.column("k").to_pylist(),
+                          zip(table.column("n").to_pylist(), table.column("total").to_pylist())))
     return latest
 
 

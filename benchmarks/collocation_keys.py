@@ -45,13 +45,12 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 import sluice
 from sluice import agg, sinks, sources
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import sustained
+from measure import batch_tables, sustained
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -83,13 +82,10 @@ def pipeline(out: str, rows: int, per_batch: int) -> sluice.Pipeline:
 def final(out: str) -> dict:
     """building -> (readings, kwh rounded, latest) of the last batch that emitted it."""
     latest: dict = {}
-    for d in sorted(Path(out, "buildings").glob("batch=*"), key=lambda d: int(d.name.split("=")[1])):
-        files = [str(f) for f in d.glob("part-*") if f.stat().st_size > 0]
-        if files:
-            t = ds.dataset(files, format="parquet").to_table()
-            latest.update(zip(t.column("building").to_pylist(),
-                              zip(t.column("readings").to_pylist(), [round(x, 6) for x in t.column("kwh").to_pylist()],
-                                  t.column("latest").to_pylist())))
+    for t in batch_tables(os.path.join(out, "buildings")):
+        latest.update(zip(t.column("building").to_pylist(),
+                          zip(t.column("readings").to_pylist(), [round(x, 6) for x in t.column("kwh").to_pylist()],
+                              t.column("latest").to_pylist())))
     return latest
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
+from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 
 
 def sustained(batches: list[tuple[float, float, int]], warmup: int) -> float:
@@ -74,3 +76,14 @@ def retrying(run, *args, attempts: int = 3):
                 raise
             print(f"  (Spark's Python worker did not connect back in time; run again, attempt {attempt + 1})",
                   flush=True)
+
+
+def batch_tables(directory: str) -> Iterator:
+    """The Parquet output a files sink wrote under ``directory``, one Arrow table per batch
+    that wrote rows (``batch=<id>`` folders), oldest batch first."""
+    import pyarrow.dataset as ds
+
+    for d in sorted(Path(directory).glob("batch=*"), key=lambda d: int(d.name.split("=")[1])):
+        files = [str(f) for f in d.glob("part-*") if f.stat().st_size > 0]
+        if files:
+            yield ds.dataset(files, format="parquet").to_table()
