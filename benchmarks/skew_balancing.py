@@ -298,6 +298,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
+    load_at_start = os.getloadavg()[0]
     per_batch = 6_000 if args.quick else 12_000
     batches = 18 if args.quick else 30  # six (ten) batches per phase of the hot set
     repeats = args.repeats or (2 if args.quick else 3)
@@ -351,8 +352,10 @@ def main() -> None:
                "outputs_equal": exact, "rows": total_rows, "rows_per_batch": per_batch, "keys": KEYS, "skew": SKEW,
                "phases": PHASES, "hot_keys": HOT, "work_s_per_row": WORK_S, "partitions": PARTITIONS, "repeats": repeats,
                "systems": best,
-               "note": f"best of {repeats} alternating runs per system on a 2-core machine shared with other "
-                       "engineers' work: figures disturbed; throughput = rows / time over the batches after "
+               "load_average": [round(load_at_start, 2), round(os.getloadavg()[0], 2)],
+               "note": f"best of {repeats} alternating runs per system on a 2-core machine (1-minute load "
+                       f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; other work on it "
+                       "disturbs the timings, not the row imbalance); throughput = rows / time over the batches after "
                        f"the first {WARMUP}, adaptation after each shift of the hot set included"}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "skew_balancing.json").write_text(json.dumps(results, indent=2) + "\n")
