@@ -41,7 +41,8 @@ possible the policies get:
   six batches a phase, three of the sixteen steady batches).
 
 The machine is shared: the runs
-alternate (hash, flux, sluice, then sluice, flux, hash, ...) and the best of N of each is kept.
+alternate (hash, flux, sluice, then sluice, flux, hash, ...) and the best of N of each is kept
+(``--repeats``; 3 by default, 1 with ``--quick``).
 Every run's final per-key aggregates must equal the others' (checked: exactly once under
 migrations). Writes docs/results/skew_balancing.json and .png; the last line printed is one
 JSON object with ``ratio`` = balanced (Sluice) / hash throughput.
@@ -301,7 +302,9 @@ def main() -> None:
     load_at_start = os.getloadavg()[0]
     per_batch = 6_000 if args.quick else 12_000
     batches = 18 if args.quick else 30  # six (ten) batches per phase of the hot set
-    repeats = args.repeats or (2 if args.quick else 3)
+    # quick: one run of each (under 5 minutes); two alternating runs of each took 6.4 minutes on a
+    # quiet machine, the hash runs alone about a minute each
+    repeats = args.repeats or (1 if args.quick else 3)
     total_rows = per_batch * batches
     spark = spark_session(args.master, app_name="skew_balancing")
     spark.sparkContext.setLogLevel("ERROR")
