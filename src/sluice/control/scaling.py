@@ -13,8 +13,8 @@ stage's key groups. The key groups are then placed on the new partitions by thei
 loads, as ALBIC's Algorithm 1 rescales (:func:`balanced_routing`): new partitions join empty
 and removed ones are drained, and one MILP balances the lot, so the new partitions share the
 work evenly rather than by hash ranges (which leave a partition with the most keys behind:
-DS2's count assumes balanced partitions). The offered rate is what arrives at the sources (``ControlView.
-offered_rate``: rows admitted plus the growth of the backlog); without a backlog report (a
+DS2's count assumes balanced partitions). The offered rate is what arrives at the sources
+(``ControlView.offered_rate``: rows admitted plus the growth of the backlog); without a backlog report (a
 pull source), the admitted rate stands in for it. The first batch after a change of the
 plan is not measured: its tasks load the state of the key groups that moved, a transient
 that would understate the true rate and ask for a second step. Keyed operators collocated in
