@@ -97,6 +97,13 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
         .config("spark.driver.memory", os.environ.get("SLUICE_DRIVER_MEMORY", "2g"))
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # Spark bounds the Arrow batches it hands a Python worker by records (10,000) and by
+        # bytes, and checks the bytes after every row, walking every column's buffers: in
+        # keyed_throughput that check was some 40 % of the executors' JVM time (Java Flight
+        # Recorder, docs/runtime.md section 5). Spark skips the check only at Int.MaxValue,
+        # so batches here are bounded by records alone; a pipeline of very wide rows can set
+        # its own limit (``conf``), which wins.
+        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
     )
     conf = dict(conf or {})
     archive = class_archive() if not SparkSession.getActiveSession() else None
