@@ -104,6 +104,16 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
         # so batches here are bounded by records alone; a pipeline of very wide rows can set
         # its own limit (``conf``), which wins.
         .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
+        # Spark's default manager of its offset and commit logs writes each file through
+        # Hadoop's FileContext, which on a local disk without Hadoop's native library forks
+        # three processes a file (chmod, and readlink twice for the rename): some 120 ms a
+        # batch for the two logs (Java Flight Recorder, docs/runtime.md section 5). The
+        # FileSystem-based manager forks once a file. Its rename checks that the target is
+        # absent before renaming, where FileContext's is one atomic call: two drivers racing
+        # on one checkpoint could both pass the check, which Sluice's driver lease prevents
+        # (runtime.lease).
+        .config("spark.sql.streaming.checkpointFileManagerClass",
+                "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
     )
     conf = dict(conf or {})
     archive = class_archive() if not SparkSession.getActiveSession() else None
