@@ -35,3 +35,34 @@ def test_a_source_behind_its_rate_is_admitted_in_bounded_batches_with_a_true_bac
                                                        TOTAL - 2 * DEFAULT_MAX_ROWS_PER_BATCH, 0]
     ids = memory_table("behind").column("i").to_pylist()
     assert sorted(ids) == list(range(TOTAL)) and result.rows_in == TOTAL
+
+
+@pytest.mark.spark
+def test_a_restart_first_admits_what_the_last_committed_batch_did_then_its_limit(spark, tmp_path):
+    """After a crash the backlog would make the first batch one of the whole limit, run by a
+    cold JVM: it admits the last committed batch's rows instead, and the limit after it."""
+    from sluice.runtime.sources import get_max_rows
+
+    def pipeline() -> sluice.Pipeline:
+        p = sluice.Pipeline("ramp")
+        p.source(sources.generator(fields={"i": sources.Sequence()}, total_rows=20_000), name="numbers") \
+            .sink(sinks.memory("ramp"))
+        return p
+
+    clear_memory("ramp")
+    checkpoint = str(tmp_path / "ck")
+    pipeline().run(checkpoint, spark=spark, max_rows_per_batch=1_500,
+                   stop_when=lambda executor: executor.batches_done >= 2)
+    before = [m.rows_in for m in metrics_log.read(checkpoint) if m.rows_in]
+    assert before == [1_500, 1_500]
+    limits = []  # the admission limit in force as each batch of the restart commits
+
+    def seen(m) -> None:
+        limits.append(get_max_rows(str(tmp_path / "ck" / "sources"), "numbers"))
+
+    result = pipeline().run(checkpoint, spark=spark, max_rows_per_batch=6_000, on_batch=seen)
+    after = [m.rows_in for m in metrics_log.read(checkpoint) if m.rows_in][len(before):]
+    assert after == [1_500, 6_000, 6_000, 20_000 - 3_000 - 13_500]
+    assert limits[0] == 6_000  # set back once the first batch committed, before the next is planned
+    ids = memory_table("ramp").column("i").to_pylist()
+    assert sorted(ids) == list(range(20_000)) and result.rows_in == 20_000 - 3_000

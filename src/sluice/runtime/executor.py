@@ -62,8 +62,11 @@ class BatchExecutor:
     def __init__(self, spark, graph: JobGraph, checkpoint: str | Checkpoint, plan_log: PlanLog, sources: list[SourceInfo],
                  dead_letter_sink: SinkSpec | None = None, controller=None, on_batch=None, backlog=None,
                  dead_letter_budget: float = DEFAULT_BUDGET,
-                 late_data_sink: SinkSpec | None = None, fence=None):
+                 late_data_sink: SinkSpec | None = None, fence=None, after_first_commit=None):
         self.spark = spark
+        # called once, after the first batch this driver commits and before the controller
+        # sees it (the job restores a restart's reduced admission there, ``job._admit``)
+        self.after_first_commit = after_first_commit
         # raises when this driver may no longer write to the checkpoint (runtime.lease)
         self.fence = fence or (lambda: None)
         self.graph = graph
@@ -207,12 +210,16 @@ class BatchExecutor:
         m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context, state)
         observed_event_us = self._observed_event_times(observed)  # also advances self.max_event_us
         self._write_record(batch_id, "done", {"max_event_us": observed_event_us,
-                                              "max_event_us_so_far": dict(self.max_event_us)})
+                                              "max_event_us_so_far": dict(self.max_event_us),
+                                              "rows_by_source": m.rows_by_source})
         metrics_log.append(self.checkpoint, m)
         self._compact(batch_id, state)
         lineage.release()
         self.last_batch = m
         self.batches_done += 1
+        if self.after_first_commit is not None:
+            first, self.after_first_commit = self.after_first_commit, None
+            first()
 
         # 5. the controller reads the metrics and may plan a later batch
         if self.controller:  # before on_batch, so a progress line shows this batch's decision

@@ -156,7 +156,7 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
         stream = stream.unionByName(frame, allowMissingColumns=True)
     if standby:  # ready: from here on this driver writes to the checkpoint
         _stand_by(spark, pipeline, stream.schema, infos, warmup, lease, fuse, collocate, on_standby)
-    _admit(graph, checkpoint, max_rows_per_batch)
+    restore_admission = _admit(graph, checkpoint, max_rows_per_batch)
 
     plan_log = PlanLog(checkpoint)
     # the graph under the ids the checkpoint keeps state by; stops here if its state does not fit
@@ -185,7 +185,8 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
         controller = _reporting(control, on_control)
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
                              controller=controller, on_batch=on_batch, backlog=backlog, dead_letter_budget=budget,
-                             late_data_sink=getattr(pipeline, "late_data_sink", None), fence=lease.check)
+                             late_data_sink=getattr(pipeline, "late_data_sink", None), fence=lease.check,
+                             after_first_commit=restore_admission)
     writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
     if warmup is not None:
@@ -356,15 +357,42 @@ def _known_schema(graph):
         return None
 
 
-def _admit(graph, checkpoint: Checkpoint, max_rows_per_batch: int | None) -> None:
+def _admit(graph, checkpoint: Checkpoint, max_rows_per_batch: int | None) -> Callable[[], None] | None:
     """Set each source's admission limit in its control file (a write: only the lease's holder
-    does it, a standby once it took over)."""
-    from sluice.runtime.sources import set_max_rows
+    does it, a standby once it took over).
 
-    for op in graph.sources():
-        limit = max_rows_per_batch or getattr(op.params["spec"], "max_rows_per_batch", None)
-        if limit:
-            set_max_rows(checkpoint.sources, op.id, limit)
+    A restart's first batch admits no more rows of a source than the last committed batch
+    did: the backlog since the crash would otherwise make it a batch of the whole limit,
+    run by a JVM that has not yet compiled any of the batch's code (``docs/results/startup.md``).
+    Returns what sets the limits back once that batch is committed (None on a fresh start)."""
+    from sluice.runtime.sources import set_max_rows
+    from sluice.runtime.sources.admission import DEFAULT_MAX_ROWS_PER_BATCH
+
+    limits = {op.id: max_rows_per_batch or getattr(op.params["spec"], "max_rows_per_batch", None)
+              for op in graph.sources()}
+    last = _last_committed_rows(checkpoint)
+    first = {op_id: min(limit or DEFAULT_MAX_ROWS_PER_BATCH, last[op_id])
+             for op_id, limit in limits.items() if last.get(op_id)}
+    for op_id, limit in limits.items():  # also clears what a run that crashed left there
+        set_max_rows(checkpoint.sources, op_id, first.get(op_id, limit))
+    if not first:
+        return None
+
+    def restore() -> None:
+        for op_id in first:  # no limit configured: back to the default
+            set_max_rows(checkpoint.sources, op_id, limits[op_id])
+
+    return restore
+
+
+def _last_committed_rows(checkpoint: Checkpoint) -> dict[str, int]:
+    """Rows per source of the last batch committed on ``checkpoint`` ({} when none, or when
+    its record predates the count)."""
+    done = checkpoint.done_batches()
+    if not done:
+        return {}
+    record = checkpoint.read_json(Checkpoint.batch_record(done[-1], "done")) or {}
+    return {op_id: int(n) for op_id, n in (record.get("rows_by_source") or {}).items()}
 
 
 def _source_infos(graph) -> list[SourceInfo]:
