@@ -67,6 +67,14 @@ def announce_ui(spark) -> None:
         print(f"Spark UI at {url}", flush=True)
 
 
+DRIVER_JAVA_OPTIONS = "-XX:MetaspaceSize=256m"
+"""The driver JVM's own options. Its first batch loads thousands of classes (Spark's
+operators, generated code, Arrow, Parquet): each time their metadata passed the default
+threshold (some 20 MB, raised a little each time), G1 ran a collection of the whole heap
+for it. Java Flight Recorder counted 0.5 s of collections in a restarted driver's first
+batch, 0.15 s of them for metadata (docs/results/startup.md, session 9)."""
+
+
 def spark_session(master: str | None = None, app_name: str = "sluice", conf: dict | None = None,
                   ui: bool | None = None):
     """Get (or create) the SparkSession, quiet and with workers on this interpreter.
@@ -117,9 +125,10 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     )
     conf = dict(conf or {})
     archive = class_archive() if not SparkSession.getActiveSession() else None
-    if archive is not None:  # a user's own driver options come first, then the archive's
-        conf["spark.driver.extraJavaOptions"] = " ".join(
-            o for o in (conf.get("spark.driver.extraJavaOptions", ""), archive.java_options()) if o)
+    # a user's own driver options come first, then Sluice's and the archive's
+    conf["spark.driver.extraJavaOptions"] = " ".join(
+        o for o in (conf.get("spark.driver.extraJavaOptions", ""), DRIVER_JAVA_OPTIONS,
+                    archive.java_options() if archive is not None else "") if o)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
