@@ -46,3 +46,33 @@ def test_ctrl_c_stops_quietly_between_batches_and_a_restart_goes_on_exactly_once
     rows = [r for batch in batch_rows(out, "doubled").values() for r in batch]
     assert sorted(dict(r)["i"] for r in rows) == list(range(ROWS))  # nothing lost, nothing twice
     assert all(dict(r)["twice"] == 2 * dict(r)["i"] for r in rows)
+
+
+@pytest.mark.spark
+def test_a_batch_spark_starts_after_the_stop_is_refused_whole_and_runs_after_the_restart(spark, tmp_path):
+    """Between the last check that no batch runs and the query's stop, Spark may start the
+    next batch: it is refused before it writes anything (never cut short half-written), the
+    run ends without an error, and the restart runs it exactly once."""
+    import sluice
+    from sluice import sinks, sources
+
+    def pipeline() -> sluice.Pipeline:
+        p = sluice.Pipeline("refused")
+        p.source(sources.generator(fields={"i": sources.Sequence()}, total_rows=6_000, max_rows_per_batch=1_000),
+                 name="numbers").sink(sinks.files(str(tmp_path / "out")), name="files")
+        return p
+
+    checkpoint = str(tmp_path / "ck")
+
+    def stop_after_two(executor) -> bool:  # asks for the stop, but lets the loop go on
+        if executor.batches_done >= 2:
+            executor.stop_after_this_batch()
+        return False
+
+    first = pipeline().run(checkpoint, spark=spark, stop_when=stop_after_two)
+    assert 2 <= first.batches < 6
+    written = batch_rows(str(tmp_path / "out"), "")  # every batch directory is complete
+    assert len(written) == first.batches
+    second = pipeline().run(checkpoint, spark=spark)
+    rows = [dict(r)["i"] for batch in batch_rows(str(tmp_path / "out"), "").values() for r in batch]
+    assert sorted(rows) == list(range(6_000)) and first.rows_in + second.rows_in == 6_000

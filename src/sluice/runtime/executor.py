@@ -14,6 +14,7 @@ Inside ``foreachBatch(df, batch_id)``:
 from __future__ import annotations
 
 import json
+import threading
 import time
 from concurrent.futures import Future
 
@@ -86,6 +87,10 @@ class BatchExecutor:
         self.max_event_us = self._recover_event_times()
         self.last_batch: BatchMetrics | None = None
         self.in_batch = False
+        # set by ``stop_between_batches``: no batch starts after it (``__call__`` refuses)
+        self.stopping = False
+        self.refused: int | None = None  # the batch refused after the stop, if one was
+        self._batch_gate = threading.Lock()
         self.failure: Exception | None = None  # what a batch raised, for the job to report
         self.batches_done = 0
         self._compaction: Future | None = None  # the running background compaction
@@ -157,9 +162,18 @@ class BatchExecutor:
 
     # ---- the batch -------------------------------------------------------------------------
     def __call__(self, df, batch_id: int) -> None:
+        with self._batch_gate:
+            if self.stopping:
+                # Spark planned this batch as the stop came: it must not commit it (returning
+                # would), nor start writing what the stop would cut short. Raising ends the
+                # query with the batch uncommitted; a restart replays it (the job reads this
+                # refusal as the clean stop it is, ``job._stop_between_batches``)
+                self.refused = batch_id
+                raise StopRequested(f"batch {batch_id} not started: the job is stopping")
+            self.in_batch = True
         if self._read_record(batch_id, "done") is not None:
+            self.in_batch = False
             return  # already committed before a crash: sinks and state hold it
-        self.in_batch = True
         try:
             self._run(df, batch_id)
         except Exception as exc:
@@ -168,6 +182,11 @@ class BatchExecutor:
             raise
         finally:
             self.in_batch = False
+
+    def stop_after_this_batch(self) -> None:
+        """Let the running batch (if one runs) finish and start no other."""
+        with self._batch_gate:
+            self.stopping = True
 
     def _run(self, df, batch_id: int) -> None:
         """DESIGN.md section 4, step by step."""
@@ -404,6 +423,10 @@ class BatchExecutor:
         keyed = {op.id for op in self.graph.operators if op.is_keyed}
         out["alternates"] = measured_costs(per_op, plan.alternates, keyed)
         return out
+
+
+class StopRequested(Exception):
+    """Raised in place of a batch Spark starts after the job asked to stop."""
 
 
 def executors_held(plan: Plan, executors: list[dict]) -> int:

@@ -218,7 +218,7 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
     finally:
         _stop_between_batches(query, executor)
         sigint.restore()
-        error = query.exception()
+        error = query.exception() if executor.refused is None else None  # a refusal is the clean stop
         executor.close()
     if error is not None:
         raise _unwrap(error, executor.failure)
@@ -434,11 +434,18 @@ def _check_plan(plan: Plan, graph) -> None:
 
 def _stop_between_batches(query, executor: BatchExecutor, patience_s: float = 120.0) -> None:
     """Stop the query when no batch is running, so a clean stop never aborts a batch
-    half-way (a crash may, and the restart makes that good)."""
+    half-way (a crash may, and the restart makes that good).
+
+    The executor first refuses any batch Spark starts from now on: between the check that
+    no batch runs and ``query.stop()``, Spark may start the next one (some 30 ms after a
+    commit), and the stop would cut it short, leaving a sink's output of it half written."""
+    executor.stop_after_this_batch()
     deadline = time.time() + patience_s
     while executor.in_batch and query.isActive and time.time() < deadline:
         time.sleep(0.05)
     query.stop()
+    if executor.refused is not None:  # Spark logged the refusal as the query's error: it is not one
+        print(f"sluice: stopped before batch {executor.refused} (it runs when the job restarts)", flush=True)
 
 
 def _unwrap(error, failure: BaseException | None = None) -> Exception:
