@@ -54,7 +54,8 @@ def test_a_restart_first_admits_what_the_last_committed_batch_did_then_its_limit
     pipeline().run(checkpoint, spark=spark, max_rows_per_batch=1_500,
                    stop_when=lambda executor: executor.batches_done >= 2)
     before = [m.rows_in for m in metrics_log.read(checkpoint) if m.rows_in]
-    assert before == [1_500, 1_500]
+    # two, or three when the next had started as the stop came (it finishes: a clean stop)
+    assert before in ([1_500] * 2, [1_500] * 3)
     limits = []  # the admission limit in force as each batch of the restart commits
 
     def seen(m) -> None:
@@ -62,7 +63,8 @@ def test_a_restart_first_admits_what_the_last_committed_batch_did_then_its_limit
 
     result = pipeline().run(checkpoint, spark=spark, max_rows_per_batch=6_000, on_batch=seen)
     after = [m.rows_in for m in metrics_log.read(checkpoint) if m.rows_in][len(before):]
-    assert after == [1_500, 6_000, 6_000, 20_000 - 3_000 - 13_500]
+    rest = 20_000 - sum(before) - 1_500
+    assert after == [1_500] + [6_000] * (rest // 6_000) + ([rest % 6_000] if rest % 6_000 else [])
     assert limits[0] == 6_000  # set back once the first batch committed, before the next is planned
     ids = memory_table("ramp").column("i").to_pylist()
-    assert sorted(ids) == list(range(20_000)) and result.rows_in == 20_000 - 3_000
+    assert sorted(ids) == list(range(20_000)) and result.rows_in == 20_000 - sum(before)
