@@ -87,7 +87,7 @@ class BatchExecutor:
         self.max_event_us = self._recover_event_times()
         self.last_batch: BatchMetrics | None = None
         self.in_batch = False
-        # set by ``stop_between_batches``: no batch starts after it (``__call__`` refuses)
+        # set by ``stop_after_this_batch``: no batch starts after it (``__call__`` refuses)
         self.stopping = False
         self.refused: int | None = None  # the batch refused after the stop, if one was
         self._batch_gate = threading.Lock()
@@ -171,10 +171,9 @@ class BatchExecutor:
                 self.refused = batch_id
                 raise StopRequested(f"batch {batch_id} not started: the job is stopping")
             self.in_batch = True
-        if self._read_record(batch_id, "done") is not None:
-            self.in_batch = False
-            return  # already committed before a crash: sinks and state hold it
         try:
+            if self._read_record(batch_id, "done") is not None:
+                return  # already committed before a crash: sinks and state hold it
             self._run(df, batch_id)
         except Exception as exc:
             # Spark hands the query's caller only this error's text: keep it whole
