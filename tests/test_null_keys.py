@@ -130,7 +130,8 @@ def final_rows(sink: str, keys: list[str]) -> dict:
 
 def test_the_run_was_restarted_between_batches(run):
     first, second = run
-    assert first.batches == 2 and second.batches >= ROWS // PER_BATCH - 2
+    # stopped after its second batch: a third that had started as the stop came finishes
+    assert first.batches in (2, 3) and first.batches + second.batches == ROWS // PER_BATCH + 1
     assert sorted(memory_batches("nk_by_k")) == list(range(ROWS // PER_BATCH + 1))  # + the end of input
 
 
