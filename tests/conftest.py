@@ -12,6 +12,15 @@ import pytest
 # parallel runs would fight over its port, and nobody looks at it.
 os.environ["SLUICE_SPARK_UI"] = "0"
 
+# Every JVM the suite starts (its shared session, the `sluice run` children the crash tests
+# kill and relaunch, a standalone cluster's master and workers) lives seconds to a minute:
+# too short for the C2 compiler's work to pay back, and on a 2-core machine its compiler
+# threads take the cores the job needs. C1 alone compiles the same code, only less
+# optimised: the crash tests' relaunched drivers reach their first batch sooner
+# (test_windows_crash: 62-64 s -> 46-48 s). No test asserts a timing; benchmarks run with
+# the JVM's defaults. A JAVA_TOOL_OPTIONS of the caller's own wins.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
+
 
 def pytest_sessionstart(session):
     """Record Spark's class archive before any test starts a JVM, when it is missing: the

@@ -34,9 +34,12 @@ from sluice.plan.physical import KeyedStagePlan, Plan
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange
 from sluice.runtime.joins import tagged_union
+from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.joins import JoinKernelBase
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
+from sluice.runtime.kernels.predicates import fused_filter
+from sluice.runtime.kernels.stateless import Kernel
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote
 from sluice.runtime.stages import keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
@@ -136,6 +139,21 @@ class NativeStage(Stage):
 
 
 @dataclass
+class ChainFusion:
+    """What a fused Python chain also runs in its pass (:func:`chain_fusions`): the native
+    filters after it that Arrow evaluates as Spark does, and the map-side combine of the
+    running aggregate after those."""
+
+    end: str  # the id of the last operator the pass stands for (the chain's tail or a filter)
+    filters: list[Kernel] = field(default_factory=list)
+    combine: tuple[str, AggregateKernel] | None = None  # the keyed operator's id and kernel
+
+    @property
+    def absorbed(self) -> set[str]:
+        return {k.op.id for k in self.filters}
+
+
+@dataclass
 class ChainStage(Stage):
     op: Operator  # the chain's last operator
     chain: list[Operator]  # as planned (alternates, threads)
@@ -145,13 +163,15 @@ class ChainStage(Stage):
     checkpoint: Checkpoint
     accumulator: Any
     source_stats: SourceStats | None = None  # of the source it reads directly, to measure
+    fusion: ChainFusion | None = None  # native operators and a combine run in the same pass
 
     def build(self, frames: dict) -> Any:
         frame = frames[self.upstream.id]
         if self.rebalance is not None:  # a costly chain gets more tasks than its input has
             frame = frame.repartition(self.rebalance)
+        fusion = self.fusion or ChainFusion(self.chain[-1].id)
         return python_chain(frame, self.chain, self.upstream.schema, self.batch_id, self.checkpoint, self.accumulator,
-                            self.source_stats)
+                            self.source_stats, fusion.filters, fusion.combine)
 
 
 @dataclass
@@ -173,6 +193,8 @@ class KeyedStage(Stage):
     # the keyed operator before and its keys, whose key groups' traffic to this one's is
     # counted (plan.collocation.traffic_source), or None
     upstream: tuple[str, list[str]] | None = None
+    # the fused chain before combined the records per map task (ChainFusion.combine)
+    combined: bool = False
     _finish: Any = field(default=None, repr=False)
 
     def build(self, frames: dict) -> Any:
@@ -181,10 +203,13 @@ class KeyedStage(Stage):
         if isinstance(kernel, JoinKernelBase):  # both sides, as one tagged union (sluice.runtime.joins)
             keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], kernel)
             keyed_schema = kernel.union
+        if self.combined:
+            assert isinstance(kernel, AggregateKernel)  # chain_fusions combines for these alone
+            keyed_schema = kernel.combined_schema(keyed_schema)
         if self.exchanges:
             routed = exchange(keyed_input, op, kernel, keyed_schema, self.plan, self.context, self.max_parallelism,
                               self.checkpoint, self.accumulator, self.source_stats,
-                              self.upstream[1] if self.upstream else None)
+                              self.upstream[1] if self.upstream else None, precombined=self.combined)
             frame, schema, self._finish = routed.frame, routed.schema, routed.finish
             traffic_from = self.upstream[0] if self.upstream and routed.traffic else None
         else:
@@ -239,6 +264,9 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
     """The batch's stages, from the graph and its Plan (chains, routing, alternates)."""
     stages: list[Stage] = []
     chain_of = {chain[-1]: chain for chain in plan.chains}
+    fusions = chain_fusions(graph, plan, batch.kernel_of)
+    absorbed = {i for f in fusions.values() for i in f.absorbed}
+    combined = {f.combine[0] for f in fusions.values() if f.combine is not None}
     # keyed operator or chain (by its last operator's id) -> the source statistics it measures
     measured: dict[str, SourceStats] = {}
     for op in graph.topological_order():
@@ -251,21 +279,76 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
             stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats))
         elif op.kind == "sink":
             continue  # written by the executor, step 3
+        elif op.id in absorbed:
+            continue  # a filter run by the chain before it, in its pass
         elif op.is_native:
             stages.append(NativeStage(op))
         elif op.is_python:
             if op.id not in chain_of:
                 continue  # inside a fused chain: runs in its tail's pass
             chain = [as_planned(graph[i], plan) for i in chain_of[op.id]]
-            stages.append(ChainStage(op, chain, graph[chain[0].inputs[0]], plan.rebalance.get(chain[0].id),
-                                     batch.batch_id, batch.checkpoint, batch.accumulator, measured.get(op.id)))
+            fusion = fusions.get(op.id)
+            # the stage's frame stands for the last operator it runs (consumers look it up by id)
+            end = graph[fusion.end] if fusion is not None else op
+            stages.append(ChainStage(end, chain, graph[chain[0].inputs[0]], plan.rebalance.get(chain[0].id),
+                                     batch.batch_id, batch.checkpoint, batch.accumulator, measured.get(op.id), fusion))
         else:  # keyed
             planned = as_planned(op, plan)  # the active alternate's function
             stages.append(KeyedStage(planned, batch.kernel_of(planned), graph[op.inputs[0]], plan.keyed[op.id],
                                      plan.max_parallelism, batch.stores[op.id], batch.state, batch.context,
                                      batch.checkpoint, batch.accumulator, measured.get(op.id),
-                                     exchanges=plan.exchanges_before(op.id), upstream=traffic_source(graph, op.id)))
+                                     exchanges=plan.exchanges_before(op.id), upstream=traffic_source(graph, op.id),
+                                     combined=op.id in combined))
     return BatchLineage(graph, stages)
+
+
+def chain_fusions(graph: JobGraph, plan: Plan, kernel_of) -> dict[str, ChainFusion]:
+    """Chain tail id -> what its pass also runs, for the chains that fuse something.
+
+    After a chain's tail, as long as the only consumer is a native filter that Arrow
+    evaluates exactly as Spark does (``kernels.predicates``), the filter runs in the chain's
+    pass: its records never go back to the JVM to be filtered. If what is left feeds only a
+    key_by, that only a running aggregate the records can be combined for
+    (``AggregateKernel.combinable``) and exchanged before, the pass also combines each
+    task's records per key: one row of partials per key crosses the exchange."""
+    fusions: dict[str, ChainFusion] = {}
+    for chain in plan.chains:
+        schema = graph[graph[chain[0]].inputs[0]].schema  # what the chain makes of it:
+        for op_id in chain:
+            schema = graph[op_id].schema or schema  # (an operator without a schema keeps its input's)
+        if schema is None:
+            continue
+        fusion = ChainFusion(chain[-1])
+        while True:
+            consumers = graph.consumers(fusion.end)
+            kernel = fused_filter(consumers[0], schema) if len(consumers) == 1 else None
+            if kernel is None:
+                break
+            fusion.filters.append(kernel)
+            fusion.end = consumers[0].id
+        fusion.combine = _combine_after(graph, plan, fusion.end, schema, kernel_of)
+        if fusion.filters or fusion.combine:
+            fusions[chain[-1]] = fusion
+    return fusions
+
+
+def _combine_after(graph: JobGraph, plan: Plan, end: str, schema, kernel_of) -> tuple[str, AggregateKernel] | None:
+    """The running aggregate whose records ``end`` alone feeds through a key_by, and its
+    kernel bound to ``schema``, when the records can be combined before its exchange."""
+    consumers = graph.consumers(end)
+    if len(consumers) != 1 or consumers[0].kind != "key_by":
+        return None
+    keyed = graph.consumers(consumers[0].id)
+    if len(keyed) != 1 or not keyed[0].is_keyed or len(keyed[0].inputs) != 1:
+        return None
+    op = keyed[0]
+    if not plan.exchanges_before(op.id):
+        return None
+    kernel = kernel_of(as_planned(op, plan))
+    if not isinstance(kernel, AggregateKernel) or not kernel.combinable(schema):
+        return None
+    kernel.bind(schema)
+    return op.id, kernel
 
 
 def chain_reading(graph: JobGraph, source: Operator, plan: Plan) -> str | None:

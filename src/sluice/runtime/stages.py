@@ -8,6 +8,7 @@ their closure (pickled once per task), and they never touch the driver.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -17,10 +18,12 @@ from sluice.errors import StateError
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
 from sluice.runtime.checkpoint import Checkpoint
+from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.factory import keyed_kernel, python_kernel
 from sluice.runtime.kernels.grouping import dense_ids, exact_key_type
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, KeyedKernel, KeyedResult
-from sluice.runtime.kernels.stateless import KernelContext, run_chain
+from sluice.runtime.kernels.stateless import Kernel, KernelContext, run_chain
+from sluice.runtime.kernels.window_state import RECORDS
 from sluice.runtime.reporting import reporting_to
 from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
@@ -30,16 +33,22 @@ from sluice.runtime.task_metrics import SparseCounts, TaskMetrics
 
 # ---- fused Python chains ---------------------------------------------------------------------
 def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str | Checkpoint, accumulator,
-                 source_stats=None):
+                 source_stats=None, fused: Sequence[Kernel] = (), combine: tuple[str, AggregateKernel] | None = None):
     """One mapInArrow pass running every operator of the chain in turn.
 
     ``source_stats``: the statistics of the source whose records are the chain's input, to
-    measure on them (``exchange.SourceStats``)."""
+    measure on them (``exchange.SourceStats``). ``fused``: kernels of native operators run
+    after the chain's own, in the same pass (a filter evaluated in Arrow). ``combine``: the
+    keyed aggregate operator after the chain (its id and kernel, bound to the records'
+    schema): each task's records leave combined into one row of partials per key
+    (``AggregateKernel.combine``)."""
     schemas = [in_schema]
     for op in ops:
         schemas.append(op.schema or schemas[-1])
-    kernels = [python_kernel(op, schemas[i]) for i, op in enumerate(ops)]
+    kernels = [python_kernel(op, schemas[i]) for i, op in enumerate(ops)] + list(fused)
     out_schema = with_hidden(schemas[-1], INGEST)
+    if combine is not None:
+        out_schema = with_hidden(combine[1].combined_schema(schemas[-1]), INGEST)
     stage = ops[0].id
 
     def run(batches):
@@ -48,7 +57,10 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
         ctx = KernelContext(dead=dead, metrics=metrics)
         if source_stats is not None:
             batches = source_stats.measuring(batches, metrics, partition_id())
-        yield from run_chain(kernels, batches, ctx)
+        if combine is None:
+            yield from run_chain(kernels, batches, ctx)
+        else:
+            yield from _combined(run_chain(kernels, batches, ctx), combine, out_schema, metrics)
         metrics.add(stage, "tasks", 1)  # the chaining policy weighs work per task
         errors = dead.flush()
         if errors:
@@ -56,6 +68,19 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
         metrics.flush()
 
     return df.mapInArrow(run, to_spark(out_schema))
+
+
+def _combined(batches, combine: tuple[str, AggregateKernel], out_schema: pa.Schema, metrics: TaskMetrics):
+    """The task's records, all of them, combined per key (one row of partials each)."""
+    received = list(batches)
+    if not received:
+        return
+    start = time.perf_counter()
+    op_id, kernel = combine
+    rows = pa.Table.from_batches(received)
+    combined = kernel.combine(rows, partition_id())
+    metrics.op_timing(f"{op_id}.combine", rows.num_rows, combined.num_rows, time.perf_counter() - start)
+    yield from combined.select(out_schema.names).cast(out_schema).to_batches()
 
 
 # ---- keyed stages ----------------------------------------------------------------------------
@@ -145,7 +170,8 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
             metrics.add(f"{op.id}#kg", f"{kg}", n)
         output = output.select(out_schema.names).cast(out_schema)
         _timed(metrics, op.id, "output_s", step)
-        metrics.op_timing(op.id, rows.num_rows, output.num_rows, time.perf_counter() - start)
+        # records in, also when they came combined into fewer rows
+        metrics.op_timing(op.id, sum(kg_counts), output.num_rows, time.perf_counter() - start)
         metrics.flush()
         yield from output.to_batches()
 
@@ -173,8 +199,14 @@ def _count_traffic(rows: pa.Table, upstream: str, op_id: str, max_parallelism: i
 
 
 def _counts(rows: pa.Table):
+    """The key groups of ``rows`` and the records of each: rows combined before the exchange
+    count the records they stand for, so that the balancer sees a hot key as hot also when
+    its records arrive as one row per map task."""
     if rows.num_rows == 0:
         return [], []
+    if RECORDS in rows.column_names:
+        sums = rows.group_by(KEY_GROUP, use_threads=False).aggregate([(RECORDS, "sum")])
+        return sums[KEY_GROUP].to_pylist(), sums[f"{RECORDS}_sum"].to_pylist()
     vc = pc.value_counts(rows.column(KEY_GROUP))
     return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
 

@@ -9,7 +9,9 @@ One interface, :func:`exchange`, picks one of three ways, by what the kernel can
 * **Python combine** (``python_combine``): another :class:`~sluice.runtime.kernels.keyed.CombiningKernel`
   pre-aggregates each map task's records in one ``mapInArrow`` pass, then the rows are routed.
 * **Routing** (``routing``): the rows themselves, with their key group and the partition the
-  Plan's routing table gives it, exchanged by that partition (``repartitionById``).
+  Plan's routing table gives it, exchanged by that partition (``repartitionById``). Rows a
+  fused Python chain combined already (a running aggregate's partials, ``runtime.compile``)
+  are routed the same way.
 
 A keyed operator collocated with the keyed operator before it (``plan.collocation``) needs no
 exchange: :func:`collocated_input` only adds the key group (and combines a window's records
@@ -64,14 +66,18 @@ def combined_by_spark(kernel: KeyedKernel, in_schema: pa.Schema) -> bool:
 
 def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
              context: BatchContext, max_parallelism: int, root: str | Checkpoint, accumulator,
-             source_stats: SourceStats | None = None, upstream_keys: list[str] | None = None) -> Exchanged:
+             source_stats: SourceStats | None = None, upstream_keys: list[str] | None = None,
+             precombined: bool = False) -> Exchanged:
     """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
 
     ``source_stats``: the statistics of the source whose records ``df`` holds, to be measured
     on Spark's combined rows (:class:`SourceStats`); only given when Spark combines.
     ``upstream_keys``: the key columns of the keyed operator before, whose key groups' traffic
     to this operator's is to be counted (``plan.collocation.traffic_source``): only where the
-    records themselves cross the exchange (a combine sends partials, one per key and pane)."""
+    records themselves cross the exchange (a combine sends partials, one per key and pane).
+    ``precombined``: ``df`` holds rows the chain before combined already (``in_schema`` is theirs)."""
+    if precombined:
+        return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema, None)
     if supports_native_combine(kernel, in_schema):
         combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism, source_stats)
 

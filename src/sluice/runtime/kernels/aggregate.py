@@ -2,6 +2,14 @@
 key's previous partial aggregate by the key's id (``kernels.grouping``: NULL is one key).
 Only user-defined aggregates call Python, and then once per key and batch (with all of the
 key's new values as one array), never once per record.
+
+When every aggregate is a built-in and the keys group exactly (:meth:`AggregateKernel.combinable`),
+the fused Python chain before the exchange can run the first step itself, per map task
+(:meth:`AggregateKernel.combine`, ``runtime.compile``): one row of partials per key and map
+task crosses the exchange instead of every record, and :meth:`AggregateKernel.process`
+merges those rows as it merges records. Spark's own partial aggregate did the same work
+slower (docs/runtime.md section 5): it needs a second pass over the records in the JVM,
+where the chain has them in Arrow already.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from sluice.graph.aggregates import Aggregate, UserAggregate
 from sluice.graph.kinds import aggregate_output_schema
 from sluice.runtime.kernels.grouping import state_and_row_ids
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
+from sluice.runtime.kernels.window_state import COMBINE_TASK, INGEST, RECORDS
 
 
 def _state_fields(name: str, agg: Aggregate, input_schema: pa.Schema) -> list[pa.Field]:
@@ -42,43 +51,30 @@ def _combine(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Chunke
 
 
 _KEY_ID = "__key_id"  # the key's id in the batch's numbering of keys
+_PARTIAL = "__partial__"  # prefix of a combined row's partial aggregates
+# how a partial of each Arrow aggregate merges with the others of its key
+_MERGE = {"count_all": "sum", "count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+
+def _groups_exactly(dtype: pa.DataType) -> bool:
+    """Key types that Arrow's group-by in the map task groups exactly as the keyed stage's
+    key encoding does (``kernels.grouping``); float keys (NaN, -0.0), decimals and nested
+    types are left to the records."""
+    return (pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_integer(dtype)
+            or pa.types.is_boolean(dtype) or pa.types.is_binary(dtype) or pa.types.is_date32(dtype))
 
 
 class AggregateKernel(KeyedKernel):
+    input_schema: pa.Schema | None = None  # the records' schema, once bound (bind)
+
     def __init__(self, key_columns: list[str], aggregates: dict[str, Aggregate]):
         super().__init__(key_columns)
         self.aggregates = aggregates
 
-    def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        fields = [input_schema.field(k) for k in self.key_columns]
-        for name, agg in self.aggregates.items():
-            fields += _state_fields(name, agg, input_schema)
-        return pa.schema(fields)
+    # -- the batch's partial aggregates per key: in the keyed stage, or combined before ----
 
-    def input_columns(self, input_schema: pa.Schema) -> list[str]:
-        """The keys and the aggregated columns, in the input's order."""
-        read = set(self.key_columns) | {agg.column for agg in self.aggregates.values() if agg.column}
-        return [name for name in input_schema.names if name in read]
-
-    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        schema = aggregate_output_schema(self.key_columns, self.aggregates, input_schema)  # the kind's one rule
-        assert schema is not None
-        return schema
-
-    def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
-        input_schema = rows.schema
-        out_schema = self.output_schema(input_schema)
-        state_schema = self.state_schema(input_schema)
-        if rows.num_rows == 0:
-            return KeyedResult(out_schema.empty_table(), state_schema.append(pa.field(KEY_GROUP, pa.int32())).empty_table())
-        keys = [*self.key_columns, KEY_GROUP]
-        # the keys of the state and of the rows in one numbering (nulls one key, as in SQL):
-        # state row i has id i, so a key's committed state is found by its id, not by a join
-        # on the key columns (a join never matches a null key)
-        ids, first, all_keys = state_and_row_ids(state, rows, self.key_columns)
-        n_state = state.num_rows
-
-        # 1. this batch's partial aggregates per key, in one vectorized group-by
+    def _batch_specs(self) -> tuple[list[tuple[Any, str]], list[str]]:
+        """The Arrow aggregates of one batch's records per key, and their labels."""
         specs: list[tuple[Any, str]] = []  # (column, or [] for count(*); Arrow aggregate function)
         labels: list[str] = []
         for name, agg in self.aggregates.items():
@@ -94,8 +90,98 @@ class AggregateKernel(KeyedKernel):
             else:
                 specs.append((agg.column, "list"))
                 labels.append(f"{name}__values")
+        return specs, labels
+
+    def combinable(self, input_schema: pa.Schema) -> bool:
+        """Whether records of ``input_schema`` can be combined per map task before the
+        exchange: built-in aggregates only, keys that group exactly."""
+        return bool(self.key_columns) and all(
+            not isinstance(agg, UserAggregate) and agg.kind in ("count", "sum", "min", "max", "mean")
+            for agg in self.aggregates.values()) and all(
+            k in input_schema.names and _groups_exactly(input_schema.field(k).type) for k in self.key_columns)
+
+    def bind(self, input_schema: pa.Schema) -> None:
+        """Remember the records' schema: rows of partials do not carry the records' types."""
+        self.input_schema = pa.schema([f for f in input_schema if f.name not in (KEY_GROUP, INGEST)])
+
+    def record_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The records' schema, also when ``schema`` is that of combined rows."""
+        if COMBINE_TASK not in schema.names:
+            return schema
+        if self.input_schema is None:
+            raise TypeError("aggregate kernel: combined rows need the records' schema (bind)")
+        return self.input_schema
+
+    def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """Rows of partials: the keys, the map task, the records each stands for, one column
+        per partial aggregate (typed as Arrow's group-by gives it over the records)."""
+        records = self.record_schema(input_schema)
+        sample = records.empty_table().group_by(self.key_columns, use_threads=False).aggregate(self._batch_specs()[0])
+        partials = [sample.schema.field(i) for i in range(sample.num_columns) if sample.column_names[i] not in self.key_columns]
+        fields = [records.field(k) for k in self.key_columns]
+        fields += [pa.field(COMBINE_TASK, pa.int32()), pa.field(RECORDS, pa.int64())]
+        fields += [pa.field(_PARTIAL + label, f.type) for label, f in zip(self._batch_specs()[1], partials)]
+        return pa.schema(fields)
+
+    def combine(self, rows: pa.Table, task: int) -> pa.Table:
+        """One map task's records (with their ingest times) as one row of partials per key,
+        with the oldest ingest time of its records."""
+        specs, labels = self._batch_specs()
+        grouped = rows.group_by(self.key_columns, use_threads=False).aggregate(
+            [*specs, ([], "count_all"), (INGEST, "min")])
+        names = grouped.column_names
+        aggregates = [i for i in range(len(names)) if names[i] not in self.key_columns]
+        n = grouped.num_rows
+        columns = [grouped.column(k) for k in self.key_columns]
+        columns += [pa.array(np.full(n, task, np.int32)), grouped.column(aggregates[-2])]
+        columns += [grouped.column(i) for i in aggregates[:-2]]
+        out = pa.table(columns, names=[*self.key_columns, COMBINE_TASK, RECORDS, *(_PARTIAL + label for label in labels)])
+        return out.append_column(INGEST, grouped.column(aggregates[-1]))
+
+    # -- the kernel ---------------------------------------------------------------------
+
+    def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        input_schema = self.record_schema(input_schema)
+        fields = [input_schema.field(k) for k in self.key_columns]
+        for name, agg in self.aggregates.items():
+            fields += _state_fields(name, agg, input_schema)
+        return pa.schema(fields)
+
+    def input_columns(self, input_schema: pa.Schema) -> list[str]:
+        """The keys and the aggregated columns, in the input's order."""
+        read = set(self.key_columns) | {agg.column for agg in self.aggregates.values() if agg.column}
+        return [name for name in input_schema.names if name in read]
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        input_schema = self.record_schema(input_schema)
+        schema = aggregate_output_schema(self.key_columns, self.aggregates, input_schema)  # the kind's one rule
+        assert schema is not None
+        return schema
+
+    def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
+        """One batch of records, or of rows of partials (:meth:`combine`)."""
+        input_schema = self.record_schema(rows.schema)
+        out_schema = self.output_schema(input_schema)
+        state_schema = self.state_schema(input_schema)
+        if rows.num_rows == 0:
+            return KeyedResult(out_schema.empty_table(), state_schema.append(pa.field(KEY_GROUP, pa.int32())).empty_table())
+        keys = [*self.key_columns, KEY_GROUP]
+        # the keys of the state and of the rows in one numbering (nulls one key, as in SQL):
+        # state row i has id i, so a key's committed state is found by its id, not by a join
+        # on the key columns (a join never matches a null key)
+        ids, first, all_keys = state_and_row_ids(state, rows, self.key_columns)
+        n_state = state.num_rows
+
+        # 1. this batch's partial aggregates per key, in one vectorized group-by (of records,
+        #    or of rows of partials combined per map task: merged in map task order, so that
+        #    float sums add in the same order whatever order the exchange delivered them in)
+        specs, labels = self._batch_specs()
         group_keys = [_KEY_ID, KEY_GROUP]
-        grouped = rows.append_column(_KEY_ID, pa.array(ids[n_state:])).group_by(group_keys, use_threads=False).aggregate(specs)
+        by_key = rows.append_column(_KEY_ID, pa.array(ids[n_state:]))
+        if COMBINE_TASK in rows.column_names:
+            by_key = by_key.take(pc.sort_indices(by_key[COMBINE_TASK]))  # stable
+            specs = [(_PARTIAL + label, _MERGE[fn]) for label, (_, fn) in zip(labels, specs)]
+        grouped = by_key.group_by(group_keys, use_threads=False).aggregate(specs)
         # the grouping columns keep their names; the aggregates are the other columns, in
         # order (pyarrow has put them before the keys in some versions and after in others)
         names = grouped.column_names
