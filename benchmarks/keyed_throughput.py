@@ -100,8 +100,13 @@ def run_sluice(spark, spec, workdir: str, batches: int | None) -> dict:
         for name, value in m.operators.get("per_meter", {}).items():
             if name.endswith("_s"):
                 profile[name] = profile.get(name, 0.0) + value
+    chain: dict[str, dict[str, float]] = {}
+    for m in data:
+        for op in ("to_wh", "valid", "per_meter.combine"):
+            for name, value in m.operators.get(op, {}).items():
+                chain.setdefault(op, {})[name] = chain.get(op, {}).get(name, 0.0) + value
     return {"batches": batches, "ends": ends, "offsets": os.path.join(checkpoint, "spark", "offsets"),
-            "profile": profile, "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data)}
+            "profile": profile, "chain": chain, "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data)}
 
 
 def run_spark(spark, spec, workdir: str, batches: int | None) -> dict:

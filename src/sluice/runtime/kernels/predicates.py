@@ -55,6 +55,7 @@ _COMPARE = {"=": "equal", "==": "equal", "!=": "not_equal", "<>": "not_equal", "
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "==": "==", "!=": "!=", "<>": "<>"}
 # Spark orders NaN above every other double and equal to itself: a NaN value against a
 # number literal is then greater, so these comparisons hold for it and the others do not
+# (IEEE's comparisons agree but for > and >=)
 _NAN_HOLDS = {"=": False, "==": False, "!=": True, "<>": True, "<": False, "<=": False, ">": True, ">=": True}
 
 
@@ -246,16 +247,15 @@ def _compare(left: Any, op: str, right: Any, schema: pa.Schema) -> Predicate:
         value = pa.scalar(float(literal.value), pa.float64())
         if float(literal.value) != literal.value:  # an integer a double cannot hold
             raise _Unsupported("an integer literal beyond a double's precision")
-        holds = pa.scalar(_NAN_HOLDS[op])
+        if not _NAN_HOLDS[op] or op in ("!=", "<>"):
+            # IEEE says what Spark says here: false for NaN = x, NaN < x, NaN <= x; true for NaN != x
+            return lambda batch: fn(batch.column(name), value)
 
-        def compare_double(batch: pa.RecordBatch) -> pa.Array:
+        def above(batch: pa.RecordBatch) -> pa.Array:  # NaN > x and NaN >= x hold in Spark
             column = batch.column(name)
-            result = fn(column, value)
-            if column.null_count == len(column):
-                return result
-            return pc.if_else(pc.is_nan(column), holds, result)
+            return pc.or_kleene(fn(column, value), pc.is_nan(column))
 
-        return compare_double
+        return above
     if (pa.types.is_string(dtype) or pa.types.is_large_string(dtype)) and literal.kind == "string":
         scalar = pa.scalar(literal.value, dtype)
         return lambda batch: fn(batch.column(name), scalar)
