@@ -145,8 +145,9 @@ def run_spark(spark, spec, workdir: str, batches: int | None) -> dict:
 
 
 def combined_by_hand(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The Python map, the filter and a combine per meter in one function: what a plan that
-    fused the filter and a map-side combine into the Python chain would run (``--headroom``)."""
+    """The Python map, the filter and a combine per meter in one function, written by hand
+    (``--headroom``): what the plan's own fusion (the filter in Arrow and the combine at the
+    chain's end, docs/runtime.md section 3) is measured against."""
     wh = pc.multiply(batch.column("kwh"), 1000.0)
     rows = pa.table({"meter": batch.column("meter"), "wh": wh}).filter(pc.greater_equal(wh, 0))
     grouped = rows.group_by("meter", use_threads=False).aggregate([([], "count_all"), ("wh", "sum")])
@@ -157,8 +158,8 @@ def combined_by_hand(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def run_sluice_headroom(spark, spec, workdir: str, batches: int | None) -> dict:
     """Sluice with the filter and the combine written into the Python map by hand, each task's
-    rows in one Arrow batch (so the combine sees all of them): the headroom of fusing them
-    into the chain (docs/runtime.md section 5). Not the headline: the user wrote the plan."""
+    rows in one Arrow batch (so the combine sees all of them): the yardstick for the fusion the
+    plan does itself (docs/runtime.md section 5). Not the headline: the user wrote the plan."""
     checkpoint = os.path.join(workdir, "sluice-headroom")
     shutil.rmtree(checkpoint, ignore_errors=True)
     p = Pipeline("keyed_throughput_headroom", partitions=PARTITIONS)
@@ -271,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
     parser.add_argument("--headroom", action="store_true",
                         help="also run Sluice with the filter and a combine written into the map by hand "
-                             "(what fusing them into the chain would buy; reported beside the ratio)")
+                             "(the yardstick for the plan's own fusion; reported beside the ratio)")
     args = parser.parse_args(argv)
     args.name = args.name or ("keyed_throughput_cluster" if args.cluster else "keyed_throughput")
     if args.replot:

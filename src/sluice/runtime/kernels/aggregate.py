@@ -64,6 +64,15 @@ def _groups_exactly(dtype: pa.DataType) -> bool:
             or pa.types.is_boolean(dtype) or pa.types.is_binary(dtype) or pa.types.is_date32(dtype))
 
 
+def _in_task_order(rows: pa.Table) -> pa.Table:
+    """Combined rows ordered by the map task that made them (stably): the exchange mostly
+    delivers them so already, and then they are not copied."""
+    tasks = rows[COMBINE_TASK].combine_chunks()
+    if len(tasks) < 2 or pc.all(pc.greater_equal(tasks[1:], tasks[:-1])).as_py():
+        return rows
+    return rows.take(pc.sort_indices(tasks))
+
+
 class AggregateKernel(KeyedKernel):
     input_schema: pa.Schema | None = None  # the records' schema, once bound (bind)
 
@@ -179,7 +188,7 @@ class AggregateKernel(KeyedKernel):
         group_keys = [_KEY_ID, KEY_GROUP]
         by_key = rows.append_column(_KEY_ID, pa.array(ids[n_state:]))
         if COMBINE_TASK in rows.column_names:
-            by_key = by_key.take(pc.sort_indices(by_key[COMBINE_TASK]))  # stable
+            by_key = _in_task_order(by_key.select([*group_keys, COMBINE_TASK, *(_PARTIAL + label for label in labels)]))
             specs = [(_PARTIAL + label, _MERGE[fn]) for label, (_, fn) in zip(labels, specs)]
         grouped = by_key.group_by(group_keys, use_threads=False).aggregate(specs)
         # the grouping columns keep their names; the aggregates are the other columns, in
