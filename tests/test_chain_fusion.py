@@ -110,7 +110,7 @@ def test_rows_combined_per_task_merge_to_what_the_records_give(keys):
     kernel = AggregateKernel(keys, AGGREGATES)
     schema = records(0, 0).schema
     assert kernel.combinable(schema)
-    kernel.bind(schema)
+    kernel.bind_records(schema)
     ctx = BatchContext(0, 0, 0, 0)
     state_schema = kernel.state_schema(schema.remove(schema.get_field_index(INGEST))).append(pa.field(KEY_GROUP, pa.int32()))
     from_records = from_partials = state_schema.empty_table()

@@ -347,7 +347,7 @@ def _combine_after(graph: JobGraph, plan: Plan, end: str, schema, kernel_of) -> 
     kernel = kernel_of(as_planned(op, plan))
     if not isinstance(kernel, AggregateKernel) or not kernel.combinable(schema):
         return None
-    kernel.bind(schema)
+    kernel.bind_records(schema)
     return op.id, kernel
 
 

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from sluice.graph.aggregates import Aggregate, UserAggregate
 from sluice.graph.kinds import aggregate_output_schema
 from sluice.runtime.kernels.grouping import state_and_row_ids
-from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
+from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult, TakesCombinedRows
 from sluice.runtime.kernels.window_state import COMBINE_TASK, INGEST, RECORDS
 
 
@@ -73,8 +73,8 @@ def _in_task_order(rows: pa.Table) -> pa.Table:
     return rows.take(pc.sort_indices(tasks))
 
 
-class AggregateKernel(KeyedKernel):
-    input_schema: pa.Schema | None = None  # the records' schema, once bound (bind)
+class AggregateKernel(TakesCombinedRows, KeyedKernel):
+    combined_marker = COMBINE_TASK
 
     def __init__(self, key_columns: list[str], aggregates: dict[str, Aggregate]):
         super().__init__(key_columns)
@@ -108,18 +108,6 @@ class AggregateKernel(KeyedKernel):
             not isinstance(agg, UserAggregate) and agg.kind in ("count", "sum", "min", "max", "mean")
             for agg in self.aggregates.values()) and all(
             k in input_schema.names and _groups_exactly(input_schema.field(k).type) for k in self.key_columns)
-
-    def bind(self, input_schema: pa.Schema) -> None:
-        """Remember the records' schema: rows of partials do not carry the records' types."""
-        self.input_schema = pa.schema([f for f in input_schema if f.name not in (KEY_GROUP, INGEST)])
-
-    def record_schema(self, schema: pa.Schema) -> pa.Schema:
-        """The records' schema, also when ``schema`` is that of combined rows."""
-        if COMBINE_TASK not in schema.names:
-            return schema
-        if self.input_schema is None:
-            raise TypeError("aggregate kernel: combined rows need the records' schema (bind)")
-        return self.input_schema
 
     def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
         """Rows of partials: the keys, the map task, the records each stands for, one column

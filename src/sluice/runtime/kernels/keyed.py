@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from sluice.errors import PipelineError
+from sluice.runtime.kernels.stateless import INGEST
+
 KEY_GROUP = "__kg"  # hidden int32 column: stable hash of the key mod max parallelism
 
 
@@ -95,7 +98,29 @@ class KeyedKernel(ABC):
         """
 
 
-class CombiningKernel(KeyedKernel):
+class TakesCombinedRows:
+    """A keyed kernel's part that lets ``process`` take rows combined before the exchange
+    as well as records. Combined rows do not carry the records' types, so the kernel keeps
+    the records' schema (:meth:`bind_records`) and answers every schema question from it
+    (:meth:`record_schema`). ``combined_marker``: a column only combined rows have."""
+
+    combined_marker: str = ""
+    input_schema: pa.Schema | None = None  # the records', once bound
+
+    def bind_records(self, input_schema: pa.Schema) -> None:
+        hidden = (KEY_GROUP, INGEST)
+        self.input_schema = pa.schema([f for f in input_schema if f.name not in hidden])
+
+    def record_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The records' schema, also when ``schema`` is that of combined rows."""
+        if self.combined_marker not in schema.names:
+            return schema
+        if self.input_schema is None:
+            raise PipelineError(f"{type(self).__name__}: combined rows need the records' schema (bind first)")
+        return self.input_schema
+
+
+class CombiningKernel(TakesCombinedRows, KeyedKernel):
     """A keyed kernel whose records can be pre-aggregated on each map task before the
     exchange by key (C-MR's Combine, MapReduce's combiner): ``process`` then takes the rows
     :meth:`combine` made (in :meth:`combined_schema`) as well as records.
@@ -109,10 +134,6 @@ class CombiningKernel(KeyedKernel):
     def bind(self, input_schema: pa.Schema) -> pa.Schema:
         """Remember the records' schema (combined rows do not carry their types); returns the
         output schema."""
-
-    @abstractmethod
-    def record_schema(self, schema: pa.Schema) -> pa.Schema:
-        """The records' schema, also when ``schema`` is that of combined rows."""
 
     @abstractmethod
     def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:

@@ -47,7 +47,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.errors import PipelineError
 from sluice.graph.aggregates import UserAggregate
 from sluice.graph.windows import (
     QUERY_COLUMN,
@@ -108,7 +107,7 @@ class WindowAggregateKernel(CombiningKernel):
     """Tumbling and sliding window queries over one keyed stream, sharing one set of panes."""
 
     wants_timers = True  # windows fire on the watermark, also for keys without new rows
-    input_schema: pa.Schema | None = None  # the records' schema, set by bind()
+    combined_marker = PANE_STATE
 
     def __init__(self, key_columns: list[str], queries: list[WindowQuery], emit_keys: bool = True):
         super().__init__(key_columns)
@@ -131,16 +130,8 @@ class WindowAggregateKernel(CombiningKernel):
     def bind(self, input_schema: pa.Schema) -> pa.Schema:
         """Remember the schema of the records (combined rows do not carry their types); returns
         the output schema. The job graph's validation calls it."""
-        self.input_schema = pa.schema([f for f in input_schema if f.name not in (KEY_GROUP, INGEST)])
+        self.bind_records(input_schema)
         return self.output_schema(input_schema)
-
-    def record_schema(self, schema: pa.Schema) -> pa.Schema:
-        """The records' schema, also when ``schema`` is that of combined rows."""
-        if PANE_STATE not in schema.names:
-            return schema
-        if self.input_schema is None:
-            raise PipelineError("window kernel: combined rows need the records' schema (call bind first)")
-        return self.input_schema
 
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
         input_schema = self.record_schema(input_schema)
