@@ -84,7 +84,7 @@ def test_every_supported_expression_keeps_what_spark_keeps(spark):
 
 
 # ---- the combine -----------------------------------------------------------------------------
-AGGREGATES = {"n": agg.count(), "nv": agg.count("v"), "total": agg.sum("v"), "fsum": agg.sum("f"),
+AGGREGATES = {"n": agg.count(), "n2": agg.count(), "nv": agg.count("v"), "total": agg.sum("v"), "fsum": agg.sum("f"),
               "lo": agg.min("v"), "hi": agg.max("f"), "avg": agg.mean("f")}
 
 

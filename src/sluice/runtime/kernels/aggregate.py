@@ -109,30 +109,39 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
             for agg in self.aggregates.values()) and all(
             k in input_schema.names and _groups_exactly(input_schema.field(k).type) for k in self.key_columns)
 
+    def _partials(self) -> list[tuple[str, tuple[Any, str]]]:
+        """(label, Arrow aggregate) of each partial a combined row carries: count(*) is not
+        among them, since the row's record count (``__records``) is that number already."""
+        specs, labels = self._batch_specs()
+        return [(label, spec) for label, spec in zip(labels, specs) if spec != ([], "count_all")]
+
     def combined_schema(self, input_schema: pa.Schema) -> pa.Schema:
         """Rows of partials: the keys, the map task, the records each stands for, one column
         per partial aggregate (typed as Arrow's group-by gives it over the records)."""
         records = self.record_schema(input_schema)
-        sample = records.empty_table().group_by(self.key_columns, use_threads=False).aggregate(self._batch_specs()[0])
-        partials = [sample.schema.field(i) for i in range(sample.num_columns) if sample.column_names[i] not in self.key_columns]
+        partials = self._partials()
+        sample = records.empty_table().group_by(self.key_columns, use_threads=False).aggregate(
+            [spec for _, spec in partials])
+        types = [sample.schema.field(i).type for i in range(sample.num_columns)
+                 if sample.column_names[i] not in self.key_columns]
         fields = [records.field(k) for k in self.key_columns]
         fields += [pa.field(COMBINE_TASK, pa.int32()), pa.field(RECORDS, pa.int64())]
-        fields += [pa.field(_PARTIAL + label, f.type) for label, f in zip(self._batch_specs()[1], partials)]
+        fields += [pa.field(_PARTIAL + label, dtype) for (label, _), dtype in zip(partials, types)]
         return pa.schema(fields)
 
     def combine(self, rows: pa.Table, task: int) -> pa.Table:
         """One map task's records (with their ingest times) as one row of partials per key,
         with the oldest ingest time of its records."""
-        specs, labels = self._batch_specs()
+        partials = self._partials()
         grouped = rows.group_by(self.key_columns, use_threads=False).aggregate(
-            [*specs, ([], "count_all"), (INGEST, "min")])
+            [*(spec for _, spec in partials), ([], "count_all"), (INGEST, "min")])
         names = grouped.column_names
         aggregates = [i for i in range(len(names)) if names[i] not in self.key_columns]
         n = grouped.num_rows
         columns = [grouped.column(k) for k in self.key_columns]
         columns += [pa.array(np.full(n, task, np.int32)), grouped.column(aggregates[-2])]
         columns += [grouped.column(i) for i in aggregates[:-2]]
-        out = pa.table(columns, names=[*self.key_columns, COMBINE_TASK, RECORDS, *(_PARTIAL + label for label in labels)])
+        out = pa.table(columns, names=[*self.key_columns, COMBINE_TASK, RECORDS, *(_PARTIAL + label for label, _ in partials)])
         return out.append_column(INGEST, grouped.column(aggregates[-1]))
 
     # -- the kernel ---------------------------------------------------------------------
@@ -176,8 +185,10 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
         group_keys = [_KEY_ID, KEY_GROUP]
         by_key = rows.append_column(_KEY_ID, pa.array(ids[n_state:]))
         if COMBINE_TASK in rows.column_names:
-            by_key = _in_task_order(by_key.select([*group_keys, COMBINE_TASK, *(_PARTIAL + label for label in labels)]))
-            specs = [(_PARTIAL + label, _MERGE[fn]) for label, (_, fn) in zip(labels, specs)]
+            # each partial merges from its column; count(*) from the rows' record counts
+            sources = [RECORDS if spec == ([], "count_all") else _PARTIAL + label for label, spec in zip(labels, specs)]
+            by_key = _in_task_order(by_key.select([*group_keys, COMBINE_TASK, *dict.fromkeys(sources)]))
+            specs = [(source, _MERGE[fn]) for source, (_, fn) in zip(sources, specs)]
         grouped = by_key.group_by(group_keys, use_threads=False).aggregate(specs)
         # the grouping columns keep their names; the aggregates are the other columns, in
         # order (pyarrow has put them before the keys in some versions and after in others)
