@@ -142,7 +142,9 @@ ROWS, PER_BATCH = 4000, 1000
 
 
 def to_wh(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([batch.column("id"), batch.column("meter"), pc.multiply(batch.column("kwh"), 1000.0)],
+    """Watt-hours; the meter of every record whose id is 13 mod 16 is NULL (one key, as in SQL)."""
+    meter = pc.if_else(pc.equal(pc.bit_wise_and(batch.column("id"), 15), 13), pa.scalar(None, pa.string()), batch.column("meter"))
+    return pa.RecordBatch.from_arrays([batch.column("id"), meter, pc.multiply(batch.column("kwh"), 1000.0)],
                                       names=["id", "meter", "wh"])
 
 
@@ -185,15 +187,15 @@ def test_a_fused_job_equals_the_reference_across_a_restart(spark, tmp_path):
     assert sorted(r["id"] for r in raw) == list(range(ROWS))
     want: dict = {}
     for r in raw:
-        wh = r["kwh"] * 1000.0
+        wh, meter = r["kwh"] * 1000.0, None if r["id"] & 15 == 13 else r["meter"]
         if wh >= 0 and r["id"] % 7 != 3:
-            n, total, hi = want.get(r["meter"], (0, 0.0, -math.inf))
-            want[r["meter"]] = (n + 1, total + wh, max(hi, wh))
+            n, total, hi = want.get(meter, (0, 0.0, -math.inf))
+            want[meter] = (n + 1, total + wh, max(hi, wh))
     got = {}
     for b in sorted(memory_batches("fused_stats")):
         for row in memory_batches("fused_stats")[b].to_pylist():
             got[row["meter"]] = (row["n"], row["total"], row["hi"])
-    assert got.keys() == want.keys()
+    assert got.keys() == want.keys() and None in want
     for k, (n, total, hi) in want.items():
         assert got[k][0] == n and got[k][2] == hi and got[k][1] == pytest.approx(total, rel=1e-12), k
     counts = {}
@@ -228,7 +230,7 @@ def test_state_from_combined_rows_goes_on_from_records_after_a_restart_that_stop
     records, and the totals are those of one uninterrupted run."""
     clear_memory()
     checkpoint = str(tmp_path / "checkpoint")
-    fused, spark_side = "wh >= 0", "wh >= 0 AND length(meter) > 0"
+    fused, spark_side = "wh >= 0", "wh >= 0 AND (meter IS NULL OR length(meter) > 0)"
     graph = restartable(fused).job_graph()
     assert chain_fusions(graph, initial_plan(graph, 2), keyed_kernel)
     graph = restartable(spark_side).job_graph()
@@ -246,6 +248,6 @@ def test_state_from_combined_rows_goes_on_from_records_after_a_restart_that_stop
     for b in sorted(memory_batches("fused_change")):
         for row in memory_batches("fused_change")[b].to_pylist():
             want[row["meter"]] = (row["n"], row["total"])
-    assert final.keys() == want.keys() and len(want) == 30
+    assert final.keys() == want.keys() and len(want) == 31  # 30 meters and NULL
     for k, (n, total) in want.items():
         assert final[k][0] == n and final[k][1] == pytest.approx(total, rel=1e-12), k
