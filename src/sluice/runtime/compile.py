@@ -155,7 +155,7 @@ class ChainFusion:
 
 @dataclass
 class ChainStage(Stage):
-    op: Operator  # the chain's last operator
+    op: Operator  # the last operator its pass runs: the chain's tail, or a filter fused after it
     chain: list[Operator]  # as planned (alternates, threads)
     upstream: Operator
     rebalance: int | None  # partitions a costly chain spreads its input over
