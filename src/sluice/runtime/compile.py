@@ -41,7 +41,7 @@ from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.predicates import fused_filter
 from sluice.runtime.kernels.stateless import Kernel
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote
-from sluice.runtime.stages import keyed_stage, python_chain
+from sluice.runtime.stages import chain_schemas, keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
 from sluice.runtime.task_metrics import MetricKey
@@ -313,9 +313,7 @@ def chain_fusions(graph: JobGraph, plan: Plan, kernel_of) -> dict[str, ChainFusi
     task's records per key: one row of partials per key crosses the exchange."""
     fusions: dict[str, ChainFusion] = {}
     for chain in plan.chains:
-        schema = graph[graph[chain[0]].inputs[0]].schema  # what the chain makes of it:
-        for op_id in chain:
-            schema = graph[op_id].schema or schema  # (an operator without a schema keeps its input's)
+        schema = chain_schemas([graph[i] for i in chain], graph[graph[chain[0]].inputs[0]].schema)[-1]
         if schema is None:
             continue
         fusion = ChainFusion(chain[-1])

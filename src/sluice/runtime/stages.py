@@ -32,6 +32,15 @@ from sluice.runtime.task_metrics import SparseCounts, TaskMetrics
 
 
 # ---- fused Python chains ---------------------------------------------------------------------
+def chain_schemas(ops: list[Operator], in_schema: pa.Schema | None) -> list:
+    """The schema before each operator of a chain and after the last (an operator without a
+    schema of its own keeps its input's)."""
+    schemas = [in_schema]
+    for op in ops:
+        schemas.append(op.schema or schemas[-1])
+    return schemas
+
+
 def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str | Checkpoint, accumulator,
                  source_stats=None, fused: Sequence[Kernel] = (), combine: tuple[str, AggregateKernel] | None = None):
     """One mapInArrow pass running every operator of the chain in turn.
@@ -42,9 +51,7 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
     keyed aggregate operator after the chain (its id and kernel, bound to the records'
     schema): each task's records leave combined into one row of partials per key
     (``AggregateKernel.combine``)."""
-    schemas = [in_schema]
-    for op in ops:
-        schemas.append(op.schema or schemas[-1])
+    schemas = chain_schemas(ops, in_schema)
     kernels = [python_kernel(op, schemas[i]) for i, op in enumerate(ops)] + list(fused)
     out_schema = with_hidden(schemas[-1], INGEST)
     if combine is not None:

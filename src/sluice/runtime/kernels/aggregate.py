@@ -25,7 +25,7 @@ from sluice.graph.aggregates import Aggregate, UserAggregate
 from sluice.graph.kinds import aggregate_output_schema
 from sluice.runtime.kernels.grouping import state_and_row_ids
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult, TakesCombinedRows
-from sluice.runtime.kernels.window_state import COMBINE_TASK, INGEST, RECORDS
+from sluice.runtime.kernels.window_state import COMBINE_TASK, INGEST, PARTIAL_PREFIX, RECORDS
 
 
 def _state_fields(name: str, agg: Aggregate, input_schema: pa.Schema) -> list[pa.Field]:
@@ -51,7 +51,6 @@ def _combine(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Chunke
 
 
 _KEY_ID = "__key_id"  # the key's id in the batch's numbering of keys
-_PARTIAL = "__partial__"  # prefix of a combined row's partial aggregates
 # how a partial of each Arrow aggregate merges with the others of its key
 _MERGE = {"count_all": "sum", "count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
@@ -126,7 +125,7 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
                  if sample.column_names[i] not in self.key_columns]
         fields = [records.field(k) for k in self.key_columns]
         fields += [pa.field(COMBINE_TASK, pa.int32()), pa.field(RECORDS, pa.int64())]
-        fields += [pa.field(_PARTIAL + label, dtype) for (label, _), dtype in zip(partials, types)]
+        fields += [pa.field(PARTIAL_PREFIX + label, dtype) for (label, _), dtype in zip(partials, types)]
         return pa.schema(fields)
 
     def combine(self, rows: pa.Table, task: int) -> pa.Table:
@@ -141,7 +140,8 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
         columns = [grouped.column(k) for k in self.key_columns]
         columns += [pa.array(np.full(n, task, np.int32)), grouped.column(aggregates[-2])]
         columns += [grouped.column(i) for i in aggregates[:-2]]
-        out = pa.table(columns, names=[*self.key_columns, COMBINE_TASK, RECORDS, *(_PARTIAL + label for label, _ in partials)])
+        out_names = [*self.key_columns, COMBINE_TASK, RECORDS, *(PARTIAL_PREFIX + label for label, _ in partials)]
+        out = pa.table(columns, names=out_names)
         return out.append_column(INGEST, grouped.column(aggregates[-1]))
 
     # -- the kernel ---------------------------------------------------------------------
@@ -186,7 +186,7 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
         by_key = rows.append_column(_KEY_ID, pa.array(ids[n_state:]))
         if COMBINE_TASK in rows.column_names:
             # each partial merges from its column; count(*) from the rows' record counts
-            sources = [RECORDS if spec == ([], "count_all") else _PARTIAL + label for label, spec in zip(labels, specs)]
+            sources = [RECORDS if spec == ([], "count_all") else PARTIAL_PREFIX + label for label, spec in zip(labels, specs)]
             by_key = _in_task_order(by_key.select([*group_keys, COMBINE_TASK, *dict.fromkeys(sources)]))
             specs = [(source, _MERGE[fn]) for source, (_, fn) in zip(sources, specs)]
         grouped = by_key.group_by(group_keys, use_threads=False).aggregate(specs)

@@ -53,10 +53,9 @@ _TOKEN = re.compile(
 _COMPARE = {"=": "equal", "==": "equal", "!=": "not_equal", "<>": "not_equal", "<": "less",
             "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "==": "==", "!=": "!=", "<>": "<>"}
-# Spark orders NaN above every other double and equal to itself: a NaN value against a
-# number literal is then greater, so these comparisons hold for it and the others do not
-# (IEEE's comparisons agree but for > and >=)
-_NAN_HOLDS = {"=": False, "==": False, "!=": True, "<>": True, "<": False, "<=": False, ">": True, ">=": True}
+# Spark orders NaN above every other double: a NaN value is greater than any number
+# literal. IEEE's comparisons say the same for = < <= (false) and != (true), not for > and >=
+_ABOVE = (">", ">=")
 
 
 class _Unsupported(Exception):
@@ -247,8 +246,7 @@ def _compare(left: Any, op: str, right: Any, schema: pa.Schema) -> Predicate:
         value = pa.scalar(float(literal.value), pa.float64())
         if float(literal.value) != literal.value:  # an integer a double cannot hold
             raise _Unsupported("an integer literal beyond a double's precision")
-        if not _NAN_HOLDS[op] or op in ("!=", "<>"):
-            # IEEE says what Spark says here: false for NaN = x, NaN < x, NaN <= x; true for NaN != x
+        if op not in _ABOVE:  # IEEE says what Spark says
             return lambda batch: fn(batch.column(name), value)
 
         def above(batch: pa.RecordBatch) -> pa.Array:  # NaN > x and NaN >= x hold in Spark
