@@ -7,7 +7,9 @@ state it reads) into stages, in topological order, each owning what it measures:
 * :class:`SourceStage`: the batch's records of one source; its statistics (rows, latest
   event time), observed by Spark or, when a keyed stage's Spark combine sees exactly its
   records, measured there on the combined rows, or when a Python chain reads exactly its
-  records, measured there on their Arrow batches (``exchange.SourceStats``);
+  records, measured there on their Arrow batches (``exchange.SourceStats``). A source
+  opened by splits (``sources.splits``) hands the chain after it its splits, whose records
+  the chain reads itself; anything else gets the records;
 * :class:`NativeStage`: a Spark expression (filter, select, with_columns), a key_by or a union;
 * :class:`ChainStage`: consecutive Python operators fused into one ``mapInArrow`` pass;
 * :class:`KeyedStage`: the exchange by key group (``runtime.exchange``; none for an operator
@@ -40,7 +42,8 @@ from sluice.runtime.kernels.joins import JoinKernelBase
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.predicates import fused_filter
 from sluice.runtime.kernels.stateless import Kernel
-from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote
+from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote, with_hidden
+from sluice.runtime.sources.splits import records_of_splits
 from sluice.runtime.stages import chain_schemas, keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
@@ -55,6 +58,9 @@ class SourceInfo:
     index: int  # value of the hidden __src column when several sources are unioned
     event_time: str | None
     watermark_delay_us: int
+    # the source's stream reader when it is opened by splits (``sources.splits``): the
+    # batch's rows are then its splits, and this reader reads their records in a task
+    splits_reader: Any = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,8 @@ class SourceStage(Stage):
     batch_id: int
     # the statistics as a keyed stage's Spark combine measures them, or None: Spark observes them
     measured: SourceStats | None
+    # opened by splits: the chain after reads them (its frame is the splits), else their records
+    splits_to_chain: bool = False
     observation: Any = None  # the pyspark Observation, set by build
 
     def build(self, frames: dict) -> Any:
@@ -102,7 +110,13 @@ class SourceStage(Stage):
         op = self.op
         assert op.schema is not None  # a source declares its schema
         df = frames[BATCH_INPUT]
-        frame = df if self.n_sources == 1 else df.filter(F.col(SOURCE_ID) == self.source.index)
+        reader = self.source.splits_reader
+        if reader is not None:  # the job's one source, opened by splits
+            if self.splits_to_chain:
+                return df
+            frame = records_of_splits(df, reader, with_hidden(op.schema, INGEST))
+        else:
+            frame = df if self.n_sources == 1 else df.filter(F.col(SOURCE_ID) == self.source.index)
         if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
             frame = frame.select(*op.schema.names, INGEST)
         if self.measured is not None:  # measured after Spark's combine, or by the chain reading it
@@ -164,6 +178,7 @@ class ChainStage(Stage):
     accumulator: Any
     source_stats: SourceStats | None = None  # of the source it reads directly, to measure
     fusion: ChainFusion | None = None  # native operators and a combine run in the same pass
+    splits_reader: Any = None  # its input is a source's splits: their reader (``sources.splits``)
 
     def build(self, frames: dict) -> Any:
         frame = frames[self.upstream.id]
@@ -171,7 +186,7 @@ class ChainStage(Stage):
             frame = frame.repartition(self.rebalance)
         fusion = self.fusion or ChainFusion(self.chain[-1].id)
         return python_chain(frame, self.chain, self.upstream.schema, self.batch_id, self.checkpoint, self.accumulator,
-                            self.source_stats, fusion.filters, fusion.combine)
+                            self.source_stats, fusion.filters, fusion.combine, self.splits_reader)
 
 
 @dataclass
@@ -269,14 +284,21 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
     combined = {f.combine[0] for f in fusions.values() if f.combine is not None}
     # keyed operator or chain (by its last operator's id) -> the source statistics it measures
     measured: dict[str, SourceStats] = {}
+    splits_read_by: dict[str, Any] = {}  # chain (by its last operator's id) -> the reader of its splits
     for op in graph.topological_order():
         if op.kind == "source":
             info = next(s for s in batch.sources if s.op.id == op.id)
-            measurer = combined_directly(graph, op, batch.kernel_of) or chain_reading(graph, op, plan)
+            reading = chain_reading(graph, op, plan)
+            measurer = combined_directly(graph, op, batch.kernel_of) or reading
             stats = None
             if measurer is not None:
                 stats = measured[measurer] = SourceStats(op.id, info.event_time)
-            stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats))
+            # a chain the plan spreads over more tasks gets records: two splits make two tasks
+            to_chain = info.splits_reader is not None and reading is not None and reading == measurer and \
+                plan.rebalance.get(graph.consumers(op.id)[0].id) is None
+            if to_chain:
+                splits_read_by[reading] = info.splits_reader
+            stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats, to_chain))
         elif op.kind == "sink":
             continue  # written by the executor, step 3
         elif op.id in absorbed:
@@ -291,7 +313,8 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
             # the stage's frame stands for the last operator it runs (consumers look it up by id)
             end = graph[fusion.end] if fusion is not None else op
             stages.append(ChainStage(end, chain, graph[chain[0].inputs[0]], plan.rebalance.get(chain[0].id),
-                                     batch.batch_id, batch.checkpoint, batch.accumulator, measured.get(op.id), fusion))
+                                     batch.batch_id, batch.checkpoint, batch.accumulator, measured.get(op.id), fusion,
+                                     splits_read_by.get(op.id)))
         else:  # keyed
             planned = as_planned(op, plan)  # the active alternate's function
             stages.append(KeyedStage(planned, batch.kernel_of(planned), graph[op.inputs[0]], plan.keyed[op.id],

@@ -139,16 +139,16 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
     # Spark's analyzer types the graph's SQL while Spark opens the sources: both mostly wait
     # (on Py4J, on Python planning processes), so they overlap well
     validation = in_background(lambda: graph.validate(typer=SparkTyper(spark)), "sluice-validate")
-    infos = _source_infos(graph)
+    infos = _source_infos(graph, spark, checkpoint)
     rehearsal = None
-    schema = _known_schema(graph)
+    schema = _known_schema(graph, infos)
     if warmup is not None and not standby and schema is not None and rehearses("start"):
         # a fresh driver's first batch pays for Spark's first code generation and class
         # loading: rehearse it on a scratch checkpoint while the sources are opened
         # (``runtime.rehearsal``; best effort; off by default, see ``rehearses``)
         rehearsal = _rehearsal(spark, pipeline, schema, infos, fuse, collocate, after=[validation])
     try:
-        frames = _open_sources(spark, graph, checkpoint)
+        frames = _open_sources(spark, graph, checkpoint, infos)
     finally:
         validation.result()  # a pipeline that does not validate fails with its own error first
     stream = frames[0]
@@ -340,17 +340,20 @@ def _rehearsal(spark, pipeline, schema, infos: list[SourceInfo], fuse: bool, col
     return in_background(run, "sluice-rehearsal")
 
 
-def _known_schema(graph):
+def _known_schema(graph, infos: list[SourceInfo]):
     """The Spark schema of the job's stream before its source is opened, when it can be
     known: one source of Sluice's own (a Spark source's columns come from Spark)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from sluice.graph.sources import SparkSource
     from sluice.runtime.sources.datasource import stream_schema
+    from sluice.runtime.sources.splits import SPLIT_SCHEMA
 
     sources = graph.sources()
     if len(sources) != 1 or isinstance(sources[0].params["spec"], SparkSource):
         return None
+    if infos[0].splits_reader is not None:
+        return from_arrow_schema(SPLIT_SCHEMA)
     try:
         return from_arrow_schema(stream_schema(sources[0].params["spec"]))
     except Exception:  # a spec that cannot say its schema: opening the source reports it
@@ -395,17 +398,40 @@ def _last_committed_rows(checkpoint: Checkpoint) -> dict[str, int]:
     return {op_id: int(n) for op_id, n in (record.get("rows_by_source") or {}).items()}
 
 
-def _source_infos(graph) -> list[SourceInfo]:
+def _source_infos(graph, spark, checkpoint: Checkpoint) -> list[SourceInfo]:
     """What the executor must know about each source."""
     infos = []
     for i, op in enumerate(graph.sources()):
         spec = op.params["spec"]
         delay = getattr(spec, "watermark_delay", 0) or 0
-        infos.append(SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS)))
+        info = SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS))
+        if _opens_by_splits(graph, op):
+            info.splits_reader = _stream_reader(spark, spec, op.id, checkpoint)
+        infos.append(info)
     return infos
 
 
-def _open_sources(spark, graph, checkpoint: Checkpoint) -> list:
+def _opens_by_splits(graph, source) -> bool:
+    """Whether a source is opened by splits, its records read by the Python chain after it
+    (``sources.splits``): the job's one source, of a kind whose reader allows it, feeding
+    only a Python operator. Decided once per run, from the graph alone: the plans of the run
+    may change its chains, never what the stream's rows are."""
+    from sluice.runtime.sources.datasource import reads_by_splits
+
+    consumers = graph.consumers(source.id)
+    return len(graph.sources()) == 1 and len(consumers) == 1 and consumers[0].is_python and \
+        reads_by_splits(source.params["spec"])
+
+
+def _stream_reader(spark, spec, name: str, checkpoint: Checkpoint):
+    from sluice.runtime import files
+    from sluice.runtime.sources.datasource import stream_reader
+
+    return stream_reader(spec, name, files.normalize(checkpoint.sources), spark.sparkContext.defaultParallelism,
+                         checkpoint.location())
+
+
+def _open_sources(spark, graph, checkpoint: Checkpoint, infos: list[SourceInfo]) -> list:
     """A streaming DataFrame per source (reads only: a standby opens them while another
     driver runs)."""
     from pyspark.sql import functions as F
@@ -417,7 +443,8 @@ def _open_sources(spark, graph, checkpoint: Checkpoint) -> list:
     frames = []
     for i, op in enumerate(graph.sources()):
         spec = op.params["spec"]
-        frame = open_stream(spark, spec, controls, op.id, dead_letters=checkpoint.location())
+        frame = open_stream(spark, spec, controls, op.id, dead_letters=checkpoint.location(),
+                            splits=infos[i].splits_reader is not None)
         if len(graph.sources()) > 1:
             frame = frame.withColumn(SOURCE_ID, F.lit(i))
         frames.append(frame)

@@ -27,6 +27,7 @@ from sluice.runtime.kernels.window_state import RECORDS
 from sluice.runtime.reporting import reporting_to
 from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
+from sluice.runtime.sources.splits import read_splits
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.task_metrics import SparseCounts, TaskMetrics
 
@@ -42,8 +43,12 @@ def chain_schemas(ops: list[Operator], in_schema: pa.Schema | None) -> list:
 
 
 def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str | Checkpoint, accumulator,
-                 source_stats=None, fused: Sequence[Kernel] = (), combine: tuple[str, AggregateKernel] | None = None):
+                 source_stats=None, fused: Sequence[Kernel] = (), combine: tuple[str, AggregateKernel] | None = None,
+                 splits_reader=None):
     """One mapInArrow pass running every operator of the chain in turn.
+
+    ``splits_reader``: ``df`` holds a source's splits, not its records: the pass reads them
+    with this reader first (``sources.splits``).
 
     ``source_stats``: the statistics of the source whose records are the chain's input, to
     measure on them (``exchange.SourceStats``). ``fused``: kernels of native operators run
@@ -62,6 +67,8 @@ def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, r
         metrics = TaskMetrics(accumulator)
         dead = SideOutputWriter(root, DEAD_LETTER, batch_id, stage, partition_id())
         ctx = KernelContext(dead=dead, metrics=metrics)
+        if splits_reader is not None:
+            batches = read_splits(splits_reader, batches)
         if source_stats is not None:
             batches = source_stats.measuring(batches, metrics, partition_id())
         if combine is None:

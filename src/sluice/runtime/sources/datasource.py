@@ -30,6 +30,7 @@ from sluice.runtime.sources.control import check_source_name
 from sluice.runtime.sources.directory import DirectoryStreamReader
 from sluice.runtime.sources.generator import GeneratorStreamReader
 from sluice.runtime.sources.replay import ReplayStreamReader
+from sluice.runtime.sources.splits import SPLIT_SCHEMA, SplitStreamReader, reads_anywhere
 
 FORMAT = "sluice"
 
@@ -60,9 +61,27 @@ def stream_schema(spec: SourceSpec) -> pa.Schema:
     return spec.schema().append(pa.field(INGEST_TS, TIMESTAMP))
 
 
+def stream_reader(spec: SourceSpec, name: str, control_dir: str, parallelism: int,
+                  dead_letters: str | None = None) -> DataSourceStreamReader:
+    """The stream reader of ``spec``, as Spark gets it for the source named ``name``."""
+    reader_class = reader_type(spec)
+    if reader_class is None:
+        raise TypeError(f"no stream reader for source spec {type(spec).__name__}")
+    reader = reader_class(spec, name, control_dir, from_arrow_schema(stream_schema(spec)), parallelism)
+    reader.dead_letters = dead_letters
+    return reader
+
+
+def reads_by_splits(spec: SourceSpec) -> bool:
+    """Whether the source can be opened by splits, its records read by the chain after it
+    (``sources.splits``)."""
+    return not isinstance(spec, SparkSource) and reads_anywhere(reader_type(spec))
+
+
 class SluiceDataSource(DataSource):
     """Options: ``spec`` (encoded), ``name``, ``control_dir``, ``parallelism``,
-    ``dead_letters`` (the checkpoint whose ``dead_letter/`` gets records a source cannot read)."""
+    ``dead_letters`` (the checkpoint whose ``dead_letter/`` gets records a source cannot read),
+    ``splits`` ("1": the source's rows are its splits, read later by ``sources.splits``)."""
 
     @classmethod
     def name(cls) -> str:
@@ -71,22 +90,22 @@ class SluiceDataSource(DataSource):
     def _spec(self) -> SourceSpec:
         return decode_spec(self.options["spec"])
 
+    def _by_splits(self) -> bool:
+        return self.options.get("splits") == "1"
+
     def schema(self) -> StructType:
-        return from_arrow_schema(stream_schema(self._spec()))
+        return from_arrow_schema(SPLIT_SCHEMA if self._by_splits() else stream_schema(self._spec()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        spec = self._spec()
-        reader_class = reader_type(spec)
-        if reader_class is None:
-            raise TypeError(f"no stream reader for source spec {type(spec).__name__}")
-        reader = reader_class(spec, self.options["name"], self.options["control_dir"], schema,
-                                    int(self.options.get("parallelism", "2")))
-        reader.dead_letters = self.options.get("dead_letters")
-        return reader
+        reader = stream_reader(self._spec(), self.options["name"], self.options["control_dir"],
+                               int(self.options.get("parallelism", "2")), self.options.get("dead_letters") or None)
+        return SplitStreamReader(reader) if self._by_splits() else reader
 
 
-def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_letters: str | None = None):
-    """A streaming DataFrame of ``spec``'s rows: its columns plus hidden ``__ingest_ts``.
+def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_letters: str | None = None,
+                splits: bool = False):
+    """A streaming DataFrame of ``spec``'s rows: its columns plus hidden ``__ingest_ts``
+    (``splits``: of its splits, whose records the chain after it reads, ``sources.splits``).
 
     ``name`` identifies the source in its control files (``control_dir/<name>.*.json``: the
     admission limit, the backlog, a directory source's file log) and in Spark's progress
@@ -108,6 +127,7 @@ def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_lette
         .option("control_dir", control_dir)
         .option("parallelism", str(spark.sparkContext.defaultParallelism))
         .option("dead_letters", dead_letters or "")
+        .option("splits", "1" if splits else "0")
         .load()
     )
 

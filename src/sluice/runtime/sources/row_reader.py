@@ -92,6 +92,10 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Base of the generator and replay readers; subclasses say how many rows there are and
     how to make a range of them (``total_rows``, ``user_batches``)."""
 
+    # ``read`` needs only the partition and the spec: the chain after the source may read
+    # the records itself (``sources.splits``)
+    reads_anywhere = True
+
     def __init__(self, spec, name: str, control_dir: str, schema: StructType, parallelism: int):
         self.spec = spec
         self.name = name
