@@ -294,11 +294,10 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
             if measurer is not None:
                 stats = measured[measurer] = SourceStats(op.id, info.event_time)
             # a chain the plan spreads over more tasks gets records: two splits make two tasks
-            to_chain = info.splits_reader is not None and reading is not None and reading == measurer and \
-                plan.rebalance.get(graph.consumers(op.id)[0].id) is None
-            if to_chain:
+            if info.splits_reader is not None and reading is not None and \
+                    plan.rebalance.get(graph.consumers(op.id)[0].id) is None:
                 splits_read_by[reading] = info.splits_reader
-            stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats, to_chain))
+            stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats, reading in splits_read_by))
         elif op.kind == "sink":
             continue  # written by the executor, step 3
         elif op.id in absorbed:
