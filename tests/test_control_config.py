@@ -93,3 +93,26 @@ def test_latency_split_adds_up_and_moves_the_keyed_input_wait_to_the_exchange():
         + split["rest"]
     assert total == pytest.approx(split["mean_ms"]) and split["rest"] == 100.0
     assert split_path_latency({"out": {"rows": 0}}, operators, ["clean"], ["out"]) is None
+
+
+def test_an_operators_slowest_task_is_its_whole_time_in_the_task_however_many_arrow_batches():
+    """A task runs an operator once per Arrow batch (Spark cuts 10,000 records; a source read
+    by splits yields its own blocks): ``time_s_max`` is the task's sum of them, and the
+    slowest task's over the tasks, or the latency split would give the operator's time to
+    ``rest``."""
+    from sluice.runtime.task_metrics import MetricsParam, TaskMetrics, split_metrics
+
+    class Accumulator:  # what Spark's accumulator does with each task's values, on the driver
+        value = MetricsParam().zero({})
+
+        def add(self, values):
+            self.value = MetricsParam().addInPlace(self.value, values)
+
+    accumulator = Accumulator()
+    for calls in ([0.5, 0.5, 0.25], [0.75]):  # two tasks: 1.25 s in three batches, 0.75 s in one
+        metrics = TaskMetrics(accumulator)
+        for seconds in calls:
+            metrics.op_timing("costly", 100, 100, seconds)
+        metrics.flush()
+    costly = split_metrics(accumulator.value)["costly"]
+    assert costly["time_s"] == 2.0 and costly["time_s_max"] == 1.25

@@ -100,9 +100,14 @@ class TaskMetrics:
         self.add(operator, "rows_in", rows_in)
         self.add(operator, "rows_out", rows_out)
         self.add(operator, "time_s", seconds)
-        self.add(operator, "time_s_max", seconds)
 
     def flush(self) -> None:
+        """Add the task's metrics to the accumulator; an operator's ``time_s_max`` is the
+        task's whole time in it (the accumulator keeps the slowest task's), however many
+        Arrow batches the task ran it on."""
+        for key, value in list(self.values.items()):
+            if key.metric == "time_s":
+                self.values[MetricKey(key.operator, "time_s_max")] = value
         if self.values and self.accumulator is not None:
             self.accumulator.add(self.values)
         self.values = {}
