@@ -21,6 +21,7 @@ from sluice.runtime.lease import Lease
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.pipeline_record import open_checkpoint
 from sluice.runtime.planlog import PlanLog
+from sluice.runtime.session import session_settings
 
 
 @dataclass
@@ -104,11 +105,13 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         lease.acquire(wait=True, timeout_s=lease.ttl + lease.grace + 1.0)
         lease.start_heartbeat()
     try:
-        return _run(pipeline, checkpoint, lease, master=master, spark=spark, duration=duration,
-                    trigger_interval=trigger_interval, max_rows_per_batch=max_rows_per_batch, plan=plan,
-                    controller=controller, on_batch=on_batch, stop_when=stop_when, fuse=fuse, collocate=collocate,
-                    policies=policies, on_control=on_control, budget=budget, reset_state=reset_state, ship=ship,
-                    ui=ui, executors=executors, max_executors=max_executors, standby=standby, on_standby=on_standby)
+        with session_settings(spark):  # a user's own session: Sluice's SQL settings while it runs
+            return _run(pipeline, checkpoint, lease, master=master, spark=spark, duration=duration,
+                        trigger_interval=trigger_interval, max_rows_per_batch=max_rows_per_batch, plan=plan,
+                        controller=controller, on_batch=on_batch, stop_when=stop_when, fuse=fuse,
+                        collocate=collocate, policies=policies, on_control=on_control, budget=budget,
+                        reset_state=reset_state, ship=ship, ui=ui, executors=executors, max_executors=max_executors,
+                        standby=standby, on_standby=on_standby)
     finally:
         lease.release()
 

@@ -67,6 +67,65 @@ def announce_ui(spark) -> None:
         print(f"Spark UI at {url}", flush=True)
 
 
+REQUIRED_SQL_CONF = {
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # Adaptive execution re-plans a batch's jobs as they run: it coalesces the partitions of
+    # Spark's hash exchange that Sluice's salt steers (a key group's rows must reach the
+    # partition its routing table names), and an observation of the source's rows inside
+    # ``foreachBatch`` then fails to be read back (``java.lang.AssertionError`` in
+    # ``toPyRow``, seen on Spark 4.1 with Spark's default of adaptive execution on).
+    "spark.sql.adaptive.enabled": "false",
+}
+"""Runtime SQL settings Sluice's batches rely on: set on Sluice's own sessions, and for the
+length of a run on a session a user made (``session_settings``)."""
+
+FAST_SQL_CONF = {
+    # Spark bounds the Arrow batches it hands a Python worker by records (10,000) and by
+    # bytes, and checks the bytes after every row, walking every column's buffers: in
+    # keyed_throughput that check was some 40 % of the executors' JVM time (Java Flight
+    # Recorder, docs/runtime.md section 5). Spark skips the check only at Int.MaxValue,
+    # so batches here are bounded by records alone; a pipeline of very wide rows can set
+    # its own limit (``conf``), which wins.
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
+    # Spark's default manager of its offset and commit logs writes each file through
+    # Hadoop's FileContext, which on a local disk without Hadoop's native library forks
+    # three processes a file (chmod, and readlink twice for the rename): some 120 ms a
+    # batch for the two logs (Java Flight Recorder, docs/runtime.md section 5). The
+    # FileSystem-based manager forks once a file. Its rename checks that the target is
+    # absent before renaming, where FileContext's is one atomic call: two drivers racing
+    # on one checkpoint could both pass the check, which Sluice's driver lease prevents
+    # (runtime.lease).
+    "spark.sql.streaming.checkpointFileManagerClass":
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+}
+"""Runtime SQL settings that make Sluice's batches faster: on a user's session, applied for
+a run only where the user has not set them."""
+
+
+@contextlib.contextmanager
+def session_settings(spark):
+    """Run with Sluice's runtime SQL settings on a session a user made (``run(spark=...)``):
+    the required ones always, the fast ones where the session has no value of its own; each
+    goes back to what it was when the run ends. ``None`` (Sluice makes the session): nothing."""
+    if spark is None:
+        yield
+        return
+    before = {key: spark.conf.get(key, None) for key in (*REQUIRED_SQL_CONF, *FAST_SQL_CONF)}
+    wanted = {**{k: v for k, v in FAST_SQL_CONF.items() if before[k] is None}, **REQUIRED_SQL_CONF}
+    changed = {key: value for key, value in wanted.items() if before[key] != value}
+    for key, value in changed.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in changed:
+            if before[key] is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before[key])
+
+
 DRIVER_JAVA_OPTIONS = "-XX:MetaspaceSize=256m"
 """The driver JVM's own options. Its first batch loads thousands of classes (Spark's
 operators, generated code, Arrow, Parquet): each time their metadata passed the default
@@ -100,28 +159,8 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
         .config("spark.ui.enabled", str(ui_enabled(ui)).lower())
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .config("spark.driver.memory", os.environ.get("SLUICE_DRIVER_MEMORY", "2g"))
-        .config("spark.sql.adaptive.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        # Spark bounds the Arrow batches it hands a Python worker by records (10,000) and by
-        # bytes, and checks the bytes after every row, walking every column's buffers: in
-        # keyed_throughput that check was some 40 % of the executors' JVM time (Java Flight
-        # Recorder, docs/runtime.md section 5). Spark skips the check only at Int.MaxValue,
-        # so batches here are bounded by records alone; a pipeline of very wide rows can set
-        # its own limit (``conf``), which wins.
-        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
-        # Spark's default manager of its offset and commit logs writes each file through
-        # Hadoop's FileContext, which on a local disk without Hadoop's native library forks
-        # three processes a file (chmod, and readlink twice for the rename): some 120 ms a
-        # batch for the two logs (Java Flight Recorder, docs/runtime.md section 5). The
-        # FileSystem-based manager forks once a file. Its rename checks that the target is
-        # absent before renaming, where FileContext's is one atomic call: two drivers racing
-        # on one checkpoint could both pass the check, which Sluice's driver lease prevents
-        # (runtime.lease).
-        .config("spark.sql.streaming.checkpointFileManagerClass",
-                "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager")
     )
     conf = dict(conf or {})
     archive = class_archive() if not SparkSession.getActiveSession() else None
@@ -129,7 +168,7 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     conf["spark.driver.extraJavaOptions"] = " ".join(
         o for o in (conf.get("spark.driver.extraJavaOptions", ""), DRIVER_JAVA_OPTIONS,
                     archive.java_options() if archive is not None else "") if o)
-    for key, value in conf.items():
+    for key, value in {**REQUIRED_SQL_CONF, **FAST_SQL_CONF, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if archive is not None and archive.records:

@@ -8,6 +8,7 @@ picks the reader for the spec's kind. A SparkSource is the user's own DataFrame.
 from __future__ import annotations
 
 import base64
+import sys
 
 import pyarrow as pa
 from pyspark import cloudpickle
@@ -15,7 +16,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from sluice.errors import SourceError
+from sluice.errors import EnvironmentProblem, SourceError
 from sluice.graph.sources import (
     INGEST_TS,
     TIMESTAMP,
@@ -120,7 +121,7 @@ def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_lette
         raise SourceError(f"source {name!r}: cannot open a {type(spec).__name__}")
     control_dir = files.normalize(control_dir)  # the Python workers may run elsewhere
     spark.dataSource.register(SluiceDataSource)
-    return (
+    reader = (
         spark.readStream.format(FORMAT)
         .option("spec", encode_spec(spec))
         .option("name", name)
@@ -128,8 +129,17 @@ def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_lette
         .option("parallelism", str(spark.sparkContext.defaultParallelism))
         .option("dead_letters", dead_letters or "")
         .option("splits", "1" if splits else "0")
-        .load()
     )
+    try:
+        return reader.load()  # the first Python worker Spark starts for the job imports Sluice
+    except Exception as e:
+        if "No module named 'sluice'" in str(e):
+            raise EnvironmentProblem(
+                f"source {name!r}: Spark's Python workers cannot import sluice: they run "
+                f"{spark.sparkContext.pythonExec!r}, not this interpreter ({sys.executable}). Create the "
+                f"session with PYSPARK_PYTHON={sys.executable} (or spark.pyspark.python), or let Sluice "
+                f"create it (run without spark=)") from e
+        raise
 
 
 def _open_spark_source(spark, spec: SparkSource, name: str):
