@@ -46,10 +46,16 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+def _clean_env() -> dict:
+    """This process's environment without what a Sluice session put there (its PYTHONPATH
+    lets any interpreter import Sluice), as a user's shell would have it."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+
+
 def _run(tmp_path, python: str) -> dict:
     script = tmp_path / "user_session.py"
     script.write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env = _clean_env()
     env["PYSPARK_PYTHON"] = python
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -66,7 +72,7 @@ def test_a_user_session_with_sparks_defaults_runs_with_sluices_settings_and_gets
 @pytest.mark.slow
 def test_workers_that_cannot_import_sluice_get_a_clear_error(tmp_path):
     base = getattr(sys, "_base_executable", None)
-    check = subprocess.run([base or "", "-c", "import sluice"], capture_output=True) if base else None
+    check = subprocess.run([base, "-c", "import sluice"], capture_output=True, env=_clean_env()) if base else None
     if base is None or check is None or check.returncode == 0 or not os.path.exists(base):
         pytest.skip("no interpreter without sluice on this machine")
     got = _run(tmp_path, base)
