@@ -33,8 +33,9 @@ wait = the exchange's read and the Arrow transfer from the JVM: the map stage be
 exchange, with the source, the Python map and the filter, is a Spark stage of its own; state
 read; kernel; delta write; output), summed over tasks. docs/runtime.md, section 5, reads it.
 
-The machine is shared: full mode alternates the two systems (A B B A A B) and keeps the best
-run of each. Writes docs/results/keyed_throughput.json and keyed_throughput.png; the last
+The machine is shared: the runs alternate the two systems (A B B A A B) and the best run of
+each is kept (3 each in full mode, 2 in quick). Writes docs/results/keyed_throughput.json and
+keyed_throughput.png (``_quick``, ``_cluster`` in the names of those runs); the last
 line printed is a JSON object with ``ratio`` = Sluice / Spark max sustained rate.
 """
 
@@ -259,22 +260,23 @@ PROFILE_PARTS = {  # keyed-stage task metrics -> what they are
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer batches, one run each (under 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller batches, best of 2 alternating runs each (under 3 minutes)")
     parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
     parser.add_argument("--rows-per-batch", type=int, default=None)
     parser.add_argument("--batches", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None, help="runs of each system, best kept (1 quick, 3 full)")
+    parser.add_argument("--repeats", type=int, default=None, help="runs of each system, best kept (2 quick, 3 full)")
     parser.add_argument("--latency-batches", type=int, default=None, help="batches of each half-rate run")
     parser.add_argument("--cluster", action="store_true",
                         help="run on a standalone cluster started here: 2 workers x 1 core (overrides --master)")
     parser.add_argument("--name", default=None,
-                        help="results file name (docs/results/NAME.json; default keyed_throughput[_cluster])")
+                        help="results file name (docs/results/NAME.json; default keyed_throughput[_cluster][_quick])")
     parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
     parser.add_argument("--headroom", action="store_true",
                         help="also run Sluice with the filter and a combine written into the map by hand "
                              "(the yardstick for the plan's own fusion; reported beside the ratio)")
     args = parser.parse_args(argv)
-    args.name = args.name or ("keyed_throughput_cluster" if args.cluster else "keyed_throughput")
+    # quick runs never overwrite the full runs' results
+    args.name = args.name or ("keyed_throughput" + ("_cluster" if args.cluster else "") + ("_quick" if args.quick else ""))
     if args.replot:
         plot(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.png")
         return 0
@@ -290,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 def benchmark(args: argparse.Namespace) -> int:
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     n_batches = args.batches or (7 if args.quick else 12)
-    repeats = args.repeats or (1 if args.quick else 3)
+    repeats = args.repeats or (2 if args.quick else 3)  # one run each swung by a third
     latency_batches = args.latency_batches or (8 if args.quick else 20)
     warmup = 2
     mode = "quick" if args.quick else "full"
