@@ -350,15 +350,12 @@ def _known_schema(graph, infos: list[SourceInfo]):
 
     from sluice.graph.sources import SparkSource
     from sluice.runtime.sources.datasource import stream_schema
-    from sluice.runtime.sources.splits import SPLIT_SCHEMA
 
     sources = graph.sources()
     if len(sources) != 1 or isinstance(sources[0].params["spec"], SparkSource):
         return None
-    if infos[0].splits_reader is not None:
-        return from_arrow_schema(SPLIT_SCHEMA)
     try:
-        return from_arrow_schema(stream_schema(sources[0].params["spec"]))
+        return from_arrow_schema(stream_schema(sources[0].params["spec"], infos[0].splits_reader is not None))
     except Exception:  # a spec that cannot say its schema: opening the source reports it
         return None
 

@@ -57,9 +57,10 @@ def decode_spec(text: str) -> SourceSpec:
     return cloudpickle.loads(base64.b64decode(text.encode("ascii")))
 
 
-def stream_schema(spec: SourceSpec) -> pa.Schema:
-    """The columns of the opened stream: the user's, then the hidden INGEST_TS."""
-    return spec.schema().append(pa.field(INGEST_TS, TIMESTAMP))
+def stream_schema(spec: SourceSpec, splits: bool = False) -> pa.Schema:
+    """The columns of the opened stream: the user's, then the hidden INGEST_TS; or, opened
+    by ``splits``, the one column of its splits (``sources.splits``)."""
+    return SPLIT_SCHEMA if splits else spec.schema().append(pa.field(INGEST_TS, TIMESTAMP))
 
 
 def stream_reader(spec: SourceSpec, name: str, control_dir: str, parallelism: int,
@@ -76,7 +77,7 @@ def stream_reader(spec: SourceSpec, name: str, control_dir: str, parallelism: in
 def reads_by_splits(spec: SourceSpec) -> bool:
     """Whether the source can be opened by splits, its records read by the chain after it
     (``sources.splits``)."""
-    return not isinstance(spec, SparkSource) and reads_anywhere(reader_type(spec))
+    return reads_anywhere(reader_type(spec))  # a Spark source has no reader of Sluice's
 
 
 class SluiceDataSource(DataSource):
@@ -95,7 +96,7 @@ class SluiceDataSource(DataSource):
         return self.options.get("splits") == "1"
 
     def schema(self) -> StructType:
-        return from_arrow_schema(SPLIT_SCHEMA if self._by_splits() else stream_schema(self._spec()))
+        return from_arrow_schema(stream_schema(self._spec(), self._by_splits()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         reader = stream_reader(self._spec(), self.options["name"], self.options["control_dir"],
