@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench clean java browser cluster cluster-down
+.PHONY: demo test lint bench clean java browser services cluster cluster-down
 
 java:
 	@scripts/check_java.sh
@@ -16,6 +16,11 @@ java:
 # headless Chromium for the dashboard's browser test (installed with apt-get when root)
 browser:
 	@scripts/check_browser.sh
+
+# the services the connector tests talk to (PostgreSQL, Redis, NATS, Mosquitto, Kafka), installed
+# with apt-get and started on loopback when missing; SLUICE_SKIP_SERVICES=1 leaves them to you
+services:
+	@scripts/start_services.sh || echo "services: see above: the tests of a service that is down will fail" >&2
 
 $(STAMP): pyproject.toml
 	@scripts/check_java.sh
@@ -28,7 +33,7 @@ demo: $(STAMP)
 	$(VENV)/bin/sluice demo $(ARGS)
 
 # lint first: a ruff or mypy finding in src fails the suite before any test runs
-test: $(STAMP) browser lint
+test: $(STAMP) browser services lint
 	$(PY) -m pytest $(ARGS)
 
 # ruff and mypy over src (their configuration is in pyproject.toml)
