@@ -49,7 +49,7 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                  dead_letter_budget: float | None = None,
                  reset_state: Iterable[str] = (), ship: str | None = None, ui: bool | None = None,
                  executors: int | None = None, max_executors: int | None = None, standby: bool = False,
-                 on_standby: Callable[[str], None] | None = None) -> JobResult:
+                 on_standby: Callable[[str], None] | None = None, spark_conf: dict[str, str] | None = None) -> JobResult:
     """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
     URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
@@ -89,6 +89,9 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
     for the lease (``on_standby`` gets a line saying whom it waits for) and takes over the
     moment the active driver stops or dies: its first batch replays what the active left
     unfinished.
+
+    ``spark_conf``: Spark settings for the session this call creates (``sluice run --conf``,
+    ``--packages``, ``--jars``); ignored when ``spark`` is given.
     """
     if duration is not None and duration <= 0:
         raise ConfigError(f"duration must be positive seconds, got {duration}")
@@ -111,14 +114,14 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
                         controller=controller, on_batch=on_batch, stop_when=stop_when, fuse=fuse,
                         collocate=collocate, policies=policies, on_control=on_control, budget=budget,
                         reset_state=reset_state, ship=ship, ui=ui, executors=executors, max_executors=max_executors,
-                        standby=standby, on_standby=on_standby)
+                        standby=standby, on_standby=on_standby, spark_conf=spark_conf)
     finally:
         lease.release()
 
 
 def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, duration, trigger_interval,
          max_rows_per_batch, plan, controller, on_batch, stop_when, fuse, collocate, policies, on_control, budget,
-         reset_state, ship, ui, executors, max_executors, standby: bool, on_standby) -> JobResult:
+         reset_state, ship, ui, executors, max_executors, standby: bool, on_standby, spark_conf=None) -> JobResult:
     """``run_pipeline`` once its arguments are checked and (unless a standby) it holds the lease."""
     from sluice.runtime.schemas import SparkTyper
     from sluice.runtime.session import announce_ui, jvm_pid, spark_session
@@ -127,7 +130,7 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
 
     warmup = None
     if spark is None:
-        spark = spark_session(master, ui=ui)
+        spark = spark_session(master, ui=ui, conf=spark_conf)
         announce_ui(spark)
         # a fresh session has no Python workers yet: start them while the driver validates
         # and opens the sources, not in the first batch (``runtime.warmup``)
