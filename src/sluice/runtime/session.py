@@ -60,6 +60,45 @@ def ui_enabled(ui: bool | None = None) -> bool:
     return ui if ui is not None else os.environ.get("SLUICE_SPARK_UI", "1") not in ("0", "false", "no")
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def is_local_master(master: str) -> bool:
+    """A master whose driver, executors and UI all run on this machine: ``local``,
+    ``local[N]``, ``local-cluster[...]``, or a standalone master on a loopback address (the
+    cluster ``sluice cluster up`` starts)."""
+    if master.startswith("local"):
+        return True
+    host = master.removeprefix("spark://").split(":", 1)[0]
+    return master.startswith("spark://") and (host == "localhost" or host.startswith("127."))
+
+
+def network_conf(master: str) -> dict[str, str]:
+    """Spark settings that keep a session's listening sockets where its peers are.
+
+    Spark's defaults listen on every interface: the driver's RPC and block manager on the
+    machine's external address and the UI on ``*:4040``, with no authentication and with
+    links that kill jobs. On a local master nobody else needs to reach them, so they bind
+    the loopback address; the UI's kill links are off everywhere (a read-only UI still
+    shows everything). Spark's UI takes its address only from ``SPARK_LOCAL_IP``, which
+    ``spark_session`` sets for local masters. A user's own ``conf`` wins over these."""
+    out = {"spark.ui.killEnabled": "false"}
+    if is_local_master(master):
+        out |= {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
+    return out
+
+
+def auth_conf(secret: str | None = None) -> dict[str, str]:
+    """``spark.authenticate`` with a shared secret (a new random one unless given): every
+    RPC between driver, executors, master and workers must then carry it. Turn it on with
+    ``SLUICE_SPARK_AUTH=1`` (the secret from ``SLUICE_SPARK_AUTH_SECRET`` when set); the
+    cluster of ``sluice cluster up`` is started with it and records its secret for runs."""
+    import secrets
+
+    return {"spark.authenticate": "true",
+            "spark.authenticate.secret": secret or secrets.token_hex(32)}
+
+
 def announce_ui(spark) -> None:
     """Print where the session's Spark UI serves (nothing when it has none)."""
     url = spark.sparkContext.uiWebUrl
@@ -153,6 +192,9 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     from pyspark.sql import SparkSession
 
     master = master or os.environ.get("SLUICE_MASTER", "local[*]")
+    if is_local_master(master):
+        # the UI binds this address (and only through the environment); set before the JVM starts
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
@@ -162,7 +204,10 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
         .config("spark.driver.memory", os.environ.get("SLUICE_DRIVER_MEMORY", "2g"))
         .config("spark.sql.session.timeZone", "UTC")
     )
-    conf = dict(conf or {})
+    defaults = network_conf(master)
+    if os.environ.get("SLUICE_SPARK_AUTH", "0") in ("1", "true", "yes"):
+        defaults |= auth_conf(os.environ.get("SLUICE_SPARK_AUTH_SECRET") or None)
+    conf = {**defaults, **(conf or {})}
     archive = class_archive() if not SparkSession.getActiveSession() else None
     # a user's own driver options come first, then Sluice's and the archive's
     conf["spark.driver.extraJavaOptions"] = " ".join(

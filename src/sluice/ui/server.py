@@ -37,6 +37,7 @@ class DashboardServer:
         self.job = job or default_job_name(checkpoint)
         self.registry = registry_for(self.view, self.job)
         self.lock = threading.Lock()  # one JobView, read by concurrent requests
+        self.allowed_hosts = allowed_hosts(host)
         self.httpd = ThreadingHTTPServer((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self.thread: threading.Thread | None = None
@@ -74,11 +75,37 @@ def default_job_name(checkpoint: str) -> str:
     return parts[-2] if parts[-1] in ("checkpoint", "checkpoints", "ckpt") and len(parts) > 1 else parts[-1]
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
+def allowed_hosts(bind: str) -> frozenset[str]:
+    """The names a request's ``Host`` header may carry: the loopback names, and the address
+    the server binds when it is a particular one. A page of another site whose name an
+    attacker points at 127.0.0.1 (DNS rebinding) sends its own name and is refused, so it
+    cannot read ``/api/state`` from a browser on this machine."""
+    return LOOPBACK_NAMES | ({bind.lower()} if bind not in WILDCARDS else frozenset())
+
+
+def host_name(header: str | None) -> str | None:
+    """The host part of a ``Host`` header (``name``, ``name:port``, ``[v6]:port``), lowered."""
+    if not header:
+        return None
+    header = header.strip().lower()
+    if header.startswith("["):
+        end = header.find("]")
+        return header[1:end] if end > 0 else None
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
 def _handler(server: DashboardServer):
     static = resources.files("sluice.ui") / "static"
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
+            if host_name(self.headers.get("Host")) not in server.allowed_hosts:
+                return self._send(421, b"unexpected Host header: open the dashboard by the address it serves",
+                                  "text/plain")
             url = urlparse(self.path)
             if url.path == "/api/state":
                 since = parse_qs(url.query).get("since", ["-1"])[0]
