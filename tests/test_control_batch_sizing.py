@@ -130,3 +130,25 @@ def test_cost_step_resets_the_model_and_converges_within_five_batches():
     settled = next(i for i, b in enumerate(after) if abs(b.rows_in - optimal) <= 0.1 * optimal)
     assert settled <= 5
     assert all(b.paths["latency_1"]["mean_ms"] <= 1000 for b in after[settled:])
+
+
+@pytest.mark.parametrize("rate", [2000, 20000, 60000])
+def test_das_cap_counts_sparks_gap_and_keeps_up_at_a_realistic_gap(rate):
+    # the measured costs of a small live job: 0.36 s a batch, 0.1 s between batches
+    engine = MicroBatchEngine(0.36, 5e-6, rate_steps=[(0, rate)], noise=0.03, gap=0.1, seed=11)
+    out, controller = _run(engine, policy=FixedPointBatchSizing(rho=0.8), batches=150)
+    tail = out[-50:]
+    # the cap admits 1/rho of what arrives in a cycle (batch time + gap): no backlog builds
+    assert max(b.backlog["source_1"] for b in tail) <= 0.05 * rate
+    cycle = float(np.mean([b.duration_s for b in tail])) + 0.1
+    cap = controller.admission.current()["source_1"]
+    assert cap == pytest.approx(rate * cycle / 0.8, rel=0.15)
+
+
+@pytest.mark.parametrize("rho", [0, -0.5, 1.5, "0.8", True])
+def test_das_rho_is_checked_when_the_policies_load(rho):
+    from sluice.control import build_policies
+    from sluice.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"policies\[0\] \(fixed_point\): .*rho"):
+        build_policies([{"fixed_point": {"rho": rho}}])

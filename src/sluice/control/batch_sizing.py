@@ -36,8 +36,9 @@ fit it falls back to Nephele's rules: multiplicative shrink on violation
 waits (Eq. 3). A dead band (10 %) keeps it from chasing noise.
 
 ``FixedPointBatchSizing`` is Das et al.'s (SoCC 2014) baseline: a fixed-point iteration of
-the batch interval against processing time, x_next = D / rho, turned into rows per batch
-through the offered rate. ``FixedAdmission`` is a constant cap. Pure: no Spark.
+the batch interval against processing time, x_next = (D + g) / rho (the interval is the time
+from one batch's start to the next one's: its processing time D plus Spark's gap g between
+batches), turned into rows per batch through the offered rate. ``FixedAdmission`` is a constant cap. Pure: no Spark.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from sluice.control.actions import (
 from sluice.control.policy import Policy
 from sluice.control.scaling import OneStepScaling
 from sluice.control.view import ControlView
+from sluice.errors import ConfigError
 
 MIN_ROWS = 100
 """No batch is capped below this (a fixed cost paid for a handful of rows helps nobody)."""
@@ -426,17 +428,29 @@ class ModelBatchSizing(Policy):
 
 class FixedPointBatchSizing(Policy):
     """Das et al. (SoCC 2014): the batch interval x follows the processing time by fixed-point
-    iteration, x_next = D(x) / rho, so the system stays stable with rho of headroom.
+    iteration so the system stays stable with rho of headroom: the processing time D of a
+    batch must take at most rho of its interval.
 
-    Spark's trigger interval cannot change while a query runs, so the interval is turned
-    into rows per batch through the offered rate (rows = rate * x). It ignores the latency
-    bound by design: it aims at stability, the paper's goal."""
+    With Spark's trigger 0 a batch's interval is its processing time plus Spark's gap
+    between batches (planning it, reading offsets; about 0.1 s on one machine), so the
+    iteration is x_next = (D + g) / rho. Spark's trigger interval cannot change while a
+    query runs, so the interval is turned into rows per batch through the offered rate
+    (rows = rate * x): a cap that admits 1/rho of what arrives in one cycle, which keeps up
+    with arrivals at any steady rate the job can hold. (Leaving the gap out, x = D / rho
+    caps below arrivals whenever g > D * (1/rho - 1): at a 0.1 s gap and 0.36 s of fixed
+    cost a backlog would grow at every rate.) It ignores the latency bound by design: it
+    aims at stability, the paper's goal."""
 
     name = "fixed_point"
 
     def __init__(self, rho: float = 0.8, smoothing: float = 0.5):
-        self.rho = rho
-        self.smoothing = smoothing  # weight of the new estimate (Das et al. damp the iteration)
+        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0 < rho <= 1:
+            raise ConfigError(f"fixed_point: rho must be a number in (0, 1] (the share of its interval a batch "
+                              f"may take), got {rho!r}")
+        if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 < smoothing <= 1:
+            raise ConfigError(f"fixed_point: smoothing must be a number in (0, 1], got {smoothing!r}")
+        self.rho = float(rho)
+        self.smoothing = float(smoothing)  # weight of the new estimate (Das et al. damp the iteration)
         self.interval: float | None = None
 
     def describe(self) -> dict:
@@ -446,10 +460,11 @@ class FixedPointBatchSizing(Policy):
         latest = view.latest
         if latest is None or latest.rows_in == 0:
             return []
+        gap = _gap_s(view)
         rate = view.offered_rate()
         if rate is None:  # pull mode: the admitted rate over the last batch's cycle
-            rate = latest.rows_in / max(latest.duration_s + _gap_s(view), 1e-3)
-        target = latest.duration_s / self.rho
+            rate = latest.rows_in / max(latest.duration_s + gap, 1e-3)
+        target = (latest.duration_s + gap) / self.rho
         self.interval = target if self.interval is None else \
             self.smoothing * target + (1 - self.smoothing) * self.interval
         cap = max(MIN_ROWS, int(rate * self.interval))
@@ -457,8 +472,9 @@ class FixedPointBatchSizing(Policy):
         if current is not None and abs(cap - current) <= 0.05 * current:
             return []
         return [Action(ADMISSION, ALL_SOURCES, cap,
-                       f"fixed point: interval {self.interval * 1000:.0f} ms = batch time {latest.duration_s * 1000:.0f} ms"
-                       f" / rho {self.rho} at {rate:,.0f} rows/s", {"batch_ms": round(self.rho * self.interval * 1000, 1)})]
+                       f"fixed point: interval {self.interval * 1000:.0f} ms = (batch time "
+                       f"{latest.duration_s * 1000:.0f} ms + gap {gap * 1000:.0f} ms) / rho {self.rho} at "
+                       f"{rate:,.0f} rows/s", {"batch_ms": round(self.rho * self.interval * 1000 - gap * 1000, 1)})]
 
 
 class FixedAdmission(Policy):

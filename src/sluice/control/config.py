@@ -84,7 +84,7 @@ def build_policies(spec) -> list[Policy]:
             raise ConfigError(f"policies[{i}]: unknown policy {name!r}; known: {sorted(REGISTRY)}")
         try:
             out.append(REGISTRY[name](**kwargs))
-        except TypeError as e:
+        except (TypeError, ValueError, ConfigError) as e:
             raise ConfigError(f"policies[{i}] ({name}): {e}") from None
     return out
 
