@@ -102,10 +102,12 @@ def spark_settings(report: dict, slot_memory: str) -> dict[str, str]:
 
 
 def main(args) -> int:
+    from sluice.cli.check import check_pipeline
     from sluice.cli.run import load_pipeline
     from sluice.plan.from_graph import dag_from_graph
 
     pipeline = load_pipeline(args.pipeline)
+    check_pipeline(pipeline)  # an invalid pipeline has no plan
     dag = dag_from_graph(pipeline.job_graph(), base_dir=Path(args.pipeline).resolve().parent,
                          unmodelled=args.unmodelled)
     try:
@@ -128,13 +130,14 @@ def main(args) -> int:
 def render(report: dict) -> str:
     lines = [f"Plan for {report['dag']!r} at {report['rate']:g} tuples/s "
              f"({report['allocation']} allocation, {report['mapping']} mapping)", ""]
-    header = (f"{'operator':<16}{'model':<18}{'rate':>9}{'threads':>9}{'partitions':>12}{'CPU %':>8}{'mem %':>8}"
+    w = max([16] + [len(o["id"]) + 2 for o in report["operators"]])
+    header = (f"{'operator':<{w}}{'model':<19}{'rate':>9}{'threads':>9}{'partitions':>12}{'CPU %':>8}{'mem %':>8}"
               "  threads/partition")
     lines += [header, "-" * len(header)]
     for o in report["operators"]:
         if o["kind"] == "native":
             continue
-        lines.append(f"{o['id']:<16}{(o['model'] or o['kind']):<18}{o['rate']:>9.1f}{o['threads']:>9}"
+        lines.append(f"{o['id']:<{w}}{(o['model'] or o['kind']):<19}{o['rate']:>9.1f}{o['threads']:>9}"
                      f"{o['partitions']:>12}{o['cpu'] * 100:>8.1f}{o['memory'] * 100:>8.1f}  {o['threads_per_partition']}")
     lines += [
         "",

@@ -67,10 +67,35 @@ def register(subparsers) -> None:
     p.add_argument("--standby", action="store_true",
                    help="a hot standby: start Spark, validate and open the sources now, then wait for the driver "
                         "running this checkpoint and take over within seconds when it dies (docs/operations.md)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", type=spark_setting,
+                   help="a Spark setting for the session, e.g. --conf spark.driver.memory=4g (repeat for several)")
+    p.add_argument("--packages", default=None, metavar="COORDS",
+                   help="Maven coordinates of jars Spark fetches, comma-separated (spark.jars.packages), e.g. "
+                        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.0")
+    p.add_argument("--jars", default=None, metavar="PATHS",
+                   help="jars for the driver and executors, comma-separated (spark.jars)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--ui", action="store_true", help="serve the live dashboard and /metrics while the job runs")
     add_server_options(p)
     p.set_defaults(func=main)
+
+
+def spark_setting(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of ``--conf``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE such as spark.driver.memory=4g, got {text!r}")
+    return key.strip(), value
+
+
+def spark_conf_of(args) -> dict[str, str]:
+    """The Spark settings ``--conf``, ``--packages`` and ``--jars`` ask for."""
+    conf = dict(args.conf)
+    for option, key in (("packages", "spark.jars.packages"), ("jars", "spark.jars")):
+        value = getattr(args, option)
+        if value:
+            conf[key] = ",".join(filter(None, [conf.get(key, ""), value]))
+    return conf
 
 
 def read_plan_file(path: str):
@@ -96,11 +121,13 @@ def progress_display():
 
 
 def main(args) -> int:
+    from sluice.cli.check import check_pipeline
     from sluice.cli.summary import run_summary
 
     pipeline = load_pipeline(args.pipeline)
     if args.latency:
         pipeline.constrain(args.latency, name="cli_latency")
+    check_pipeline(pipeline)  # a mistake is said now, not after Spark's start
     checkpoint = args.checkpoint or os.path.join(".sluice", pipeline.name)
     master, options = args.master, {}
     if args.plan:
@@ -123,7 +150,7 @@ def main(args) -> int:
                               reset_state=args.reset_state, standby=args.standby,
                               on_standby=(lambda line: print(line, flush=True)) if args.standby else None,
                               on_control=getattr(progress, "control", None), ship=args.pipeline, ui=spark_ui,
-                              **options)
+                              spark_conf=spark_conf_of(args), **options)
     finally:
         if progress:
             progress.close()

@@ -5,7 +5,10 @@ Every operator becomes a task with its id, selectivity and performance model:
 * sources and sinks get the paper's fixed source / sink allocation (Sec. 8.3);
 * operators Spark runs natively (filters, projections, key_by, union) need no threads of their
   own: they become "native" tasks that pass their rate on;
-* Python and keyed operators need a performance model (``perf_model=`` in the API: a library
+* built-in keyed aggregates and windows get a default model measured on Sluice's own
+  benchmarks (``builtin_aggregate``, ``builtin_window`` in the model library) unless they
+  name their own;
+* other Python and keyed operators need a performance model (``perf_model=`` in the API: a library
   name or a path to a model JSON, relative paths resolved against ``base_dir``). One without a
   model is a ModelError naming the operator and its line, unless ``unmodelled="native"``, which
   plans it as costing nothing (useful for cheap operators, stated in the plan).
@@ -19,6 +22,9 @@ from typing import Literal
 from sluice.errors import ModelError
 from sluice.models.performance import load_model
 from sluice.plan.allocation import Dag, Task
+
+# built-in operators' measured default models (sluice/models/library/*.json)
+DEFAULT_MODELS = {"aggregate": "builtin_aggregate", "window": "builtin_window"}
 
 
 def dag_from_graph(
@@ -34,6 +40,8 @@ def dag_from_graph(
             tasks.append(Task(op.id, None, op.selectivity, op.kind))
         elif op.perf_model:
             tasks.append(Task(op.id, load_model(_resolve(op.perf_model, base_dir)), op.selectivity, "task"))
+        elif op.kind in DEFAULT_MODELS:
+            tasks.append(Task(op.id, load_model(DEFAULT_MODELS[op.kind]), op.selectivity, "task"))
         elif getattr(op, "is_native", False) or unmodelled == "native":
             tasks.append(Task(op.id, None, op.selectivity, "native"))
         else:
