@@ -1,5 +1,5 @@
 """Sinks for ``Stream.sink(...)``: ``files``, ``console``, ``memory``, ``callback``, and the
-connectors ``postgres``, ``redis`` and ``nats``; and readers of what a file sink wrote:
+connectors ``postgres``, ``redis``, ``nats`` and ``kafka``; and readers of what a file sink wrote:
 ``read_files`` (every batch's records) and ``read_latest`` (the current row per key).
 
 Connector sinks are idempotent per batch id: a batch replayed after a crash writes nothing
@@ -7,7 +7,8 @@ twice (``sluice.graph.connectors`` says how each one does it). Any sink can also
 dead letters (``Pipeline.dead_letter``) or the late records of windows (``Pipeline.late_data``).
 """
 
-from sluice.graph.connectors import NatsSink, PostgresSink, RedisSink
+from sluice.graph.connectors import NatsAuth, NatsSink, PostgresSink, RedisSink
+from sluice.graph.kafka import KafkaSink
 from sluice.graph.sinks import CallbackSink, ConsoleSink, FileSink, MemorySink, SinkSpec, callback, console, files, memory
 from sluice.runtime.changelog import read_latest
 from sluice.runtime.sinks import memory_table, read_files
@@ -33,16 +34,31 @@ def redis(name: str, key=(), url: str = "redis://127.0.0.1:6379/0") -> RedisSink
     return RedisSink(name=name, key=key, url=url)
 
 
-def nats(subject: str, url: str = "nats://127.0.0.1:4222") -> NatsSink:
+def nats(subject: str, url: str = "nats://127.0.0.1:4222", auth: NatsAuth | None = None) -> NatsSink:
     """Rows as JSON messages on a JetStream subject, deduplicated by ``Nats-Msg-Id``.
 
     >>> from sluice import sinks
     >>> sinks.nats("readings").target
     "NATS JetStream at nats://127.0.0.1:4222 (subject 'readings')"
     """
-    return NatsSink(subject=subject, url=url)
+    return NatsSink(subject=subject, url=url, auth=auth)
 
 
-__all__ = ["CallbackSink", "ConsoleSink", "FileSink", "MemorySink", "NatsSink", "PostgresSink", "RedisSink",
-           "SinkSpec", "callback", "console", "files", "memory", "memory_table", "nats", "postgres",
+def kafka(topic: str, bootstrap: str = "127.0.0.1:9092", key=(), headers=(), format: str = "json",
+          avro=None, config=None) -> KafkaSink:
+    """Rows as records of a Kafka topic, one transaction per batch (exactly once for
+    ``read_committed`` consumers): ``key`` column(s), ``headers`` {header: column}, JSON or
+    Avro values (``KafkaSink`` says how).
+
+    >>> from sluice import sinks
+    >>> sinks.kafka("totals", key="meter").target
+    "Kafka at 127.0.0.1:9092 (topic 'totals')"
+    """
+    return KafkaSink(topic=topic, bootstrap=bootstrap, key=key, headers=headers, format=format, avro=avro,
+                     config=config or ())
+
+
+__all__ = ["CallbackSink", "ConsoleSink", "FileSink", "KafkaSink",
+           "MemorySink", "NatsAuth", "NatsSink", "PostgresSink", "RedisSink",
+           "SinkSpec", "callback", "console", "files", "kafka", "memory", "memory_table", "nats", "postgres",
            "read_files", "read_latest", "redis"]

@@ -11,6 +11,8 @@
 - ``mqtt(topics, schema, client_id=...)``: JSON messages on MQTT topics, journaled (see
   ``sluice.runtime.connectors.mqtt`` for the guarantee).
 - ``postgres(dsn, table, column)``: rows of a table, read in the order of a growing column.
+- ``kafka(topics, schema, format=...)``: records of Kafka topics (JSON, Avro or raw bytes;
+  offsets: per topic-partition).
 
 Connector sources need the declared ``schema`` of their records (a ``pyarrow.Schema``;
 ``postgres`` reads the table's own if none is given); a message that does not fit it goes to
@@ -19,7 +21,8 @@ the dead-letter sink with the reason.
 
 import pyarrow as _pa
 
-from sluice.graph.connectors import MqttSource, NatsSource, PostgresTableSource, RedisStreamSource
+from sluice.graph.connectors import MqttAuth, MqttSource, NatsAuth, NatsSource, PostgresTableSource, RedisStreamSource
+from sluice.graph.kafka import KafkaSource
 from sluice.graph.sources import (
     Choice,
     DirectorySource,
@@ -42,6 +45,7 @@ spark = SparkSource
 nats = NatsSource
 redis = RedisStreamSource
 mqtt = MqttSource
+kafka = KafkaSource
 
 
 def postgres(dsn: str, table: str, column: str, schema: _pa.Schema | None = None,
@@ -67,8 +71,11 @@ __all__ = [
     "DirectorySource",
     "EventTime",
     "GeneratorSource",
+    "KafkaSource",
     "Keys",
+    "MqttAuth",
     "MqttSource",
+    "NatsAuth",
     "NatsSource",
     "Normal",
     "PostgresTableSource",
@@ -81,6 +88,7 @@ __all__ = [
     "Uniform",
     "directory",
     "generator",
+    "kafka",
     "mqtt",
     "nats",
     "postgres",

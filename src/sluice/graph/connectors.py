@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from sluice.credentials import redact, redacted_repr
 from sluice.errors import PipelineError, SourceError
 from sluice.graph.sinks import SinkSpec
 from sluice.graph.sources import SourceSpec, _check_column_names, spark_compatible
@@ -53,6 +54,55 @@ def _declared_schema(where: str, schema) -> pa.Schema:
 def _text(where: str, name: str, value) -> None:
     if not isinstance(value, str) or not value:
         raise SourceError(f"{where}: {name} must be a non-empty string, got {value!r}")
+
+
+def _auth(where: str, auth, kind: type) -> None:
+    if auth is not None and not isinstance(auth, kind):
+        raise SourceError(f"{where}: auth= must be a {kind.__name__}, got {type(auth).__name__}")
+
+
+@dataclass(frozen=True)
+class NatsAuth:
+    """How a NATS connector proves who it is, besides what its URL carries: a ``user`` and
+    ``password``, a ``token``, or a ``creds_file`` (a NATS ``.creds`` file: JWT and NKey
+    seed). ``password`` and ``token`` may name their value instead of holding it,
+    ``${env:NAME}`` or ``${file:/path}`` (see ``sluice.credentials``): it is read only when
+    the connector connects."""
+
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    creds_file: str | None = None
+
+    def connect_options(self) -> dict:
+        """Keyword arguments of ``nats.connect``."""
+        from sluice.credentials import resolve
+
+        out: dict = {}
+        if self.user is not None:
+            out["user"] = self.user
+        if self.password is not None:
+            out["password"] = resolve(self.password, "NATS password")
+        if self.token is not None:
+            out["token"] = resolve(self.token, "NATS token")
+        if self.creds_file is not None:
+            out["user_credentials"] = self.creds_file
+        return out
+
+
+@dataclass(frozen=True)
+class MqttAuth:
+    """How an MQTT source logs in and protects the connection: ``username`` and
+    ``password`` (the password may be ``${env:NAME}`` or ``${file:/path}``, read only when
+    connecting), and TLS: ``tls=True`` verifies the broker against the system's CAs, or
+    against ``ca_file``; ``cert_file`` and ``key_file`` present a client certificate."""
+
+    username: str | None = None
+    password: str | None = None
+    tls: bool = False
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,19 +144,22 @@ class NatsSource(ConnectorSource):
 
     stream: str
     url: str = "nats://127.0.0.1:4222"
+    auth: NatsAuth | None = None
 
     def __init__(self, stream: str, schema: pa.Schema, *, url: str = "nats://127.0.0.1:4222",
+                 auth: NatsAuth | None = None,
                  event_time: str | None = None, watermark_delay: float = 0.0,
                  max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S):
         where = f"NatsSource({stream!r})"
         _text(where, "stream", stream)
-        self._init(where, schema, stream=stream, url=url, event_time=event_time,
+        _auth(where, auth, NatsAuth)
+        self._init(where, schema, stream=stream, url=url, auth=auth, event_time=event_time,
                    watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch,
                    patience_s=patience_s)
 
     @property
     def broker(self) -> str:
-        return f"NATS JetStream at {self.url} (stream {self.stream!r})"
+        return f"NATS JetStream at {redact(self.url)} (stream {self.stream!r})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,7 +186,7 @@ class RedisStreamSource(ConnectorSource):
 
     @property
     def broker(self) -> str:
-        return f"Redis at {self.url} (stream {self.key!r})"
+        return f"Redis at {redact(self.url)} (stream {self.key!r})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,9 +205,11 @@ class MqttSource(ConnectorSource):
     client_id: str
     host: str = "127.0.0.1"
     port: int = 1883
+    auth: MqttAuth | None = None
 
     def __init__(self, topics, schema: pa.Schema, *, client_id: str, host: str = "127.0.0.1",
-                 port: int = 1883, event_time: str | None = None, watermark_delay: float = 0.0,
+                 port: int = 1883, auth: MqttAuth | None = None,
+                 event_time: str | None = None, watermark_delay: float = 0.0,
                  max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S):
         topics = (topics,) if isinstance(topics, str) else tuple(topics)
         where = f"MqttSource({list(topics)!r})"
@@ -163,7 +218,8 @@ class MqttSource(ConnectorSource):
         for topic in topics:
             _text(where, "a topic", topic)
         _text(where, "client_id (it names the persistent session)", client_id)
-        self._init(where, schema, topics=topics, client_id=client_id, host=host, port=int(port),
+        _auth(where, auth, MqttAuth)
+        self._init(where, schema, topics=topics, client_id=client_id, host=host, port=int(port), auth=auth,
                    event_time=event_time, watermark_delay=watermark_delay,
                    max_rows_per_batch=max_rows_per_batch, patience_s=patience_s)
 
@@ -197,7 +253,7 @@ class PostgresTableSource(ConnectorSource):
 
     @property
     def broker(self) -> str:
-        return f"PostgreSQL at {self.dsn!r} (table {self.table!r})"
+        return f"PostgreSQL at {redact(repr(self.dsn))} (table {self.table!r})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,7 +292,7 @@ class PostgresSink(SinkSpec):
 
     @property
     def target(self) -> str:
-        return f"PostgreSQL at {self.dsn!r} (table {self.table!r})"
+        return f"PostgreSQL at {redact(repr(self.dsn))} (table {self.table!r})"
 
 
 @dataclass(frozen=True)
@@ -258,7 +314,7 @@ class RedisSink(SinkSpec):
 
     @property
     def target(self) -> str:
-        return f"Redis at {self.url} ({'hashes' if self.key else 'stream'} {self.name!r})"
+        return f"Redis at {redact(self.url)} ({'hashes' if self.key else 'stream'} {self.name!r})"
 
 
 @dataclass(frozen=True)
@@ -272,6 +328,7 @@ class NatsSink(SinkSpec):
     url: str = "nats://127.0.0.1:4222"
     patience_s: float = DEFAULT_PATIENCE_S
     kind: str = "nats"
+    auth: NatsAuth | None = None
 
     def __post_init__(self) -> None:
         if not self.subject:
@@ -279,10 +336,15 @@ class NatsSink(SinkSpec):
 
     @property
     def target(self) -> str:
-        return f"NATS JetStream at {self.url} (subject {self.subject!r})"
+        return f"NATS JetStream at {redact(self.url)} (subject {self.subject!r})"
 
 
 CONNECTOR_SINKS = (PostgresSink, RedisSink, NatsSink)
+
+# a spec's repr (in errors, logs, a debugger) shows its address, never its password
+for _spec in (NatsSource, RedisStreamSource, MqttSource, PostgresTableSource, *CONNECTOR_SINKS,
+              NatsAuth, MqttAuth):
+    redacted_repr(_spec)
 
 
 # the sinks that write to a server (and retry while it is away, for patience_s)

@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from sluice.credentials import redact
 from sluice.runtime import files
 
 PLANS = "plans"
@@ -61,7 +62,7 @@ class Checkpoint:
         self._base = ""
 
     def __repr__(self) -> str:
-        return f"Checkpoint({self.uri!r})"
+        return redact(f"Checkpoint({self.uri!r})")
 
     def __str__(self) -> str:
         return self.uri

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
+from sluice.credentials import redact
 from sluice.runtime.files import filesystem
 from sluice.runtime.planlog import PlanLog
 
@@ -278,7 +279,7 @@ class JobView:
         new = [b for b in self.batches if (b["batch_id"] or 0) > since][-max_batches:]
         latest = self.raw_latest or {}
         return {
-            "checkpoint": self.checkpoint,
+            "checkpoint": redact(self.checkpoint),
             "batches": new,
             "decisions": self.decisions[-max_decisions:],
             "constraints": self.constraints(),

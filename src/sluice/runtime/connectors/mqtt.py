@@ -32,7 +32,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from sluice.graph.connectors import MqttSource
+from sluice.credentials import resolve
+from sluice.graph.connectors import MqttAuth, MqttSource
 from sluice.runtime.connectors.payloads import parse_json
 from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
 from sluice.runtime.files import filesystem, list_files, read_bytes, write_atomic
@@ -118,6 +119,7 @@ class Session:
         self.client.on_message = self._on_message
         self.client.on_connect_fail = lambda client, userdata: self._failed("connection refused or timed out")
         self.client.reconnect_delay_set(1, 2)
+        _log_in(self.client, spec.auth)
         properties = Properties(PacketTypes.CONNECT)
         properties.SessionExpiryInterval = NEVER_EXPIRES
         properties.ReceiveMaximum = RECEIVE_MAXIMUM
@@ -162,6 +164,17 @@ class Session:
             for mid, qos in zip(mids, qoss):  # journaled: now the broker may forget them
                 if qos > 0:
                     self.client.ack(mid, qos)
+
+
+def _log_in(client, auth: MqttAuth | None) -> None:
+    """The source's user name, password and TLS settings, set on the client before it connects."""
+    if auth is None:
+        return
+    if auth.username is not None:
+        password = resolve(auth.password, "MQTT password") if auth.password is not None else None
+        client.username_pw_set(auth.username, password)
+    if auth.tls or auth.ca_file or auth.cert_file:
+        client.tls_set(ca_certs=auth.ca_file, certfile=auth.cert_file, keyfile=auth.key_file)
 
 
 _SESSIONS: dict[tuple, Session] = {}

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sluice.errors import SinkError, SourceError
-from sluice.graph.connectors import NatsSink, NatsSource
+from sluice.credentials import redact, resolve
+from sluice.errors import ConfigError, SinkError, SourceError
+from sluice.graph.connectors import NatsAuth, NatsSink, NatsSource
 from sluice.runtime.connectors.aio import shared_loop
 from sluice.runtime.connectors.payloads import parse_json, rows_as_json
 from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
@@ -30,7 +31,7 @@ CALL_TIMEOUT_S = 30
 PUBLISH_WINDOW = 2000  # publishes awaiting their acknowledgement at once
 
 
-async def connect(url: str):
+async def connect(url: str, auth: NatsAuth | None = None):
     """A connection to ``url``, or BrokerDown. nats-py retries a refused first connection
     for ever (and logs each try), so the server is probed first and the connect is bounded."""
     import nats
@@ -43,8 +44,11 @@ async def connect(url: str):
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
         writer.close()
         return await asyncio.wait_for(
-            nats.connect(url, connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False,
-                         max_reconnect_attempts=0, error_cb=quiet), 2 * CONNECT_TIMEOUT_S)
+            nats.connect(resolve(url, "NATS URL"), connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False,
+                         max_reconnect_attempts=0, error_cb=quiet, **(auth.connect_options() if auth else {})),
+            2 * CONNECT_TIMEOUT_S)
+    except ConfigError:
+        raise
     except Exception as e:
         raise BrokerDown(f"cannot connect to {url}: {type(e).__name__}: {e}") from None
 
@@ -59,8 +63,8 @@ def _host_port(url: str) -> tuple[str, int]:
 class Connection:
     """One connection to a NATS server, made again after the server went away."""
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self, url: str, auth: NatsAuth | None = None):
+        self.url, self.auth = url, auth
         self.nc: Any = None  # the nats client, connected on first use
 
     async def jetstream(self):
@@ -68,7 +72,7 @@ class Connection:
             if self.nc is not None:
                 with contextlib.suppress(Exception):
                     await self.nc.close()
-            self.nc = await connect(self.url)
+            self.nc = await connect(self.url, self.auth)
         return self.nc.jetstream()
 
     async def call(self, work):
@@ -98,7 +102,7 @@ class NatsStreamReader(ConnectorStreamReader):
 
     def _connection(self) -> Connection:
         if getattr(self, "_conn", None) is None:
-            self._conn = Connection(self.spec.url)
+            self._conn = Connection(self.spec.url, self.spec.auth)
         return self._conn
 
     def _run(self, work):
@@ -108,7 +112,7 @@ class NatsStreamReader(ConnectorStreamReader):
             return shared_loop().run(self._connection().call(work), CALL_TIMEOUT_S)
         except nats.js.errors.NotFoundError:
             raise SourceError(f"source {self.name!r}: no stream {self.spec.stream!r} at "
-                              f"{self.spec.url}") from None
+                              f"{redact(self.spec.url)}") from None
 
     def first_position(self) -> int:
         return 0
@@ -158,7 +162,7 @@ class NatsWriter:
 
     def __init__(self, spec: NatsSink):
         self.spec = spec
-        self.connection = Connection(spec.url)
+        self.connection = Connection(spec.url, spec.auth)
 
     def write(self, table: pa.Table, batch_id: int, job: str) -> None:
         messages = rows_as_json(table)

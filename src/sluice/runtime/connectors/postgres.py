@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
+from sluice.credentials import redact, resolve
 from sluice.errors import SinkError, SourceError
 from sluice.graph.connectors import PostgresSink, PostgresTableSource
 from sluice.graph.sources import spark_compatible
@@ -40,7 +41,7 @@ def connect(dsn: str):
     import psycopg
 
     try:
-        return psycopg.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S, autocommit=True)
+        return psycopg.connect(resolve(dsn, "PostgreSQL DSN"), connect_timeout=CONNECT_TIMEOUT_S, autocommit=True)
     except psycopg.OperationalError as e:
         raise BrokerDown(f"cannot connect to {dsn!r}: {str(e).strip()}") from None
 
@@ -81,7 +82,7 @@ def table_schema(dsn: str, table: str) -> pa.Schema:
             " AND table_schema = coalesce(nullif(%s, ''), current_schema()) ORDER BY ordinal_position",
             (name, schema)).fetchall()
     if not rows:
-        raise SourceError(f"PostgreSQL at {dsn!r}: no table {table!r} (pass schema= to read a view)")
+        raise SourceError(f"PostgreSQL at {redact(repr(dsn))}: no table {table!r} (pass schema= to read a view)")
     return spark_compatible(pa.schema([(c, _PG_TO_ARROW.get(t, pa.string())) for c, t in rows]))
 
 
@@ -100,7 +101,7 @@ class PostgresTableReader(ConnectorStreamReader):
             self._conn = None
             raise BrokerDown(f"{self.spec.dsn!r}: {str(e).strip()}") from None
         except psycopg.Error as e:
-            raise SourceError(f"source {self.name!r}: {self.spec.broker}: {str(e).strip()}") from None
+            raise SourceError(f"source {self.name!r}: {self.spec.broker}: {redact(str(e).strip())}") from None
 
     def first_position(self) -> None:
         return None  # below every value
@@ -230,7 +231,7 @@ class PostgresWriter:
             self.conn = None
             raise BrokerDown(f"{self.spec.dsn!r}: {str(e).strip()}") from None
         except psycopg.Error as e:
-            raise SinkError(f"sink {self.spec.target}: {str(e).strip()}") from None
+            raise SinkError(f"sink {self.spec.target}: {redact(str(e).strip())}") from None
 
     def _write(self, table: pa.Table, batch_id: int, job: str) -> None:
         conn = self._connect()

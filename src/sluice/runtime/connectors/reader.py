@@ -38,6 +38,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
+from sluice.credentials import redact
 from sluice.errors import SourceError
 from sluice.graph.sources import INGEST_TS, TIMESTAMP
 from sluice.runtime.connectors.payloads import Parsed
@@ -49,7 +50,11 @@ INGEST_FIELD = pa.field(INGEST_TS, TIMESTAMP)
 
 
 class BrokerDown(Exception):
-    """The broker could not be reached (wraps the client's own error)."""
+    """The broker could not be reached (wraps the client's own error, credentials masked:
+    the message reaches the backlog file and the job's error)."""
+
+    def __init__(self, message: str):
+        super().__init__(redact(message))
 
 
 def now_us() -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from sluice.credentials import resolve
 from sluice.graph.connectors import RedisSink, RedisStreamSource
 from sluice.runtime.connectors.payloads import parse_text_columns, rows_as_text
 from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
@@ -32,7 +33,7 @@ return {#r, r[#r][1]}
 def client(url: str):
     import redis
 
-    return redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S,
+    return redis.Redis.from_url(resolve(url, "Redis URL"), socket_timeout=SOCKET_TIMEOUT_S,
                                 socket_connect_timeout=SOCKET_TIMEOUT_S)
 
 
