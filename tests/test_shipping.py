@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from pathlib import Path
 
 from sluice.runtime.shipping import code_roots, code_zip
 
@@ -52,3 +53,52 @@ def test_a_pipeline_inside_a_package_ships_its_top_package(tmp_path):
 def test_nothing_to_ship_gives_none(tmp_path):
     (tmp_path / "empty").mkdir()
     assert code_zip(str(tmp_path / "empty")) is None
+
+
+def test_shipped_code_never_comes_from_a_directory_others_can_write(tmp_path, monkeypatch):
+    """Another local user who made the shared directory first (open to all) or planted a zip
+    under the name the code hashes to cannot have it run in the executors."""
+    import hashlib
+    import os
+    import stat
+    import tempfile
+
+    from sluice.runtime.shipping import stage_zip
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data = b"PK the real code"
+    shared = tmp_path / f"sluice-code-{os.getuid()}"
+    shared.mkdir()
+    shared.chmod(0o777)  # as a directory another user made for everyone would be
+    planted = shared / f"pipeline-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    planted.write_bytes(b"PK evil code")
+    target = stage_zip(data)
+    assert os.path.dirname(target) != str(shared)
+    assert Path(target).read_bytes() == data
+    mode = os.stat(os.path.dirname(target)).st_mode
+    assert stat.S_IMODE(mode) == 0o700
+
+
+def test_a_planted_zip_in_the_private_directory_is_replaced_not_reused(tmp_path, monkeypatch):
+    import hashlib
+    import os
+    import stat
+    import tempfile
+
+    from sluice.runtime.shipping import stage_zip
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data = b"PK the real code"
+    first = stage_zip(data)
+    directory = os.path.dirname(first)
+    assert directory == str(tmp_path / f"sluice-code-{os.getuid()}")
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(first).st_mode) & 0o077 == 0
+    assert stage_zip(data) == first  # the same bytes: reused
+    with open(first, "wb") as f:
+        f.write(b"PK tampered, same name")
+    assert first == os.path.join(directory, f"pipeline-{hashlib.sha256(data).hexdigest()[:16]}.zip")
+    assert stage_zip(data) == first and Path(first).read_bytes() == data
+    os.remove(first)
+    os.symlink(str(tmp_path / "elsewhere"), first)  # a link under the name is not reused either
+    assert stage_zip(data) == first and not os.path.islink(first) and Path(first).read_bytes() == data

@@ -10,9 +10,11 @@ its ``PYTHONPATH``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
+import stat
 import tempfile
 import zipfile
 
@@ -82,13 +84,58 @@ def ship_code(spark, path: str) -> str | None:
     data = code_zip(path)
     if data is None:
         return None
-    directory = os.path.join(tempfile.gettempdir(), f"sluice-code-{os.getuid()}")
-    os.makedirs(directory, exist_ok=True)
-    target = os.path.join(directory, f"pipeline-{hashlib.sha256(data).hexdigest()[:16]}.zip")
-    if not os.path.exists(target):
-        tmp = f"{target}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
+    target = stage_zip(data)
     spark.sparkContext.addPyFile(target)
     return target
+
+
+def stage_zip(data: bytes) -> str:
+    """A file holding ``data``, in a directory only this user can write, named by its hash.
+
+    Whatever this file holds runs in every executor, so nobody else may have put it there:
+    the directory (``$TMPDIR/sluice-code-<uid>``) must be this user's own, not a link, and
+    closed to others (0700); otherwise a fresh private directory is made for this process.
+    A file found under the name is reused only when its bytes are exactly ``data``."""
+    directory = private_dir(os.path.join(tempfile.gettempdir(), f"sluice-code-{os.getuid()}"))
+    target = os.path.join(directory, f"pipeline-{hashlib.sha256(data).hexdigest()[:16]}.zip")
+    if _holds(target, data):
+        return target
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".pipeline-", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        raise
+    return target
+
+
+def private_dir(path: str) -> str:
+    """``path`` if it is (or can be made) a directory of this user's that no one else can
+    write or read, else a new private temporary directory."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    if _is_private(path):
+        return path
+    return tempfile.mkdtemp(prefix="sluice-code-")  # 0700, a name nobody could foresee
+
+
+def _is_private(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _holds(path: str, data: bytes) -> bool:
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size != len(data):
+            return False
+        with open(path, "rb") as f:
+            return f.read() == data
+    except OSError:
+        return False
