@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.errors import PipelineError
 from sluice.graph.kinds import KEYED, KINDS, NATIVE, PYTHON, OperatorKind, kind_of, names_of
 
 # Operators Spark runs natively (no Python): they become DataFrame expressions.
@@ -16,6 +17,19 @@ PYTHON_KINDS = names_of(PYTHON)
 # Stateful keyed operators: run after an exchange by key group, with state in the store.
 # A "join" has two inputs, the keyed streams of its two sides (sluice.graph.joins).
 KEYED_KINDS = names_of(KEYED)
+
+
+def id_problem(op_id: object) -> str | None:
+    """Why ``op_id`` cannot name an operator, or None. An id names the operator's directories
+    in the checkpoint (``state/<id>``, ``side/<id>``), so it must be one path component:
+    no separators, not ``.`` or ``..``, no control characters."""
+    if not isinstance(op_id, str) or not op_id:
+        return "must be a non-empty string"
+    if op_id in (".", ".."):
+        return "cannot be '.' or '..' (it names a directory in the checkpoint)"
+    if any(c in op_id for c in "/\\") or any(ord(c) < 32 for c in op_id):
+        return "cannot contain '/', '\\' or control characters (it names a directory in the checkpoint)"
+    return None
 
 
 @dataclass
@@ -44,6 +58,9 @@ class Operator:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown operator kind {self.kind!r}")
+        problem = id_problem(self.id)
+        if problem:
+            raise PipelineError(f"operator name {self.id!r} {problem}", self.name, self.location)
 
     @property
     def definition(self) -> OperatorKind:

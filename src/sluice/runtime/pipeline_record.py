@@ -29,6 +29,7 @@ from dataclasses import replace
 from sluice.errors import PipelineChangedError, PlanError
 from sluice.graph import JobGraph
 from sluice.graph.identity import describe, differences, identity_of, legacy_ids, state_record, with_ids
+from sluice.graph.operators import id_problem
 from sluice.plan.physical import adapted_plan, initial_plan
 from sluice.runtime.checkpoint import STATE, Checkpoint
 from sluice.runtime.files import remove_dir
@@ -50,7 +51,7 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
     stored = checkpoint.read_bytes(RECORD)
     latest = plan_log.latest()
     if stored is not None:
-        record = json.loads(stored)
+        record = _parse(checkpoint, stored)
         recorded = record["operators"]
         max_parallelism = record["max_parallelism"]
     elif latest is not None:  # written before pipeline records: the state is under the old ids
@@ -64,16 +65,17 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
             f"asks for {graph.max_parallelism}: keys are hashed to key groups for the life of a checkpoint. "
             f"Nothing was run. Set max_parallelism={max_parallelism}, or run with a new checkpoint.")
     sources = {op.id: type(op.params["spec"]).__name__ for op in graph.sources()}
-    read_before = json.loads(stored).get("sources") if stored is not None else None
+    read_before = record.get("sources") if stored is not None else None
     if read_before is not None and read_before != sources:
         raise PipelineChangedError(
             f"the pipeline's sources changed: the checkpoint {checkpoint} holds the offsets of "
             f"{_named(read_before)}, the pipeline reads {_named(sources)}. A checkpoint cannot add, remove, "
             f"rename or swap sources (Spark's offset log keeps the offsets of the sources it started with). "
             f"Nothing was run. Run with a new checkpoint.")
+    reset = list(dict.fromkeys(reset_state))
+    _check_ids(checkpoint, [*reset, *recorded])
     graph = with_ids(graph, _checkpoint_ids(graph, recorded, legacy=stored is None))
 
-    reset = list(dict.fromkeys(reset_state))
     stateful = {op.id: op for op in graph.operators if op.is_keyed}
     unknown = [name for name in reset if name not in recorded and name not in stateful]
     if unknown:
@@ -106,6 +108,33 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
         done = checkpoint.done_batches()
         fit_plan_log(plan_log, graph, partitions, done[-1] + 1 if done else 0)
     return graph
+
+
+def _parse(checkpoint: Checkpoint, stored: bytes) -> dict:
+    """The pipeline record, or a PipelineChangedError naming the file when it is damaged
+    (cut short by a full disk, edited by hand)."""
+    try:
+        record = json.loads(stored)
+        if (isinstance(record, dict) and isinstance(record.get("operators"), dict)
+                and isinstance(record.get("max_parallelism"), int)):
+            return record
+        why = "it lacks its 'operators' or 'max_parallelism'"
+    except (ValueError, UnicodeDecodeError) as e:
+        why = f"it is not whole JSON ({e})"
+    raise PipelineChangedError(
+        f"{checkpoint.location(RECORD)} is damaged: {why}. Nothing was run. It records which "
+        f"stateful operators the checkpoint holds; restore it from a backup, or run with a new checkpoint.")
+
+
+def _check_ids(checkpoint: Checkpoint, ids: Iterable[str]) -> None:
+    """Every operator id that may become a path under ``state/`` is one path component: a
+    crafted ``pipeline.json`` or ``--reset-state ../x`` must not reach outside the checkpoint."""
+    for op_id in ids:
+        problem = id_problem(op_id)
+        if problem:
+            raise PipelineChangedError(
+                f"operator id {op_id!r} (from reset_state or {checkpoint.location(RECORD)}) {problem}. "
+                f"Nothing was run. If {RECORD} was edited or damaged, restore it or run with a new checkpoint.")
 
 
 def _named(sources: dict[str, str]) -> str:
