@@ -1,6 +1,6 @@
 """The brokers and databases the connector tests talk to, on loopback.
 
-The machine's shared services (PostgreSQL, Redis, NATS with JetStream, Mosquitto) are used
+The machine's shared services (PostgreSQL, Redis, NATS with JetStream, Mosquitto, Kafka) are used
 with names unique to each test run, so parallel runs do not collide; ``.ci/run`` starts any
 that is not running. A test whose service is down FAILS, naming it and how to start it: a
 connector untested because its broker was missing must not pass as green.
@@ -12,6 +12,7 @@ Tests that restart a broker start a private one of their own on a free port
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -26,12 +27,14 @@ PG_DSN = os.environ.get("SLUICE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/
 REDIS_URL = os.environ.get("SLUICE_TEST_REDIS", "redis://127.0.0.1:6379/0")
 NATS_URL = os.environ.get("SLUICE_TEST_NATS", "nats://127.0.0.1:4222")
 MQTT_HOST, MQTT_PORT = "127.0.0.1", 1883
+KAFKA = os.environ.get("SLUICE_TEST_KAFKA", "127.0.0.1:9092")
 
 SERVICES = {
     "PostgreSQL": 5432,
     "Redis": 6379,
     "NATS": 4222,
     "Mosquitto": MQTT_PORT,
+    "Kafka": int(KAFKA.rsplit(":", 1)[1]),
 }
 
 
@@ -160,3 +163,92 @@ def redis_client():
     import redis
 
     return redis.Redis.from_url(REDIS_URL)
+
+
+# --- Kafka ------------------------------------------------------------------------------------------
+
+
+def kafka_admin():
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": KAFKA})
+
+
+def kafka_topic(name: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    kafka_admin().create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+
+
+def kafka_add_partitions(name: str, total: int) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    kafka_admin().create_partitions([NewPartitions(name, total)])[name].result(30)
+
+
+def kafka_delete(*names: str) -> None:
+    for future in kafka_admin().delete_topics(list(names)).values():
+        with contextlib.suppress(Exception):  # never created
+            future.result(30)
+
+
+def kafka_produce(topic: str, payloads: list[bytes], partition: int | None = None) -> list[tuple[int, int]]:
+    """Each payload as one record (to ``partition``, or spread by the client); returns the
+    (partition, offset) of each, in order."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": KAFKA, "linger.ms": 5})
+    where: list = [None] * len(payloads)
+
+    def delivered(error, message, i):
+        assert error is None, error
+        where[i] = (message.partition(), message.offset())
+
+    for i, payload in enumerate(payloads):
+        kwargs = {} if partition is None else {"partition": partition}
+        producer.produce(topic, payload, on_delivery=lambda e, m, i=i: delivered(e, m, i), **kwargs)
+        if i % 10_000 == 9_999:
+            producer.flush()
+    producer.flush()
+    return where
+
+
+def kafka_offsets(topic: str, committed: bool = True) -> dict[int, int]:
+    """partition -> last stable offset (``committed``) or high watermark."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = kafka_admin()
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in meta.partitions},
+                                 isolation_level=level, request_timeout=10)
+    return {tp.partition: f.result().offset for tp, f in futures.items()}
+
+
+def kafka_records(topic: str, committed: bool = True, timeout: float = 30) -> list:
+    """Every record of ``topic`` a consumer sees (``read_committed`` or not), as
+    (partition, offset, key, value, headers), in partition and offset order."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    ends = kafka_offsets(topic, committed)
+    consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": "sluice-tests", "enable.auto.commit": False,
+                         "enable.partition.eof": True,
+                         "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+    left = {p for p, end in ends.items() if end > 0}
+    got = []
+    deadline = time.time() + timeout
+    while left and time.time() < deadline:
+        for m in consumer.consume(1000, 0.5):
+            if m.error() is not None:
+                if m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= ends[m.partition()]:
+                    left.discard(m.partition())
+                continue
+            if m.offset() < ends[m.partition()]:
+                got.append((m.partition(), m.offset(), m.key(), m.value(), m.headers()))
+            if m.offset() >= ends[m.partition()] - 1:
+                left.discard(m.partition())
+    consumer.close()
+    assert not left, f"topic {topic}: partitions {left} not read to their end in {timeout} s"
+    return sorted(got, key=lambda r: (r[0], r[1]))

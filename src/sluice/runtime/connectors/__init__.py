@@ -30,6 +30,7 @@ from sluice.graph.connectors import (
     RedisSink,
     RedisStreamSource,
 )
+from sluice.graph.kafka import KafkaSink, KafkaSource
 from sluice.graph.sinks import SinkSpec
 from sluice.runtime.checkpoint import SPARK, Checkpoint
 
@@ -40,9 +41,10 @@ _READERS = {
     RedisStreamSource: ("redis_streams", "RedisStreamReader"),
     MqttSource: ("mqtt", "MqttStreamReader"),
     PostgresTableSource: ("postgres", "PostgresTableReader"),
+    KafkaSource: ("kafka", "KafkaStreamReader"),
 }
 _WRITER_TYPES = {PostgresSink: ("postgres", "PostgresWriter"), RedisSink: ("redis_streams", "RedisWriter"),
-                 NatsSink: ("nats", "NatsWriter")}
+                 NatsSink: ("nats", "NatsWriter"), KafkaSink: ("kafka", "KafkaWriter")}
 _WRITERS: dict[SinkSpec, Any] = {}
 _LOCK = threading.Lock()
 
@@ -58,8 +60,8 @@ def reader_type(spec) -> type | None:
     return _load(where) if where else None
 
 
-def is_connector_sink(spec: SinkSpec) -> TypeGuard[ConnectorSink]:
-    return isinstance(spec, CONNECTOR_SINKS)
+def is_connector_sink(spec: SinkSpec) -> TypeGuard[ConnectorSink | KafkaSink]:
+    return isinstance(spec, (*CONNECTOR_SINKS, KafkaSink))
 
 
 def job_id(checkpoint: str | Checkpoint) -> str:
@@ -75,7 +77,7 @@ def job_id(checkpoint: str | Checkpoint) -> str:
     return checkpoint.uri
 
 
-def write(spec: ConnectorSink, table: pa.Table, batch_id: int, checkpoint: str | Checkpoint) -> None:
+def write(spec: ConnectorSink | KafkaSink, table: pa.Table, batch_id: int, checkpoint: str | Checkpoint) -> None:
     """Write ``table`` (user columns) to a connector sink for ``batch_id``; connections are
     kept per sink for the next batch. While the server is unreachable the write is retried
     (it is idempotent), for at most ``spec.patience_s``."""
