@@ -95,9 +95,17 @@ class Controller:
                 self.replace_policies(swap.policies, metrics.batch_id, swap.source)
         view = self.view(metrics.batch_id, plan)
         proposals = []
-        for policy in self.policies:
-            for action in policy.propose(view):
-                proposals.append(_signed(action, policy.name))
+        for policy in list(self.policies):
+            try:
+                proposed = [_signed(action, policy.name) for action in policy.propose(view)]
+                notes = list(policy.drain_notes())
+            except Exception as exc:  # a policy's bug must never stop the job
+                self._disable(metrics.batch_id, policy, exc)
+                continue
+            proposals.extend(proposed)
+            for note in notes:  # proposals a policy held back itself, and why
+                self.log.append({"type": "held", "batch_id": metrics.batch_id, "time": round(time.time(), 3),
+                                 "policy": policy.name, **note})
         verdict = self.arbiter.arbitrate(proposals, metrics.batch_id, self.qos, self._in_force(plan))
         new_plan = None
         escalating = set()
@@ -127,6 +135,16 @@ class Controller:
             if name not in escalating:  # the bound holds again, or can: say so once
                 self._end_escalation(metrics.batch_id, name)
         return new_plan
+
+    def _disable(self, batch_id: int, policy: Policy, exc: BaseException) -> None:
+        """A policy raised (a division by zero, a guard that exhausts memory): it is dropped
+        for the rest of the run, the job goes on with the others, and the decision log says
+        which policy failed and how (``sluice control`` swaps in mended policies)."""
+        self.policies.remove(policy)
+        reason = f"policy failed and is disabled for this run: {type(exc).__name__}: {exc}"[:2000]
+        self.log.append({"type": "policy_failed", "batch_id": batch_id, "time": round(time.time(), 3),
+                         "policy": policy.name, "reason": reason})
+        log.error("batch %d: %s %s", batch_id, policy.name, reason)
 
     def replace_policies(self, policies: list[Policy], batch_id: int, source: str = "replace_policies") -> None:
         """Put ``policies`` in force from now on (after batch ``batch_id``: what they propose
