@@ -92,12 +92,13 @@ def _executor(sources_: list[tuple[str, str | None]], seen: dict[str, int]):
     """A BatchExecutor with just what ``_watermark`` reads (no Spark)."""
     from sluice.graph.operators import Operator
     from sluice.runtime.compile import SourceInfo
+    from sluice.runtime.event_time import EventClock
     from sluice.runtime.executor import BatchExecutor
 
     executor = object.__new__(BatchExecutor)
     executor.sources = [SourceInfo(Operator(name, "source", name), i, time, 100)
                         for i, (name, time) in enumerate(sources_)]
-    executor.max_event_us = dict(seen)
+    executor.clock = EventClock(max_event_us=dict(seen))
     return executor
 
 

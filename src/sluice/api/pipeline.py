@@ -34,8 +34,12 @@ class Pipeline:
     def name(self) -> str:
         return self.graph.name
 
-    def source(self, spec: Any, *, name: str | None = None) -> Stream:
+    def source(self, spec: Any, *, name: str | None = None, idle_timeout=None) -> Stream:
         """Add a source (see :mod:`sluice.sources`) and return its stream.
+
+        ``idle_timeout`` (seconds or a string like ``"30s"``): once the source has sent no
+        record for this long, it stops holding the event-time watermark back, so windows fed
+        by other sources (or by what it sent before) close (``docs/event-time.md``).
 
         >>> import sluice
         >>> from sluice import sources as S
@@ -48,7 +52,12 @@ class Pipeline:
             raise PipelineError(f"source needs a source spec (sluice.sources.*), got {spec!r}", name or "source",
                                 user_location())
         op_id = name or self.graph.new_id("source")
-        op = self.graph.add(Operator(id=op_id, kind="source", name=op_id, params={"spec": spec},
+        params: dict[str, Any] = {"spec": spec}
+        if idle_timeout is not None:
+            from sluice.graph.windows import parse_duration
+
+            params["idle_timeout_us"] = parse_duration(idle_timeout, f"source {op_id!r}: idle_timeout")
+        op = self.graph.add(Operator(id=op_id, kind="source", name=op_id, params=params,
                                      schema=spec.schema(), location=user_location()))
         return Stream(self, op)
 

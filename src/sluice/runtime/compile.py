@@ -61,6 +61,10 @@ class SourceInfo:
     # the source's stream reader when it is opened by splits (``sources.splits``): the
     # batch's rows are then its splits, and this reader reads their records in a task
     splits_reader: Any = None
+    # without records this long (microseconds), the source stops holding the watermark back
+    idle_timeout_us: int | None = None
+    # Sluice reads it (not a Spark source of the user's): it can plan batches without input
+    ticks: bool = False
 
 
 @dataclass(frozen=True)

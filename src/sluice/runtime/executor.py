@@ -35,11 +35,11 @@ from sluice.runtime import sinks
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.compile import BatchInputs, BatchLineage, SourceInfo, compile_batch
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
+from sluice.runtime.event_time import EventClock, SourceTime, kernel_queries, processing_time_due
 from sluice.runtime.exchange import prepare_hash_exchange
 from sluice.runtime.executors import executor_infos
 from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
-from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.kernels.windows import LATE
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.planlog import PlanLog
@@ -84,7 +84,9 @@ class BatchExecutor:
         self.accumulator = spark.sparkContext.accumulator({}, MetricsParam())
         self._kernels: dict[tuple, KeyedKernel] = {}  # (operator id, its active function) -> kernel
         self.stores = {op.id: self._store(op) for op in graph.operators if op.is_keyed}
-        self.max_event_us = self._recover_event_times()
+        self.clock = self._recover_clock()
+        self._tick_source = next((src.op.id for src in sources if src.ticks), None)
+        self._tick_pending = False  # a tick request this driver wrote is waiting to be served
         self.last_batch: BatchMetrics | None = None
         self.in_batch = False
         # set by ``stop_after_this_batch``: no batch starts after it (``__call__`` refuses)
@@ -103,20 +105,32 @@ class BatchExecutor:
     def _write_record(self, batch_id: int, what: str, payload: dict) -> None:
         self.checkpoint.write_json(Checkpoint.batch_record(batch_id, what), payload)
 
-    def _recover_event_times(self) -> dict[str, int]:
-        """The latest event time seen per source, as of the last batch done. That record
+    @property
+    def max_event_us(self) -> dict[str, int]:
+        """The latest event time seen per source, as of the last batch done."""
+        return self.clock.max_event_us
+
+    def _recover_clock(self) -> EventClock:
+        """What the watermark is computed from, as of the last batch done. That record
         carries the running maximum, so a restart reads one record, not one per batch ever
         run (checkpoints written before it did are read in full)."""
         done = self.checkpoint.done_batches()
         last = (self._read_record(done[-1], "done") or {}) if done else {}
         if "max_event_us_so_far" in last:
-            return {name: int(us) for name, us in last["max_event_us_so_far"].items()}
-        latest: dict[str, int] = {}
-        for batch_id in done:
-            record = self._read_record(batch_id, "done") or {}
-            for name, us in (record.get("max_event_us") or {}).items():
-                latest[name] = max(latest.get(name, us), us)
-        return latest
+            clock = EventClock.from_record(last)
+        else:
+            clock = EventClock()
+            for batch_id in done:
+                record = self._read_record(batch_id, "done") or {}
+                for name, us in (record.get("max_event_us") or {}).items():
+                    clock.max_event_us[name] = max(clock.max_event_us.get(name, us), us)
+        if done and "watermark" not in last:  # recorded before the done record carried it
+            clock.watermark = (self._read_record(done[-1], "start") or {}).get("watermark")
+        return clock
+
+    def _source_times(self) -> list[SourceTime]:
+        return [SourceTime(src.op.id, src.event_time, src.watermark_delay_us, src.idle_timeout_us)
+                for src in self.sources]
 
     def _store(self, op: Operator):
         return KeyGroupStore(self.checkpoint.uri, op.id, self.kernel(op).key_columns)
@@ -137,28 +151,11 @@ class BatchExecutor:
         it, so every execution of the batch, before or after a crash, finds the same ends."""
         return ended_in_offset_log(self.checkpoint.read_bytes(Checkpoint.spark_offsets(batch_id)))
 
-    def _watermark(self, ended: set[str]) -> int | None:
-        """Minimum over event-time sources of (max event time seen so far - delay); an ended
-        source no longer holds it back.
-
-        END_OF_TIME itself means that every source has ended: it then closes processing-time
-        windows too (``kernels.windows.batch_watermark``). While another source still feeds
-        them that must not happen, so ended event-time sources count as one microsecond
-        before it, which closes every event-time window all the same."""
-        if all(src.op.id in ended for src in self.sources):
-            return END_OF_TIME
-        marks = []
-        for src in self.sources:
-            if src.event_time is None:
-                continue
-            if src.op.id in ended:
-                marks.append(END_OF_TIME - 1)
-                continue
-            seen = self.max_event_us.get(src.op.id)
-            if seen is None:
-                return None
-            marks.append(seen - src.watermark_delay_us)
-        return min(marks) if marks else None
+    def _watermark(self, ended: set[str], now_us: int | None = None) -> int | None:
+        """Minimum over event-time sources of (max event time seen so far - delay) for a batch
+        processed at ``now_us``; an ended source, or an idle one, no longer holds it back, and
+        it never goes back (``runtime.event_time``)."""
+        return self.clock.watermark_at(self._source_times(), ended, now_us)
 
     # ---- the batch -------------------------------------------------------------------------
     def __call__(self, df, batch_id: int) -> None:
@@ -198,7 +195,9 @@ class BatchExecutor:
         start = self._read_record(batch_id, "start")
         replay = start is not None
         if start is None:  # first execution
-            watermark = self._watermark(self._ended_sources(batch_id))
+            if self.clock.first_us is None:
+                self.clock.first_us = int(started * MICROS)
+            watermark = self._watermark(self._ended_sources(batch_id), int(started * MICROS))
             start = {"processing_time": int(started * MICROS), "watermark": watermark, "plan": plan.version}
             self._write_record(batch_id, "start", start)
         context = BatchContext(batch_id, 0, start["watermark"], start["processing_time"])
@@ -226,10 +225,11 @@ class BatchExecutor:
         per_op = split_metrics(self.accumulator.value)
         observed = lineage.source_statistics(per_op)
         m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context, state)
-        observed_event_us = self._observed_event_times(observed)  # also advances self.max_event_us
-        self._write_record(batch_id, "done", {"max_event_us": observed_event_us,
-                                              "max_event_us_so_far": dict(self.max_event_us),
+        observed_event_us = self._observed_event_times(observed, m.rows_by_source, start["processing_time"])
+        self.clock.watermark = start["watermark"]
+        self._write_record(batch_id, "done", {"max_event_us": observed_event_us, **self.clock.to_record(),
                                               "rows_by_source": m.rows_by_source})
+        self._request_tick(batch_id, state)
         metrics_log.append(self.checkpoint, m)
         self._compact(batch_id, state)
         lineage.release()
@@ -352,15 +352,68 @@ class BatchExecutor:
             sinks.write_table(self.late_data_sink, pa.Table.from_pylist(late), batch_id, self.spark,
                               checkpoint=self.checkpoint)
 
-    def _observed_event_times(self, observed: dict[str, dict]) -> dict[str, int]:
+    def _observed_event_times(self, observed: dict[str, dict], rows: dict[str, int], processing_time: int
+                              ) -> dict[str, int]:
+        """Each event-time source's latest event time in the batch; advances the clock."""
         out = {}
         for src in self.sources:
-            if src.event_time and src.op.id in observed:
-                value = observed[src.op.id].get("max_event_us")
-                if value is not None:
-                    out[src.op.id] = int(value)
-                    self.max_event_us[src.op.id] = max(self.max_event_us.get(src.op.id, int(value)), int(value))
+            value = observed.get(src.op.id, {}).get("max_event_us") if src.event_time else None
+            if value is not None:
+                out[src.op.id] = int(value)
+            self.clock.saw(src.op.id, out.get(src.op.id), int(rows.get(src.op.id, 0)), processing_time)
         return out
+
+    # ---- batches without new input (``runtime.event_time``, ``sources.ticks``) -------------
+    def _tick_due(self, batch_id: int, state: StateTransaction | None, now_us: int) -> int | None:
+        """When a batch with no new input should follow batch ``batch_id`` (None: none is
+        needed). Only an operator with state that time alone can close asks for one."""
+        timed = [op for op in self.graph.operators if op.is_keyed and self.kernel(op).wants_timers]
+        holding = [op for op in timed if self._has_state(op.id, batch_id, state)]
+        if not holding:
+            return None
+        ended = self._ended_sources(batch_id)
+        if all(src.op.id in ended for src in self.sources):
+            return None  # the end-of-input batch has closed everything
+        sources = self._source_times()
+        due: list[int] = []
+        moved = self._watermark(ended, now_us)
+        if moved is not None and (self.clock.watermark is None or moved > self.clock.watermark):
+            due.append(now_us)  # the watermark moved: emit and evict what it closed
+        idle = self.clock.next_idle_us(sources, ended, now_us)
+        if idle is not None:
+            due.append(idle)
+        for op in holding:
+            at = processing_time_due(kernel_queries(self.kernel(op)), now_us)
+            if at is not None:
+                due.append(at)
+        return min(due) if due else None
+
+    def _has_state(self, op_id: str, batch_id: int, state: StateTransaction | None) -> bool:
+        store = self.stores[op_id]
+        index = state.committed_index(op_id) if state is not None else store.index(before_batch=batch_id + 1)
+        return any(size > 0 for size in store.key_group_sizes(index).values())
+
+    def _request_tick(self, batch_id: int, state: StateTransaction | None = None) -> None:
+        """Ask the sources for a batch without new input when one is due after ``batch_id``,
+        or cancel a request no longer needed (a batch with data has just run instead)."""
+        from sluice.runtime.sources.ticks import TickRequest, request_tick
+
+        if self._tick_source is None:
+            return
+        due = self._tick_due(batch_id, state, time.time_ns() // 1000)
+        if due is None and not self._tick_pending:
+            return
+        request_tick(self.checkpoint.sources, self._tick_source, TickRequest(batch_id, due))
+        self._tick_pending = due is not None
+
+    def recover_ticks(self) -> None:
+        """On a (re)start: if the last batch done left something due (a watermark it moved,
+        a source about to be idle, processing-time windows), ask for the batch that acts on
+        it, as the run before would have. A request already served is not served again."""
+        done = self.checkpoint.done_batches()
+        if done:
+            self._tick_pending = True  # whatever a crashed run left in the file is replaced
+            self._request_tick(done[-1])
 
     def _metrics(self, batch_id, plan, started, per_op, observed, sink_stats, dead, context,
                  state: StateTransaction) -> BatchMetrics:

@@ -197,6 +197,7 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
     if warmup is not None:
         # done before the query starts: Spark gives the Python process that plans a Python
+    executor.recover_ticks()  # what the last batch done left due runs without waiting for data
         # source 10 s to connect back, and on a loaded machine competing imports can take that
         wait([warmup], timeout=60)
     if rehearsal is not None:
@@ -407,12 +408,15 @@ def _source_infos(graph, spark, checkpoint: Checkpoint) -> list[SourceInfo]:
     for i, op in enumerate(graph.sources()):
         spec = op.params["spec"]
         delay = getattr(spec, "watermark_delay", 0) or 0
-        info = SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS))
+        info = SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS),
+                          idle_timeout_us=op.params.get("idle_timeout_us"), ticks=not isinstance(spec, SparkSource))
         if _opens_by_splits(graph, op):
             info.splits_reader = _stream_reader(spark, spec, op.id, checkpoint)
         infos.append(info)
     return infos
 
+
+    from sluice.graph.sources import SparkSource
 
 def _opens_by_splits(graph, source) -> bool:
     """Whether a source is opened by splits, its records read by the Python chain after it

@@ -32,6 +32,7 @@ from sluice.runtime.sources.directory import DirectoryStreamReader
 from sluice.runtime.sources.generator import GeneratorStreamReader
 from sluice.runtime.sources.replay import ReplayStreamReader
 from sluice.runtime.sources.splits import SPLIT_SCHEMA, SplitStreamReader, reads_anywhere
+from sluice.runtime.sources.ticks import TickingReader
 
 FORMAT = "sluice"
 
@@ -101,7 +102,9 @@ class SluiceDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         reader = stream_reader(self._spec(), self.options["name"], self.options["control_dir"],
                                int(self.options.get("parallelism", "2")), self.options.get("dead_letters") or None)
-        return SplitStreamReader(reader) if self._by_splits() else reader
+        # ticks: batches without new input when the executor asks for one (``sources.ticks``)
+        return TickingReader(SplitStreamReader(reader) if self._by_splits() else reader, self.options["control_dir"],
+                             self.options["name"])
 
 
 def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_letters: str | None = None,
