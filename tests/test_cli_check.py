@@ -59,7 +59,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
             rc = 99
         sys.exit(rc)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert "PYSPARK IMPORTED" not in out.stderr, out.stderr
     return out.returncode, out.stdout, out.stderr
 
@@ -167,6 +167,6 @@ def test_status_piped_into_head_ends_quietly(tmp_path):
     decision = {"batch_id": 1, "policy": "batch_sizing", "action": "max_rows 1000", "reason": "the bound holds"}
     (checkpoint / "decisions.jsonl").write_text("\n".join(json.dumps(decision) for _ in range(20_000)) + "\n")
     proc = subprocess.run(f"{sys.executable} -m sluice status {checkpoint} --decisions 20000 | head -1",
-                          shell=True, capture_output=True, text=True, timeout=60)
+                          shell=True, check=False, capture_output=True, text=True, timeout=60)
     assert proc.stdout.startswith("job checkpoint")
     assert proc.stderr == ""

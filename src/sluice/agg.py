@@ -1,6 +1,21 @@
 """Aggregates for ``KeyedStream.aggregate`` and windows: ``count``, ``sum``, ``min``, ``max``,
-``mean`` and ``udaf(create, add, merge, result)``."""
+``mean``, ``count_distinct``, ``approx_count_distinct`` (HyperLogLog), ``approx_percentile``
+(DDSketch), ``first``, ``last`` and ``udaf(create, add, merge, result)``."""
 
-from sluice.graph.aggregates import Aggregate, count, max, mean, min, sum, udaf
+from sluice.graph.aggregates import (
+    Aggregate,
+    approx_count_distinct,
+    approx_percentile,
+    count,
+    count_distinct,
+    first,
+    last,
+    max,
+    mean,
+    min,
+    sum,
+    udaf,
+)
 
-__all__ = ["Aggregate", "count", "max", "mean", "min", "sum", "udaf"]
+__all__ = ["Aggregate", "approx_count_distinct", "approx_percentile", "count", "count_distinct", "first", "last", "max",
+           "mean", "min", "sum", "udaf"]

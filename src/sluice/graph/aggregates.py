@@ -1,6 +1,8 @@
 """Aggregate functions a keyed or windowed stream can compute.
 
-Built-ins (count, sum, min, max, mean) are vectorized by the runtime over Arrow. A
+Built-ins (count, sum, min, max, mean) are vectorized by the runtime over Arrow;
+count_distinct, approx_count_distinct, approx_percentile, first and last are built on the
+user-defined aggregate's four functions with vectorized accumulators (``graph.sketches``). A
 user-defined aggregate is given the classic way, as four functions over *accumulators*:
 ``create() -> acc``, ``add(acc, values) -> acc`` (``values`` is a pyarrow Array of one key's
 new values, so the function can be vectorized), ``merge(acc, acc) -> acc`` and
@@ -14,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from sluice.errors import PipelineError
 
 BUILTIN = ("count", "sum", "min", "max", "mean")
-NUMERIC_AGGREGATES = ("sum", "mean")  # need a numeric column
+NUMERIC_AGGREGATES = ("sum", "mean", "approx_percentile")  # need a numeric column
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,13 @@ class UserAggregate(Aggregate):
     merge: Callable[[Any, Any], Any]
     result: Callable[[Any], Any]
     result_type: Any = None  # pyarrow DataType of the result (default float64)
+    same_type: bool = False  # the result has the input column's type (first, last)
+
+    def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
+        """The type of the result over a column of ``input_type``."""
+        if self.same_type and input_type is not None:
+            return input_type
+        return self.result_type or pa.float64()
 
 
 def count(column: str | None = None) -> Aggregate:
@@ -123,10 +134,98 @@ def udaf(
     >>> spread.kind, spread.column
     ('udaf', 'kwh')
     """
+    from sluice.api.stream import user_location
+    from sluice.graph.schemas import to_arrow_type
+
+    where = f"agg.udaf over {column!r} at {user_location()}"
     for name, fn in (("create", create), ("add", add), ("merge", merge), ("result", result)):
         if not callable(fn):
-            raise PipelineError(f"udaf over {column!r}: {name} must be callable, got {fn!r}")
+            raise PipelineError(f"{where}: {name} must be callable, got {fn!r}")
+    if result_type is not None:
+        result_type = to_arrow_type(result_type, f"{where}: result_type: ")
     return UserAggregate(column=column, create=create, add=add, merge=merge, result=result, result_type=result_type)
+
+
+def count_distinct(column: str) -> Aggregate:
+    """Exact number of distinct non-null values of ``column``, as int64. The distinct values
+    are kept per key (per pane in a window) in the key-group store: memory grows with them;
+    :func:`approx_count_distinct` takes a fixed 4 KiB.
+
+    >>> from sluice import agg
+    >>> agg.count_distinct("user").column
+    'user'
+    """
+    from sluice.graph import sketches as sk
+
+    return UserAggregate(kind="count_distinct", column=column, create=sk.distinct_create, add=sk.distinct_add,
+                         merge=sk.distinct_merge, result=sk.distinct_result, result_type=pa.int64())
+
+
+def approx_count_distinct(column: str, precision: int = 12) -> Aggregate:
+    """Approximate number of distinct non-null values of ``column`` (HyperLogLog), as int64:
+    relative standard error 1.04 / sqrt(2**precision), 1.6 % at the default 12, in
+    2**precision bytes per key. Sketches merge across batches, panes and restarts exactly as
+    one sketch of all the values would.
+
+    >>> from sluice import agg
+    >>> agg.approx_count_distinct("user").kind
+    'approx_count_distinct'
+    """
+    from sluice.graph import sketches as sk
+
+    if not (isinstance(precision, int) and 4 <= precision <= 18):
+        raise PipelineError(f"approx_count_distinct({column!r}): precision must be an integer from 4 to 18, got {precision!r}")
+    return UserAggregate(kind="approx_count_distinct", column=column, create=sk.SketchFactory("hll", precision),
+                         add=sk.hll_add, merge=sk.hll_merge, result=sk.hll_result, result_type=pa.int64())
+
+
+def approx_percentile(column: str, q: float, relative_accuracy: float = 0.01) -> Aggregate:
+    """Approximate ``q`` quantile (0 <= q <= 1; 0.95 is the 95th percentile) of the non-null
+    values of a numeric ``column``, as float64 (DDSketch): the value of rank
+    floor(q * (n - 1)) within ``relative_accuracy`` (1 % by default) of it, whatever the
+    distribution. Sketches merge across batches, panes and restarts.
+
+    >>> from sluice import agg
+    >>> agg.approx_percentile("latency_ms", 0.99).kind
+    'approx_percentile'
+    """
+    from sluice.graph import sketches as sk
+
+    if not (isinstance(q, (int, float)) and 0 <= q <= 1):
+        raise PipelineError(f"approx_percentile({column!r}): q must be between 0 and 1 (0.95 for the 95th), got {q!r}")
+    if not (isinstance(relative_accuracy, float) and 0 < relative_accuracy < 1):
+        raise PipelineError(f"approx_percentile({column!r}): relative_accuracy must be in (0, 1), got {relative_accuracy!r}")
+    return UserAggregate(kind="approx_percentile", column=column, create=sk.SketchFactory("dd", relative_accuracy),
+                         add=sk.ddsketch_add, merge=sk.ddsketch_merge, result=sk.Percentile(float(q)),
+                         result_type=pa.float64())
+
+
+def first(column: str) -> Aggregate:
+    """The first non-null value of ``column`` a key received, in the column's type (in a
+    window: the first of its earliest pane that has one).
+
+    >>> from sluice import agg
+    >>> agg.first("page").kind
+    'first'
+    """
+    from sluice.graph import sketches as sk
+
+    return UserAggregate(kind="first", column=column, create=sk.extreme_create, add=sk.first_add,
+                         merge=sk.first_merge, result=sk.extreme_result, same_type=True)
+
+
+def last(column: str) -> Aggregate:
+    """The last non-null value of ``column`` a key received, in the column's type (in a
+    window: the last of its latest pane that has one).
+
+    >>> from sluice import agg
+    >>> agg.last("page").kind
+    'last'
+    """
+    from sluice.graph import sketches as sk
+
+    return UserAggregate(kind="last", column=column, create=sk.extreme_create, add=sk.last_add,
+                         merge=sk.last_merge, result=sk.extreme_result, same_type=True)
 
 
 def parse(spec: Aggregate | tuple | str, output_name: str) -> Aggregate:

@@ -113,6 +113,16 @@ def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     return [(f.name, f.type) for f in a] == [(f.name, f.type) for f in b]
 
 
+def sum_type(col_type: pa.DataType | None) -> pa.DataType:
+    """A sum's type: int64 over integers, a decimal of the column's scale and the widest
+    precision over decimals (exact: money stays cents), float64 otherwise."""
+    if col_type is not None and pa.types.is_integer(col_type):
+        return pa.int64()
+    if col_type is not None and pa.types.is_decimal(col_type):
+        return pa.decimal128(38, col_type.scale)
+    return pa.float64()
+
+
 def aggregate_output_schema(keys: list[str], aggregates: dict[str, Aggregate], schema: pa.Schema | None,
                             op: Any = None) -> pa.Schema | None:
     """Keys, then one column per aggregate, typed from its input column; ``op`` names the
@@ -139,13 +149,13 @@ def aggregate_output_schema(keys: list[str], aggregates: dict[str, Aggregate], s
             if not orderable:
                 raise error(f"aggregate {name!r}: {agg.kind} cannot order {agg.column!r} of type {col_type}")
         if isinstance(agg, UserAggregate):
-            out_type = agg.result_type or pa.float64()
+            out_type = agg.output_type(col_type)
         elif agg.kind == "count":
             out_type = pa.int64()
         elif agg.kind == "mean":
             out_type = pa.float64()
         elif agg.kind == "sum":
-            out_type = pa.int64() if col_type is not None and pa.types.is_integer(col_type) else pa.float64()
+            out_type = sum_type(col_type)
         else:  # min, max
             out_type = col_type
         fields.append(pa.field(name, out_type))

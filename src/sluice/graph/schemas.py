@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 
 from sluice.errors import PipelineError
@@ -14,7 +16,9 @@ _TYPES = {
     "bool": pa.bool_(), "boolean": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
     "binary": pa.binary(),
+    "date": pa.date32(),
 }
+_DECIMAL = re.compile(r"(?:decimal|numeric)\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 
 def to_arrow_type(t, where: str = "") -> pa.DataType:
@@ -22,9 +26,16 @@ def to_arrow_type(t, where: str = "") -> pa.DataType:
         return t
     if isinstance(t, type):
         t = {int: "int64", float: "float64", str: "string", bool: "bool", bytes: "binary"}.get(t, t)
-    if isinstance(t, str) and t.lower() in _TYPES:
-        return _TYPES[t.lower()]
-    raise PipelineError(f"{where}unknown type {t!r}; use a pyarrow type or one of {sorted(_TYPES)}")
+    if isinstance(t, str) and t.strip().lower() in _TYPES:
+        return _TYPES[t.strip().lower()]
+    decimal = _DECIMAL.fullmatch(t.strip().lower()) if isinstance(t, str) else None
+    if decimal:
+        precision, scale = int(decimal.group(1)), int(decimal.group(2))
+        if not 1 <= precision <= 38 or scale > precision:
+            raise PipelineError(f"{where}{t!r}: a decimal needs 1 <= precision <= 38 and scale <= precision")
+        return pa.decimal128(precision, scale)
+    raise PipelineError(f"{where}unknown type {t!r}; use a pyarrow type or one of {sorted(_TYPES)} "
+                        f"or 'decimal(precision, scale)'")
 
 
 def as_schema(schema, where: str = "") -> pa.Schema | None:

@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from sluice.errors import PipelineError, SchemaError
 from sluice.graph import aggregates as agg_mod
-from sluice.graph.aggregates import Aggregate, UserAggregate
+from sluice.graph.aggregates import NUMERIC_AGGREGATES, Aggregate, UserAggregate
 
 MICROS_PER_SECOND = 1_000_000
 
@@ -425,7 +425,9 @@ def aggregate_output_type(agg: Aggregate, input_schema: pa.Schema) -> pa.DataTyp
     if agg.kind == "count":
         return pa.int64()
     if isinstance(agg, UserAggregate):
-        return agg.result_type or pa.float64()
+        if agg.kind in NUMERIC_AGGREGATES:
+            value_kind(agg.column, input_schema.field(agg.column).type, "mean")  # a numeric column
+        return agg.output_type(input_schema.field(agg.column).type if agg.column else None)
     assert agg.column is not None  # only count(*) has none
     if agg.kind == "mean":
         value_kind(agg.column, input_schema.field(agg.column).type, "mean")

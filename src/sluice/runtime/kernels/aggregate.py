@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.graph.aggregates import Aggregate, UserAggregate
-from sluice.graph.kinds import aggregate_output_schema
+from sluice.graph.kinds import aggregate_output_schema, sum_type
 from sluice.runtime.kernels.grouping import state_and_row_ids
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult, TakesCombinedRows
 from sluice.runtime.kernels.window_state import COMBINE_TASK, INGEST, PARTIAL_PREFIX, RECORDS
@@ -34,7 +34,7 @@ def _state_fields(name: str, agg: Aggregate, input_schema: pa.Schema) -> list[pa
     if agg.kind == "count":
         return [pa.field(name, pa.int64())]
     if agg.kind == "sum":
-        return [pa.field(name, pa.int64() if pa.types.is_integer(col_type) else pa.float64())]
+        return [pa.field(name, sum_type(col_type))]
     if agg.kind in ("min", "max"):
         return [pa.field(name, col_type)]
     if agg.kind == "mean":
@@ -45,6 +45,12 @@ def _state_fields(name: str, agg: Aggregate, input_schema: pa.Schema) -> list[pa
 def _combine(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.ChunkedArray:
     """Merge a key's previous partial (null for a new key) with this batch's partial."""
     if kind in ("count", "sum"):
+        if pa.types.is_decimal(old.type) or pa.types.is_decimal(new.type):
+            # decimal sums add exactly, in 256 bits so that two 38-digit sums have room
+            # (the caller casts back to the state's decimal128(38, s), checked)
+            wide = pa.decimal256(60, max(old.type.scale, new.type.scale))
+            zero = pa.scalar(0, pa.int64()).cast(wide)
+            return pc.add(pc.fill_null(old.cast(wide), zero), pc.fill_null(new.cast(wide), zero))
         return pc.add(pc.fill_null(old, 0), pc.fill_null(new, 0))
     fn = pc.min_element_wise if kind == "min" else pc.max_element_wise
     return fn(old, new, skip_nulls=True)

@@ -368,7 +368,7 @@ def finalize(
     if isinstance(agg, UserAggregate):
         name = layout.udaf_field[id(agg)]
         results = [agg.result(acc) for acc in udaf_accs[name]]
-        return pa.array(results, type=agg.result_type or pa.float64())
+        return pa.array(results, type=agg.output_type(layout.input_schema.field(agg.column).type))
     n = combined[f"n:{agg.column}"]
     empty = n == 0
     if agg.kind == "mean":
