@@ -112,6 +112,8 @@ class ConnectorSource(SourceSpec):
 
     schema_: pa.Schema
     patience_s: float = DEFAULT_PATIENCE_S
+    # columns declared ``nullable=False``: a message without a value for one is a dead letter
+    required: tuple = ()
 
     @property
     def broker(self) -> str:
@@ -126,6 +128,7 @@ class ConnectorSource(SourceSpec):
         for name, value in values.items():
             set_(name, value)
         set_("schema_", _declared_schema(where, schema))
+        set_("required", tuple(f.name for f in schema if not f.nullable))
         self._validate_common(where)
         self._validate_event_time(where, self.schema_)
         if not self.patience_s > 0:

@@ -16,8 +16,11 @@ file every time a batch is planned (``sources.admission.admission_cap``), and th
 (messages at the broker not yet admitted) is reported to the backlog file and to Spark's
 progress (``reportLatestOffset``).
 
-A message that does not parse as the schema goes to the dead-letter channel of the batch
-reading it (the batch id is Spark's local property, as for the directory source), in one
+A message that does not parse as the schema, that has none of its columns (``{}``, an
+entry without any declared field), or that lacks a column declared ``nullable=False``, goes
+to the dead-letter channel of the batch reading it (its payload as text, or as
+``{"payload_base64": ...}`` when it is not UTF-8, so it can be replayed byte for byte; the
+batch id is Spark's local property, as for the directory source), in one
 file per partition that a replay replaces; the driver forwards it to the dead-letter sink.
 
 A broker that is down does not fail the job at once: planning admits nothing while it is
@@ -27,6 +30,7 @@ with a ``SourceError`` naming the broker and its address.
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -55,6 +59,50 @@ class BrokerDown(Exception):
 
     def __init__(self, message: str):
         super().__init__(redact(message))
+
+
+def dead_letter_message(payload: bytes) -> object:
+    """A message as its dead letter keeps it: the text, or ``{"payload_base64": ...}`` when
+    it is not UTF-8 (replacing the bad bytes would lose what a replay needs)."""
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"payload_base64": base64.b64encode(payload).decode("ascii")}
+
+
+def set_aside(parsed: Parsed, reasons: dict[int, str]) -> Parsed:
+    """``parsed`` without the rows of the input messages in ``reasons`` (index -> why), which
+    become rejects."""
+    if not reasons:
+        return parsed
+    kept = np.asarray(parsed.kept, np.int64)
+    keep = ~np.isin(kept, np.fromiter(reasons, np.int64, len(reasons)))
+    rejects = sorted([*parsed.rejects, *reasons.items()])
+    return Parsed(parsed.table.filter(pa.array(keep)), kept[keep].tolist(), rejects)
+
+
+def screen(parsed: Parsed, ingest_us: np.ndarray, required: tuple[str, ...]) -> tuple[Parsed, np.ndarray]:
+    """Rows that hold no value for any column (``{}``, an entry without a declared field)
+    and rows without a value for a ``required`` column become rejects; the ingest times
+    (one per kept row) follow."""
+    table = parsed.table
+    if table.num_rows == 0 or table.num_columns == 0:
+        return parsed, ingest_us
+    nulls = {name: table.column(name).is_null().to_numpy(zero_copy_only=False) for name in table.column_names}
+    empty = np.logical_and.reduce(list(nulls.values()))
+    lacking = np.logical_or.reduce([nulls[n] for n in required]) if required else np.zeros_like(empty)
+    bad = empty | lacking
+    if not bad.any():
+        return parsed, ingest_us
+    kept = np.asarray(parsed.kept, np.int64)
+    reasons = {}
+    for row in np.flatnonzero(bad):  # only the bad rows: few
+        if empty[row]:
+            reasons[int(kept[row])] = f"has none of the declared fields {table.column_names}"
+        else:
+            missing = [n for n in required if nulls[n][row]]
+            reasons[int(kept[row])] = f"lacks the required field(s) {missing}"
+    return set_aside(parsed, reasons), np.asarray(ingest_us)[~bad]
 
 
 def now_us() -> int:
@@ -186,14 +234,15 @@ class ConnectorStreamReader(DataSourceStreamReader):
     def read(self, span: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(span, Span)  # what partitions() made
         parsed, ingest_us, positions, payloads = self.with_patience(lambda: self.fetch(span))
+        parsed, ingest_us = screen(parsed, ingest_us, self.spec.required)
         if parsed.rejects:
             self._dead_letter(span, [(f"{self.spec.broker}, message {positions[i]}", reason,
-                                      payloads[i].decode("utf-8", errors="replace"))
+                                      dead_letter_message(payloads[i]))
                                      for i, reason in parsed.rejects])
         table = parsed.table.append_column(INGEST_FIELD, pa.array(ingest_us, type=TIMESTAMP))
         yield from table.cast(self.arrow_schema).to_batches()
 
-    def _dead_letter(self, span: Span, rejects: list[tuple[str, str, str]]) -> None:
+    def _dead_letter(self, span: Span, rejects: list[tuple[str, str, object]]) -> None:
         """(location, reason, message) of each unreadable message to the dead letters of the
         batch being read, one file per partition (a replay replaces it)."""
         from pyspark import TaskContext

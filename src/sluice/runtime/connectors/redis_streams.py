@@ -10,13 +10,17 @@ time = the millisecond part of the entry ID (when Redis added it).
 
 from __future__ import annotations
 
+import base64
+import json
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
 from sluice.credentials import resolve
 from sluice.graph.connectors import RedisSink, RedisStreamSource
 from sluice.runtime.connectors.payloads import parse_text_columns, rows_as_text
-from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
+from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span, set_aside
 
 UNCAPPED_BATCH = 100_000
 """Entries a batch admits when no limit is set (one server-side XRANGE must stay short)."""
@@ -90,16 +94,50 @@ class RedisStreamReader(ConnectorStreamReader):
         names = self.spec.schema().names
         columns: dict[str, list] = {n: [] for n in names}
         keys = [n.encode() for n in names]
-        for _, fields in entries:
+        not_text: dict[int, str] = {}  # entry -> why: a field that is not UTF-8 is never guessed at
+        for i, (_, fields) in enumerate(entries):
             for name, key in zip(names, keys):
                 value = fields.get(key)
-                columns[name].append(None if value is None else value.decode("utf-8", errors="replace"))
-        parsed = parse_text_columns(columns, len(entries), self.spec.schema())
+                if value is not None:
+                    try:
+                        value = value.decode("utf-8")
+                    except UnicodeDecodeError:
+                        not_text.setdefault(i, f"field {name!r} is not UTF-8 text")
+                        value = None
+                columns[name].append(value)
+        parsed = set_aside(parse_text_columns(columns, len(entries), self.spec.schema()), not_text)
         ids = [entry_id.decode() for entry_id, _ in entries]
         added_us = np.array([int(i.split("-", 1)[0]) * 1000 for i in ids], np.int64)
-        payloads = [repr({k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}).encode()
-                    for _, fields in entries] if parsed.rejects else [b""] * len(entries)
+        # an entry's payload is made only if it becomes a dead letter (here or in ``screen``)
+        payloads = _Payloads(entries)
         return parsed, added_us[parsed.kept], [f"id {i}" for i in ids], payloads
+
+
+def _entry_json(fields: dict) -> bytes:
+    """An entry as JSON, losslessly: a list of its ``[field, value]`` pairs in order, where a
+    field or value that is not UTF-8 is ``{"base64": ...}`` (a dead letter can be replayed
+    byte for byte)."""
+
+    def text(raw: bytes) -> object:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(raw).decode("ascii")}
+
+    return json.dumps([[text(k), text(v)] for k, v in fields.items()]).encode()
+
+
+class _Payloads(Sequence[bytes]):
+    """The entries' payloads (``_entry_json``), each made when it is asked for."""
+
+    def __init__(self, entries: list):
+        self.entries = entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, i):  # a reader asks by index only
+        return _entry_json(self.entries[i][1])
 
 
 class RedisWriter:

@@ -1,0 +1,105 @@
+"""Messages that would slip through as rows of NULLs or as mangled text become dead letters,
+kept byte for byte (real Redis and NATS on loopback)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pyarrow as pa
+import pytest
+from connector_services import REDIS_URL, nats_publish, nats_stream, nats_delete, redis_client, require, unique
+
+import sluice
+from sluice import sinks, sources
+from sluice.runtime.connectors.reader import Span, dead_letter_message, screen
+from sluice.runtime.sinks import clear_memory, memory_table
+
+SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string()), ("v", pa.float64())])
+BINARY = b"\xff\xfe\x00caf\xe9"  # Latin-1 bytes, not UTF-8
+
+
+def _read(spec, tmp_path, rows: int):
+    """What the source's reader makes of the first ``rows`` messages: (rows, rejects)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from sluice.runtime.sources.datasource import reader_type, stream_schema
+
+    reader = reader_type(spec)(spec, "src", str(tmp_path), from_arrow_schema(stream_schema(spec)), 1)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(rows))
+    span = Span(start["position"], end["position"], end["rows"] - start["rows"], 0)
+    parsed, ingest, positions, payloads = reader.fetch(span)
+    parsed, ingest = screen(parsed, ingest, spec.required)
+    assert len(ingest) == parsed.table.num_rows
+    return parsed.table.to_pylist(), {i: (reason, dead_letter_message(payloads[i])) for i, reason in parsed.rejects}
+
+
+def test_redis_entries_without_fields_or_with_bytes_that_are_not_text_are_dead_letters(tmp_path):
+    require("Redis")
+    key = unique("poison")
+    r = redis_client()
+    try:
+        r.xadd(key, {"id": "1", "name": "ok", "v": "1.5"})
+        r.xadd(key, {"other": "x"})                           # none of the declared fields
+        r.xadd(key, {"name": "no id", "v": "2"})              # lacks the required id
+        r.xadd(key, {"id": "4", "name": BINARY, "v": "3"})    # not UTF-8: never replaced silently
+        r.xadd(key, {"id": "5", "v": "4"})                    # name is nullable: a row with a null
+        spec = sources.redis(key, SCHEMA, url=REDIS_URL)
+        rows, rejects = _read(spec, tmp_path, 10)
+        assert rows == [{"id": 1, "name": "ok", "v": 1.5}, {"id": 5, "name": None, "v": 4.0}]
+        assert sorted(rejects) == [1, 2, 3]
+        assert "none of the declared fields" in rejects[1][0]
+        assert "required" in rejects[2][0] and "id" in rejects[2][0]
+        assert "not UTF-8" in rejects[3][0]
+        # the dead letter keeps the entry losslessly: the bad value as base64
+        pairs = json.loads(rejects[3][1])
+        assert ["id", "4"] in pairs and ["name", {"base64": base64.b64encode(BINARY).decode()}] in pairs
+    finally:
+        r.delete(key)
+
+
+def test_an_empty_json_object_and_a_binary_message_are_dead_letters(tmp_path):
+    require("NATS")
+    stream = unique("poison")
+    nats_stream(stream)
+    try:
+        nats_publish(stream, [b'{"id": 1, "name": "ok", "v": 1}', b"{}", b'{"name": "x"}', BINARY,
+                              b'{"id": 2, "v": null}'])
+        rows, rejects = _read(sources.nats(stream, SCHEMA), tmp_path, 10)
+        assert rows == [{"id": 1, "name": "ok", "v": 1.0}, {"id": 2, "name": None, "v": None}]
+        assert sorted(rejects) == [1, 2, 3]
+        assert rejects[1][1] == "{}" and "none of the declared fields" in rejects[1][0]
+        assert rejects[3][1] == {"payload_base64": base64.b64encode(BINARY).decode()}
+    finally:
+        nats_delete(stream)
+
+
+@pytest.mark.spark
+def test_poison_redis_entries_reach_the_dead_letter_sink_and_good_ones_the_output(spark, tmp_path):
+    require("Redis")
+    key = unique("poison_job")
+    r = redis_client()
+    try:
+        for i in range(20):
+            r.xadd(key, {"id": str(i), "name": f"n{i}", "v": str(i / 2)})
+        r.xadd(key, {"": ""})  # what an empty row looks like in a stream
+        r.xadd(key, {"id": "99", "name": BINARY, "v": "1"})
+        clear_memory()
+        p = sluice.Pipeline("poison_redis")
+        p.source(sources.redis(key, SCHEMA, url=REDIS_URL), name="entries").sink(sinks.memory("poison_out"))
+        p.dead_letter(sinks.memory("poison_dead"))
+
+        def letters_in() -> int:
+            table = memory_table("poison_dead")
+            return 0 if table is None else table.num_rows
+
+        p.run(str(tmp_path / "ckpt"), spark=spark, stop_when=lambda _: letters_in() >= 2, duration=120)
+        assert sorted(row["id"] for row in memory_table("poison_out").to_pylist()) == list(range(20))
+        letters = memory_table("poison_dead").to_pylist()
+        assert len(letters) == 2
+        binary = next(x for x in letters if "UTF-8" in x["error"])
+        assert ["name", {"base64": base64.b64encode(BINARY).decode()}] in json.loads(json.loads(binary["record"]))
+    finally:
+        r.delete(key)
