@@ -218,3 +218,18 @@ def test_neighbourhood_search_on_large_models_keeps_invariants_and_improves_star
     check_plan(problem, plan, budget)
     assert plan.notes["objective"] <= plan.notes["start_objective"] + 1e-12
     assert plan.load_distance < load_distance(problem)
+
+
+def test_the_solver_prints_no_banner():
+    """HiGHS's copyright banner (printed from C++ by the first solver a process makes) never
+    reaches a job's console."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\n"
+            "from sluice.plan.balancing import BalancingProblem, MigrationBudget, solve_milp\n"
+            "p = BalancingProblem(load=np.arange(1.0, 9.0), state_bytes=np.ones(8), assignment=np.zeros(8, int), "
+            "nodes=[0, 1])\n"
+            "print('moves', len(solve_milp(p, MigrationBudget(max_count=8)).migrations))\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("moves ") and "HiGHS" not in out.stdout + out.stderr, out.stdout

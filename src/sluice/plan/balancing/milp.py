@@ -55,6 +55,9 @@ single key groups, and with *pins* (a unit forced onto a node).
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +70,34 @@ from sluice.errors import PlanError
 from sluice.plan.balancing.descent import greedy_descent
 from sluice.plan.balancing.model import BalancePlan, BalancingProblem, MigrationBudget, make_plan
 from sluice.plan.balancing.units import UnitModel, unit_model
+
+_BANNER_LOCK = threading.Lock()
+_BANNER = {"shown": False}  # HiGHS printed (or was kept from printing) its banner in this process
+
+
+def quiet_highs() -> highspy.Highs:
+    """A HiGHS solver that prints nothing. HiGHS prints its copyright banner to the process's
+    stdout (from C++, so Python cannot catch it) the first time a process makes a solver,
+    before any option can turn it off: that first one is made with stdout pointed at
+    /dev/null for the instant it takes."""
+    with _BANNER_LOCK:
+        if _BANNER["shown"]:
+            h = highspy.Highs()
+        else:
+            sys.stdout.flush()
+            saved = os.dup(1)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, 1)
+                h = highspy.Highs()
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+                os.close(devnull)
+            _BANNER["shown"] = True
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("log_to_console", False)
+    return h
 
 
 @dataclass(frozen=True)
@@ -139,8 +170,7 @@ def solve_milp(
 def _solve(um: UnitModel, budget, settings, allowed, start, deadline) -> tuple[np.ndarray | None, str, float]:
     """One HiGHS run on the columns ``allowed``; returns (placement or None, status, gap)."""
     lp, col_unit, col_node = _build_lp(um, budget, settings, allowed)
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    h = quiet_highs()
     h.setOptionValue("time_limit", float(max(deadline - time.perf_counter(), 0.05)))
     h.setOptionValue("mip_rel_gap", float(settings.mip_rel_gap))
     h.setOptionValue("threads", 1)
