@@ -1,4 +1,4 @@
-"""The control plane (DESIGN.md section 7): QoS manager, policies, arbiter, controller.
+"""The control plane (docs/control.md): QoS manager, policies, arbiter, controller.
 
 Pure of Spark: the simulator and the tests drive the same objects the running job uses.
 Start with ``Controller`` (the loop), ``Policy`` (what to implement for a new policy),

@@ -1,4 +1,4 @@
-"""The arbiter: which of the policies' proposals are applied after this batch (DESIGN.md 7).
+"""The arbiter: which of the policies' proposals are applied after this batch (docs/control.md).
 
 - At most one structural change (chains, threads, partitions) at a time. After one is
   applied at batch b, further structural proposals wait until the QoS manager's windows hold

@@ -1,4 +1,4 @@
-"""Batch sizing policies: the micro-batch is Nephele's output buffer (DESIGN.md section 3).
+"""Batch sizing policies: the micro-batch is Nephele's output buffer (docs/architecture.md, section 3).
 
 Records wait at the source until a batch admits them, then for the batch to run. With
 Spark's trigger 0 the next batch starts when the last one ends, so two regimes meet:

@@ -1,4 +1,4 @@
-"""The Controller: the control loop between micro-batches (DESIGN.md section 7).
+"""The Controller: the control loop between micro-batches (docs/control.md).
 
 After each batch the executor calls ``controller(metrics, plan)``. The controller
 

@@ -15,7 +15,7 @@ Four kinds:
 
 Every stream Sluice opens also carries the hidden column ``INGEST_TS``: the time a record
 became available at the source. End-to-end latency measured from it includes the wait at
-the source before admission, which is Nephele's output-buffer latency (DESIGN.md section 3).
+the source before admission, which is Nephele's output-buffer latency (docs/architecture.md, section 3).
 """
 
 from __future__ import annotations

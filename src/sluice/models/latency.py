@@ -1,4 +1,4 @@
-"""Where a constrained path's latency goes, per micro-batch (DESIGN.md section 6).
+"""Where a constrained path's latency goes, per micro-batch (docs/runtime.md, section 5).
 
 The mean latency of the records a sink commits splits into:
 

@@ -1,6 +1,6 @@
 """One batch's physical graph, named: (graph, plan, batch) -> :class:`BatchLineage`.
 
-DESIGN.md section 4, step 2: build the DataFrame lineage of the Plan. :func:`compile_batch`
+docs/runtime.md, section 3, step 2: build the DataFrame lineage of the Plan. :func:`compile_batch`
 turns the job graph, the batch's Plan and what the batch knows (its id, context, the
 state it reads) into stages, in topological order, each owning what it measures:
 

@@ -1,4 +1,4 @@
-"""One micro-batch, exactly once (DESIGN.md section 4).
+"""One micro-batch, exactly once (docs/runtime.md, section 3).
 
 Inside ``foreachBatch(df, batch_id)``:
 1. take the Plan for ``batch_id`` from the plan log (a replay uses the plan it ran with);
@@ -185,7 +185,7 @@ class BatchExecutor:
             self.stopping = True
 
     def _run(self, df, batch_id: int) -> None:
-        """DESIGN.md section 4, step by step."""
+        """docs/runtime.md, section 3, step by step."""
         started = time.time()
         self.fence()
         # 1. the Plan for this batch, and its time and watermark (fixed for any replay)

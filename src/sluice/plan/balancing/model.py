@@ -3,7 +3,7 @@
 Everything here is what the runtime measures per key group over the latest statistics
 period (ALBIC paper, section 3 "Statistics"): the load of each key group on the bottleneck
 resource (optionally on further resources), the size of its state, and the traffic between
-key groups. A *node* is a partition of a keyed stage (DESIGN.md section 3); nodes have a
+key groups. A *node* is a partition of a keyed stage (docs/architecture.md, section 3); nodes have a
 capacity weight (heterogeneous nodes, section 3 "Heterogeneity") and may be marked for
 removal (the set N_r of section 4.3.1).
 

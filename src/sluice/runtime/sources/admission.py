@@ -2,7 +2,7 @@
 
 Nephele sizes output buffers to meet latency constraints (its Eq. 2, 3); on Spark the buffer
 is the micro-batch, so its size is the number of rows a source admits per batch
-(DESIGN.md section 3). Spark asks a source for its default ``ReadLimit`` once, when the
+(docs/architecture.md, section 3). Spark asks a source for its default ``ReadLimit`` once, when the
 query starts, and passes it back at every ``latestOffset``; to let the limit change while
 the query runs, Sluice's sources always declare a ``ReadMaxRows`` (a huge one when no limit
 is set) and re-read the live limit from the control file each time they plan a batch.

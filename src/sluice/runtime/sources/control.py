@@ -5,7 +5,7 @@ One running query holds its source readers in a Python worker process that Spark
 
 - ``<name>.admission.json``: ``{"max_rows": n}``, the admission limit (rows per micro-batch),
   written by ``set_max_rows`` and re-read by the reader every time it plans a batch, so a
-  change takes effect at the next batch (DESIGN.md section 3, adaptive output buffer sizing).
+  change takes effect at the next batch (docs/architecture.md, section 3, adaptive output buffer sizing).
 - ``<name>.backlog.json``: written by the reader every time it plans a batch: how many rows
   it admitted, how many are waiting, and whether a finite source has admitted its last row.
 - ``<name>.files.json`` (directory sources): the log of files found, in admission order.

@@ -1,4 +1,4 @@
-"""The key-group store: versioned keyed state of one operator, per key group (DESIGN.md s.5).
+"""The key-group store: versioned keyed state of one operator, per key group (docs/runtime.md, section 4).
 
 Layout under ``<root>/state/<operator_id>/`` (``root`` is the checkpoint directory, a local
 path or any ``pyarrow.fs`` URI: ``file:///...``, ``s3://...``, ``hdfs://...``)::
@@ -12,7 +12,7 @@ path or any ``pyarrow.fs`` URI: ``file:///...``, ``s3://...``, ``hdfs://...``)::
 
 Batch ids are zero-padded to 12 digits so names sort in batch order.
 
-Protocol (DESIGN.md s.4):
+Protocol (docs/runtime.md, sections 3 and 4):
 
 * Task side. Each (batch, partition) task of a keyed stage calls ``write_delta`` once with the
   upserts and deletions of every key group it processed: ONE file per task, so the files of a
