@@ -103,3 +103,30 @@ def test_poison_redis_entries_reach_the_dead_letter_sink_and_good_ones_the_outpu
         assert ["name", {"base64": base64.b64encode(BINARY).decode()}] in json.loads(json.loads(binary["record"]))
     finally:
         r.delete(key)
+
+
+def test_a_postgres_value_of_the_wrong_type_is_a_dead_letter_and_bytea_reads_as_bytes(tmp_path):
+    """A value that does not read as its declared type used to fail the task on every
+    restart; now its row is a dead letter. ``bytea`` comes back as the bytes, not hex text."""
+    require("PostgreSQL")
+    from connector_services import PG_DSN, pg
+
+    table = unique("poison_pg")
+    pg(f"CREATE TABLE {table} (id bigint, v text, b bytea)")
+    try:
+        pg(f"INSERT INTO {table} VALUES (1, '1.5', '\\x00ff10'::bytea), (2, 'not a number', NULL), "
+           f"(3, '2.5', ''::bytea), (4, NULL, '\\xdeadbeef'::bytea), (5, '1e999x', '\\x41'::bytea)")
+        schema = pa.schema([pa.field("id", pa.int64(), nullable=False), ("v", pa.float64()), ("b", pa.binary())])
+        spec = sources.PostgresTableSource(PG_DSN, table, "id", schema)
+        rows, rejects = _read(spec, tmp_path, 10)
+        assert rows == [{"id": 1, "v": 1.5, "b": b"\x00\xff\x10"}, {"id": 3, "v": 2.5, "b": b""},
+                        {"id": 4, "v": None, "b": b"\xde\xad\xbe\xef"}]
+        assert sorted(rejects) == [1, 4]
+        assert "declared type" in rejects[1][0]
+        assert json.loads(rejects[1][1]) == {"id": "2", "v": "not a number", "b": None}
+        # all good: one typed read, bytea as bytes
+        pg(f"DELETE FROM {table} WHERE id IN (2, 5)")
+        rows, rejects = _read(spec, tmp_path / "again", 10)
+        assert rejects == {} and [r["b"] for r in rows] == [b"\x00\xff\x10", b"", b"\xde\xad\xbe\xef"]
+    finally:
+        pg(f"DROP TABLE IF EXISTS {table}")

@@ -17,6 +17,7 @@ inserted first: if it already exists the batch was written and the transaction e
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import numpy as np
@@ -129,9 +130,7 @@ class PostgresTableReader(ConnectorStreamReader):
     def fetch(self, span: Span):
         schema = self.spec.schema()
         column, table = quote_name(self.spec.column), quote_name(self.spec.table)
-        selected = ", ".join(
-            f"(extract(epoch FROM {quote_name(f.name)}) * 1000000)::bigint" if pa.types.is_timestamp(f.type)
-            else quote_name(f.name) for f in schema)
+        selected = ", ".join(_wire_column(f) for f in schema)
 
         def work(conn):
             query = (f"COPY (SELECT {selected} FROM {table} WHERE {self._after(conn, span.start)} AND "
@@ -143,20 +142,153 @@ class PostgresTableReader(ConnectorStreamReader):
             return out.getvalue()
 
         data = self._call(work) if span.rows else b""
-        table_ = _read_csv(data, schema)
-        ingest = np.full(table_.num_rows, span.at_us, np.int64)
-        return Parsed(table_, list(range(table_.num_rows)), []), ingest, [], []
+        parsed, text = _read_csv(data, schema)
+        ingest = np.full(parsed.table.num_rows, span.at_us, np.int64)
+        if text is None:  # every row read as its type: the rows' text is made only if one is screened out
+            text = _Deferred(lambda: _as_text(data, schema))
+        positions = _Positions(text, self.spec.column)
+        return parsed, ingest, positions, _RowsJson(text)
 
 
-def _read_csv(data: bytes, schema: pa.Schema) -> pa.Table:
+def _wire_column(f: pa.Field) -> str:
+    """How a column travels in the CSV: timestamps as epoch microseconds, ``bytea`` as hex
+    (PostgreSQL's CSV writes it as ``\\x...`` text), everything else as PostgreSQL prints it."""
+    name = quote_name(f.name)
+    if pa.types.is_timestamp(f.type):
+        return f"(extract(epoch FROM {name}) * 1000000)::bigint"
+    if pa.types.is_binary(f.type):
+        return f"encode({name}::bytea, 'hex')"
+    return name
+
+
+def _wire_type(t: pa.DataType) -> pa.DataType:
+    return pa.int64() if pa.types.is_timestamp(t) else pa.string() if pa.types.is_binary(t) else t
+
+
+_CSV_OPTIONS = {"true_values": ["t"], "false_values": ["f"], "strings_can_be_null": True,
+                "quoted_strings_can_be_null": False}
+
+
+def _csv(data: bytes, schema: pa.Schema, types: dict) -> pa.Table:
+    return pacsv.read_csv(io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=schema.names),
+                          convert_options=pacsv.ConvertOptions(column_types=types, **_CSV_OPTIONS))
+
+
+def _read_csv(data: bytes, schema: pa.Schema) -> tuple[Parsed, pa.Table | None]:
+    """The rows as ``schema``, and their text when some row did not read as its types.
+
+    One typed read of the whole CSV; if it fails (a value of the wrong type: text in a
+    column declared numeric, a number out of a narrow type's range), the rows are read as
+    text and cast by bisection, so the rows that fail alone become rejects and the others
+    go on, and a restart does not meet the same failure again."""
     if not data:
-        return schema.empty_table()
-    wire = {f.name: pa.int64() if pa.types.is_timestamp(f.type) else f.type for f in schema}
-    table = pacsv.read_csv(
-        io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=schema.names),
-        convert_options=pacsv.ConvertOptions(column_types=wire, true_values=["t"], false_values=["f"],
-                                             strings_can_be_null=True, quoted_strings_can_be_null=False))
-    return pa.Table.from_arrays([table.column(f.name).cast(f.type) for f in schema], schema=schema)
+        return Parsed(schema.empty_table(), [], []), None
+    try:
+        table = _typed(_csv(data, schema, {f.name: _wire_type(f.type) for f in schema}), schema)
+        return Parsed(table, list(range(table.num_rows)), []), None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
+        pass
+    text = _as_text(data, schema)
+    tables: list[pa.Table] = []
+    kept: list[int] = []
+    rejects: list[tuple[int, str]] = []
+    _bisect(text, 0, text.num_rows, schema, tables, kept, rejects)
+    return Parsed(pa.concat_tables(tables) if tables else schema.empty_table(), kept, rejects), text
+
+
+def _as_text(data: bytes, schema: pa.Schema) -> pa.Table:
+    return _csv(data, schema, dict.fromkeys(schema.names, pa.string()))
+
+
+def _bisect(text: pa.Table, lo: int, hi: int, schema: pa.Schema, tables: list, kept: list, rejects: list) -> None:
+    try:
+        tables.append(_typed(_from_text(text.slice(lo, hi - lo), schema), schema))
+        kept.extend(range(lo, hi))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        if hi - lo == 1:
+            rejects.append((lo, f"a value is not of its declared type {_describe(schema)}: {e}"))
+            return
+        mid = (lo + hi) // 2
+        _bisect(text, lo, mid, schema, tables, kept, rejects)
+        _bisect(text, mid, hi, schema, tables, kept, rejects)
+
+
+def _from_text(text: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Text columns cast to the wire types (booleans as PostgreSQL prints them: t, f)."""
+    columns = []
+    for f in schema:
+        column, wire = text.column(f.name), _wire_type(f.type)
+        if pa.types.is_boolean(wire):
+            valid = pc.or_kleene(pc.is_in(column, pa.array(["t", "f"])), pc.is_null(column))
+            if not pc.all(valid).as_py():
+                raise pa.ArrowInvalid(f"column {f.name!r}: not a boolean")
+            column = pc.equal(column, "t")
+        elif not pa.types.is_string(wire):
+            column = column.cast(wire)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=schema.names)
+
+
+def _typed(wire: pa.Table, schema: pa.Schema) -> pa.Table:
+    columns = []
+    for f in schema:
+        column = wire.column(f.name)
+        columns.append(_unhex(column) if pa.types.is_binary(f.type) else column.cast(f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _unhex(column: pa.ChunkedArray) -> pa.Array:
+    """Hex text to the bytes it spells, in one pass over the column's data buffer: each value
+    halves in length, so the offsets halve and the validity stays."""
+    array = column.combine_chunks().cast(pa.string())
+    if len(array) == 0:
+        return pa.array([], pa.binary())
+    offsets = np.frombuffer(array.buffers()[1], np.int32, len(array) + 1, array.offset * 4)
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = array.buffers()[2]
+    raw = bytes.fromhex(data.to_pybytes()[first:last].decode("ascii")) if last > first else b""
+    halved = pa.py_buffer(((offsets - first) // 2).astype(np.int32).tobytes())
+    return pa.Array.from_buffers(pa.binary(), len(array), [array.buffers()[0] if array.null_count else None,
+                                                            halved, pa.py_buffer(raw)],
+                                 null_count=array.null_count, offset=0)
+
+
+def _describe(schema: pa.Schema) -> str:
+    return "{" + ", ".join(f"{f.name}: {f.type}" for f in schema) + "}"
+
+
+class _Deferred:
+    """A table made the first time it is needed."""
+
+    def __init__(self, make):
+        self.make, self.table = make, None
+
+    def get(self) -> pa.Table:
+        if self.table is None:
+            self.table = self.make()
+        return self.table
+
+
+class _Positions:
+    """Where each row is, for its dead letter: ``<column> = <value>``."""
+
+    def __init__(self, text, column: str):
+        self.text, self.column = text, column
+
+    def __getitem__(self, i: int) -> str:
+        table = self.text.get() if isinstance(self.text, _Deferred) else self.text
+        return f"row {self.column} = {table.column(self.column)[i].as_py()}"
+
+
+class _RowsJson:
+    """Each row as the JSON of its text, for its dead letter."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __getitem__(self, i: int) -> bytes:
+        table = self.text.get() if isinstance(self.text, _Deferred) else self.text
+        return json.dumps(table.slice(i, 1).to_pylist()[0]).encode()
 
 
 # --- the sink ------------------------------------------------------------------------------------
