@@ -25,10 +25,14 @@ class ProgressLine:
         self.late_records = 0
         self.last_print = 0.0
         self.control_state: dict | None = None  # the controller's, when the job has one
+        self.escalations = EscalationLines()
 
     def control(self, state: dict) -> None:
         """Receives the controller's state after each batch (``run_pipeline(on_control=)``)."""
         self.control_state = state
+        for line in self.escalations.new_lines(state):
+            self.stream.write(("\n" if self.tty else "") + line + "\n")
+            self.stream.flush()
 
     def __call__(self, m: BatchMetrics) -> None:
         if self.started is None:
@@ -66,6 +70,48 @@ def format_backlog(backlog: Mapping[str, float | None]) -> str:
     if any(v is None for v in backlog.values()):
         return "unbounded"
     return f"{int(sum(v for v in backlog.values() if v is not None)):,}"
+
+
+class EscalationLines:
+    """One line for each escalation the controller starts (a latency bound it cannot keep),
+    from the same state the progress line shows: the constraint's figures over its window,
+    the bound, and what the controller measured about the job."""
+
+    def __init__(self) -> None:
+        self.shown: set[str] = set()
+
+    def new_lines(self, state: dict) -> list[str]:
+        escalations = state.get("escalations") or {}
+        self.shown &= set(escalations)  # an escalation that ended may start again, and is said again
+        lines = []
+        for name, details in escalations.items():
+            if name in self.shown:
+                continue
+            self.shown.add(name)
+            lines.append(escalation_line(name, details, state.get("constraints", {}).get(name, {})))
+        return lines
+
+
+def escalation_line(name: str, details: dict, status: dict) -> str:
+    """``sluice: latency bound 'x' cannot be kept: ...`` in one line."""
+    bound = status.get("bound_ms")
+    judged = [f"bound {bound:,.0f} ms" if bound is not None else "bound ?"]
+    if status.get("mean_ms") is not None:
+        judged.append(f"mean {status['mean_ms']:,.0f} ms over its window of the last {status.get('batches', 0)} "
+                      f"batch(es), {status.get('rows', 0):,} rows")
+    if status.get("p95_ms") is not None:
+        judged.append(f"p95 {status['p95_ms']:,.0f} ms")
+    found = []
+    if details.get("fixed_cost_ms") is not None:
+        found.append(f"a batch's fixed cost {details['fixed_cost_ms']:,.0f} ms")
+    if details.get("offered_rate") is not None:
+        found.append(f"offered {details['offered_rate']:,.0f} rows/s")
+    if details.get("max_rate") is not None:
+        found.append(f"holds up to about {details['max_rate']:,.0f} rows/s")
+    if details.get("bottleneck"):
+        found.append(f"bottleneck {details['bottleneck']}")
+    return (f"sluice: latency bound {name!r} cannot be kept by sizing batches ({'; '.join(judged)})"
+            + (f": {', '.join(found)}" if found else "") + "; see `sluice status` and docs/control.md")
 
 
 def control_summary(state: dict) -> str:

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from sluice.cli.progress import control_summary, format_backlog
+from sluice.cli.progress import EscalationLines, control_summary, format_backlog
 from sluice.runtime.metrics import BatchMetrics
 
 
@@ -122,6 +122,7 @@ class ProgressTable:
         self.console = console or Console(file=sys.stderr)
         self.totals = RunTotals()
         self.control_state: dict | None = None
+        self.escalations = EscalationLines()
         self.live: Live | None = None
 
     def __call__(self, m: BatchMetrics) -> None:
@@ -131,6 +132,8 @@ class ProgressTable:
     def control(self, state: dict) -> None:
         """Receives the controller's state after each batch (``run_pipeline(on_control=)``)."""
         self.control_state = state
+        for line in self.escalations.new_lines(state):
+            self.console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
         if self.live is not None:
             self._show()
 

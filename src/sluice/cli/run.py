@@ -56,7 +56,10 @@ def register(subparsers) -> None:
     p.add_argument("--max-rows-per-batch", type=int, default=None, help="admission limit per source")
     p.add_argument("--plan", default=None, help="a plan JSON written by `sluice plan --output`")
     p.add_argument("--latency", default=None,
-                   help="bound the mean latency from every source to every sink, e.g. 800ms (over 30 s)")
+                   help="goal: the p95 latency from every source to every sink stays under this, e.g. 2s (over "
+                        "30 s); without --policies the autopilot keeps it (docs/control.md)")
+    p.add_argument("--favour", choices=("latency", "cost"), default="latency",
+                   help="with --latency: what the autopilot favours when the bound and the cost conflict")
     p.add_argument("--policies", default=None, help="a YAML file of control policies (docs/control.md)")
     p.add_argument("--dead-letter-budget", type=percent, default=None, metavar="PCT",
                    help="stop (exit 1) when an operator dead-letters at least PCT %% of a batch "
@@ -98,6 +101,29 @@ def spark_conf_of(args) -> dict[str, str]:
     return conf
 
 
+def _escalations_as_lines(quiet: bool) -> None:
+    """The controller's escalations reach the terminal as one line each, without Python's
+    warning machinery (its source lines): the progress display prints them beside its figures
+    (``EscalationLines``); with ``--quiet``, the warning's own message is the line."""
+    import logging
+    import warnings
+
+    from sluice.control import EscalationWarning
+
+    # the controller also logs each escalation; unconfigured, Python would print that too
+    logging.getLogger("sluice.control").addFilter(lambda record: "cannot be met" not in str(record.msg))
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, EscalationWarning):
+            if quiet:
+                print(f"sluice: {message}", file=sys.stderr, flush=True)
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def read_plan_file(path: str):
     """The physical plan of a ``sluice plan --output`` file, and the master it recommends
     (None when the file has no model plan, e.g. one written by hand)."""
@@ -126,7 +152,10 @@ def main(args) -> int:
 
     pipeline = load_pipeline(args.pipeline)
     if args.latency:
-        pipeline.constrain(args.latency, name="cli_latency")
+        goals = pipeline.graph.goals
+        pipeline.goals(args.latency, favour=args.favour,
+                       max_executors=None if goals is None else goals.max_executors,
+                       price_per_hour=None if goals is None else goals.price_per_hour)
     check_pipeline(pipeline)  # a mistake is said now, not after Spark's start
     checkpoint = args.checkpoint or os.path.join(".sluice", pipeline.name)
     master, options = args.master, {}
@@ -143,6 +172,7 @@ def main(args) -> int:
         server = start_server(checkpoint, args, job=pipeline.name,
                               constraints=[c.to_dict() for c in pipeline.graph.constraints])
     progress = None if args.quiet else progress_display()
+    _escalations_as_lines(quiet=progress is None)
     try:
         result = pipeline.run(checkpoint, master=master, duration=args.duration,
                               trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
