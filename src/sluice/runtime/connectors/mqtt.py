@@ -17,6 +17,11 @@ The guarantee, plainly:
   again and it is journaled twice. MQTT gives no message id to tell the copy apart; a
   pipeline that must not see such a copy deduplicates by a key of its own.
 - Journal files of batches Spark has committed are deleted.
+- A journal that cannot be written (disk full, a read-only or vanished directory) is not
+  silent: the messages stay unacknowledged (the broker keeps them, and sends no more than
+  ``RECEIVE_MAXIMUM`` unacknowledged ones, which bounds what waits in memory), the write is
+  retried, planning admits nothing and the backlog file names the error, and after the
+  source's ``patience_s`` the job fails with a SourceError naming the journal.
 
 The client lives in the Python worker that Spark keeps for the query (where the offsets are
 planned); the batch's rows are read from the journal wherever the task runs (the checkpoint
@@ -33,12 +38,14 @@ import numpy as np
 import pyarrow as pa
 
 from sluice.credentials import resolve
+from sluice.errors import SourceError
 from sluice.graph.connectors import MqttAuth, MqttSource
 from sluice.runtime.connectors.payloads import parse_json
 from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
 from sluice.runtime.files import filesystem, list_files, read_bytes, write_atomic
 
 FLUSH_S = 0.01  # a received message waits at most about this long for its journal write
+JOURNAL_RETRY_S = 0.5  # between tries of a journal write that failed
 RECEIVE_MAXIMUM = 65535  # unacknowledged messages the broker may send at once (MQTT 5)
 NEVER_EXPIRES = 0xFFFFFFFF
 JOURNAL_SCHEMA = pa.schema([("payload", pa.binary()), ("received_us", pa.int64()),
@@ -112,6 +119,8 @@ class Session:
         self.wake = threading.Condition()
         self.connected = False
         self.last_error: str | None = "not connected yet"
+        self.journal_error: str | None = None  # why the last journal write failed (None: it did not)
+        self.journal_failing_since: float | None = None
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=spec.client_id,
                                   protocol=mqtt.MQTTv5, manual_ack=True)
         self.client.on_connect = self._on_connect
@@ -159,7 +168,17 @@ class Session:
             payloads, times, topics, mids, qoss = zip(*taken)
             table = pa.table([pa.array(payloads, pa.binary()), pa.array(times, pa.int64()),
                               pa.array(topics, pa.string())], schema=JOURNAL_SCHEMA)
-            self.journal.append(self.next_index, table)
+            try:
+                self.journal.append(self.next_index, table)
+            except Exception as e:  # disk full, read-only: keep the messages (unacknowledged), retry
+                with self.wake:
+                    self.received[:0] = taken
+                if self.journal_failing_since is None:
+                    self.journal_failing_since = time.monotonic()
+                self.journal_error = f"cannot write its journal {self.journal.base}: {type(e).__name__}: {e}"
+                time.sleep(JOURNAL_RETRY_S)
+                continue
+            self.journal_error = self.journal_failing_since = None
             self.next_index += len(taken)
             for mid, qos in zip(mids, qoss):  # journaled: now the broker may forget them
                 if qos > 0:
@@ -202,6 +221,13 @@ class MqttStreamReader(ConnectorStreamReader):
 
     def plan(self, start: dict, cap: int | None) -> Plan:
         session = session_for(self.spec, self._journal_dir())
+        failing = session.journal_failing_since
+        if failing is not None:
+            if time.monotonic() - failing > self.spec.patience_s:
+                raise SourceError(f"source {self.name!r}: {session.journal_error} (for more than "
+                                  f"{self.spec.patience_s:g} s); free space or make the checkpoint writable, "
+                                  "then start the job again: the broker kept the messages not journaled")
+            raise BrokerDown(session.journal_error or "the journal cannot be written")
         journaled = session.next_index
         end = journaled if cap is None else min(journaled, start["position"] + cap)
         if end <= start["position"] and not session.connected:
