@@ -36,6 +36,7 @@ def test_ctrl_c_stops_quietly_between_batches_and_a_restart_goes_on_exactly_once
     stdout, stderr = proc.communicate(timeout=240)
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr and "Exception" not in stderr and "at org.apache" not in stderr, stderr
+    assert "sluice: stopping after this batch (Ctrl-C again to stop now)" in stderr
     assert "Summary" in stdout and "rows processed" in stdout
     first_run = done_batches(checkpoint)
     assert first_run and len(first_run) < ROWS // 500  # stopped before the end of its input

@@ -50,3 +50,32 @@ def test_run_shows_an_escalation_warning_as_one_line_without_source_lines():
     assert lines[0] == "sluice: latency constraint 'latency_1' cannot be met: at 40,000 rows/s the bound cannot hold"
     assert not any("cannot be met" in line for line in lines[1:])  # the controller's log line is not repeated
     assert any("UserWarning: another warning" in line for line in lines)  # other warnings still show
+
+
+def test_a_source_waiting_for_its_broker_is_said_every_few_seconds(tmp_path):
+    """What a connector source reports while its broker is down (``runtime.connectors.reader``)
+    becomes ``waiting for ... (12 s of 30)`` lines, and a line when it is back."""
+    from sluice.cli.waiting import BrokerWaitLines
+    from sluice.runtime.sources.control import BacklogReporter
+
+    reporter = BacklogReporter(str(tmp_path), "orders")
+    down = {"source": "orders", "kind": "NatsSource", "planned_rows": 0, "available_rows": None, "backlog": None,
+            "batch_rows": 0, "max_rows": None, "total_rows": None, "exhausted": False,
+            "error": "NATS JetStream at nats://127.0.0.1:4299 (stream 'orders') is unreachable: nats: no servers "
+                     "available for connection", "broker": "NATS JetStream at nats://127.0.0.1:4299 (stream 'orders')",
+            "down_s": 12.2, "patience_s": 30.0}
+    out = io.StringIO()
+    lines = BrokerWaitLines(str(tmp_path), ["orders"], stream=out, every_s=3.0)
+    import time
+
+    now = time.time()
+    reporter.report({**down, "time": now}, planned_batch=False)
+    assert lines.check(now) == [
+        "sluice: waiting for NATS JetStream at nats://127.0.0.1:4299 (stream 'orders') (12 s of 30): nats: no servers "
+        "available for connection"]
+    assert lines.check(now + 1) == []  # not more often than every 3 s
+    assert len(lines.check(now + 3.5)) == 1
+    reporter.report({**{k: v for k, v in down.items() if k not in ("error", "down_s")}, "time": now + 4},
+                    planned_batch=True)
+    assert lines.check(now + 4.5) == ["sluice: source 'orders' reached its broker again"]
+    assert out.getvalue().count("\n") == 3

@@ -124,6 +124,18 @@ def _escalations_as_lines(quiet: bool) -> None:
     warnings.showwarning = show
 
 
+def _broker_wait_lines(pipeline, checkpoint: str):
+    """Lines while a connector source waits for its broker (None: the job reads none)."""
+    from sluice.cli.waiting import BrokerWaitLines
+    from sluice.graph.connectors import ConnectorSource
+    from sluice.runtime.checkpoint import Checkpoint
+
+    names = [op.id for op in pipeline.job_graph().sources() if isinstance(op.params["spec"], ConnectorSource)]
+    if not names:
+        return None
+    return BrokerWaitLines(Checkpoint(checkpoint).sources, names).start()
+
+
 def read_plan_file(path: str):
     """The physical plan of a ``sluice plan --output`` file, and the master it recommends
     (None when the file has no model plan, e.g. one written by hand)."""
@@ -173,6 +185,7 @@ def main(args) -> int:
                               constraints=[c.to_dict() for c in pipeline.graph.constraints])
     progress = None if args.quiet else progress_display()
     _escalations_as_lines(quiet=progress is None)
+    waiting = _broker_wait_lines(pipeline, checkpoint)
     try:
         result = pipeline.run(checkpoint, master=master, duration=args.duration,
                               trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
@@ -182,6 +195,8 @@ def main(args) -> int:
                               on_control=getattr(progress, "control", None), ship=args.pipeline, ui=spark_ui,
                               spark_conf=spark_conf_of(args), **options)
     finally:
+        if waiting is not None:
+            waiting.stop()
         if progress:
             progress.close()
         if server:

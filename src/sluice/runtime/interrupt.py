@@ -11,6 +11,7 @@ Ctrl-C hands over to the previous handler (cancel now), for a batch that takes t
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 
@@ -29,6 +30,9 @@ class StopOnSigint:
     def _on_sigint(self, signum, frame) -> None:
         if not self.requested.is_set():
             self.requested.set()
+            # said at once, so a long batch does not look like an ignored Ctrl-C; os.write,
+            # since the handler may have interrupted a print (sys.stderr is not reentrant)
+            os.write(2, b"\nsluice: stopping after this batch (Ctrl-C again to stop now)\n")
             return
         previous = self._previous  # a second Ctrl-C: stop waiting
         self.restore()

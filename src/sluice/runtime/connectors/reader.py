@@ -182,7 +182,8 @@ class ConnectorStreamReader(DataSourceStreamReader):
             self._down_since = None
         except BrokerDown as e:
             self._outage(e)
-            self._report(start, 0, None, cap, error=f"{self.spec.broker} is unreachable: {e}")
+            self._report(start, 0, None, cap, error=f"{self.spec.broker} is unreachable: {e}",
+                         down_s=time.monotonic() - (self._down_since or time.monotonic()))
             return start
         self._waiting = plan.waiting
         self._report(start, plan.admitted, plan.waiting, cap)
@@ -212,7 +213,7 @@ class ConnectorStreamReader(DataSourceStreamReader):
                               f"{self.spec.patience_s:g} s: {error}") from None
 
     def _report(self, start: dict, admitted: int, waiting: int | None, cap: int | None,
-                error: str | None = None) -> None:
+                error: str | None = None, down_s: float | None = None) -> None:
         status = {
             "source": self.name, "kind": type(self.spec).__name__,
             "planned_rows": start["rows"] + admitted,
@@ -220,8 +221,9 @@ class ConnectorStreamReader(DataSourceStreamReader):
             "backlog": waiting, "batch_rows": admitted, "max_rows": cap,
             "total_rows": None, "exhausted": False, "time": time.time(),
         }
-        if error:
-            status["error"] = error
+        if error:  # the driver says it waits (sluice.cli.waiting) until patience runs out
+            status.update(error=error, broker=self.spec.broker, down_s=round(down_s or 0.0, 1),
+                          patience_s=self.spec.patience_s)
         self._backlog.report(status, planned_batch=admitted > 0)
 
     # --- reading -----------------------------------------------------------------------------------
