@@ -313,10 +313,15 @@ class KeyedStream:
     def _then(self, kind: str, name: str | None, **fields) -> Stream:
         return Stream(self.pipeline, Stream(self.pipeline, self.op)._then(kind, name, **fields))
 
-    def aggregate(self, name: str | None = None, **aggregates) -> Stream:
+    def aggregate(self, name: str | None = None, ttl=None, ttl_time: str = "event", **aggregates) -> Stream:
         """Running aggregates per key; emits the updated row of every key a batch touched.
 
         ``aggregate(n=agg.count(), total=agg.sum("kwh"), avg=agg.mean("kwh"))``
+
+        ``ttl`` (e.g. ``"1d"``): a key no record has updated for that long is forgotten, and
+        its next record starts from nothing; measured in event time (the watermark) unless
+        ``ttl_time="processing"`` (``sluice.graph.ttl``, docs/state.md). ``name``, ``ttl``
+        and ``ttl_time`` cannot name aggregates.
 
         >>> import sluice
         >>> from sluice import sources as S
@@ -330,14 +335,16 @@ class KeyedStream:
             raise PipelineError("aggregate needs at least one aggregate, e.g. n=sluice.agg.count()",
                                 name or "aggregate", user_location())
         parsed = {out: agg_mod.parse(spec, out) for out, spec in aggregates.items()}
-        return self._then("aggregate", name, params={"keys": self.keys, "aggregates": parsed})
+        return self._then("aggregate", name, params={"keys": self.keys, "aggregates": parsed,
+                                                     **_ttl_params(ttl, ttl_time, name or "aggregate")})
 
     def reduce(self, fn: Callable[[dict, dict], dict] | None = None, *, name: str | None = None,
-               alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
+               alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None,
+               ttl=None, ttl_time: str = "event") -> Stream:
         """Fold records of a key pairwise, ``fn(accumulated, record) -> accumulated``; emits
         the accumulated record of every key a batch touched. ``alternates``, ``active``:
         several implementations instead of ``fn`` (:meth:`process` says what happens to the
-        state on a switch).
+        state on a switch). ``ttl``, ``ttl_time``: as for :meth:`aggregate`.
 
         >>> import sluice
         >>> from sluice import sources as S
@@ -348,11 +355,16 @@ class KeyedStream:
         'reduce'
         """
         function = _function_params(fn, alternates, active, "reduce", name)
-        return self._then("reduce", name, params={"keys": self.keys, **function})
+        return self._then("reduce", name, params={"keys": self.keys, **function,
+                                                  **_ttl_params(ttl, ttl_time, name or "reduce")})
 
     def process(self, fn: Callable | None = None, schema=None, *, name: str | None = None,
-                alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
+                alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None,
+                ttl=None, ttl_time: str = "event") -> Stream:
         """Run ``fn(key, rows, state)`` once per key and batch, with per-key state.
+
+        ``ttl``, ``ttl_time``: a key's state expires as for :meth:`aggregate` (``fn`` then
+        sees ``state.value`` None again).
 
         ``key`` is a tuple of key values, ``rows`` a ``pyarrow.Table`` of the key's records in
         this batch, ``state`` a :class:`sluice.runtime.kernels.process.KeyState` (``.value``,
@@ -382,16 +394,21 @@ class KeyedStream:
         'process'
         """
         function = _function_params(fn, alternates, active, "process", name)
-        return self._then("process", name, params={"keys": self.keys, **function}, schema=as_schema(schema))
+        return self._then("process", name, params={"keys": self.keys, **function,
+                                                   **_ttl_params(ttl, ttl_time, name or "process")},
+                          schema=as_schema(schema))
 
-    def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append"):
+    def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append", ttl=None,
+               ttl_time: str = "event"):
         """Windows per key: ``.window(sluice.windows.sliding("15m", "1m")).aggregate(avg=agg.mean("kwh"))``.
 
         ``window``: ``tumbling(size)``, ``sliding(size, slide)`` or ``session(gap)`` from
         :mod:`sluice.windows`; ``time``: the sources' event-time column (the default when they
         declare one) or ``"processing"``; ``allowed_lateness``: how long a window stays open
         after the watermark passes its end; ``mode``: ``"append"`` (emit when the watermark
-        passes the end) or ``"update"`` (early results every batch).
+        passes the end) or ``"update"`` (early results every batch). ``ttl``, ``ttl_time``: a
+        key's open windows are dropped, unemitted, once no record of it came for that long
+        (as for :meth:`aggregate`; e.g. a session that never ends).
 
         >>> import sluice
         >>> from sluice import agg, sources as S, windows as W
@@ -403,7 +420,8 @@ class KeyedStream:
         """
         from sluice.api.windows import WindowedStream
 
-        return WindowedStream(self, window, time, allowed_lateness, mode)
+        return WindowedStream(self, window, time, allowed_lateness, mode,
+                              ttl=_ttl_params(ttl, ttl_time, "window").get("ttl"))
 
     def windows(self, *queries, time=None, name: str | None = None) -> Stream:
         """Several window queries (``sluice.windows.query(...)``) over this stream sharing one
@@ -475,3 +493,14 @@ class KeyedStream:
         from sluice.api.joins import add_lookup
 
         return add_lookup(self, table, version=version, how=how, deleted=deleted, suffixes=suffixes, name=name)
+
+
+def _ttl_params(ttl, ttl_time: str, where: str) -> dict:
+    """``{"ttl": StateTTL}`` for a keyed operator's params, or {} without a TTL."""
+    from sluice.graph.ttl import parse_ttl
+
+    try:
+        parsed = parse_ttl(ttl, ttl_time, where)
+    except PipelineError as exc:
+        raise PipelineError(str(exc), where, user_location()) from None
+    return {} if parsed is None else {"ttl": parsed}

@@ -69,8 +69,9 @@ class WindowedStream:
     """A keyed stream cut into windows; ``aggregate(...)`` says what each window computes."""
 
     def __init__(self, keyed: KeyedStream, window: WindowShape, time: str | TimeDomain | None,
-                 allowed_lateness: Duration, mode: str, emit_keys: bool = True):
+                 allowed_lateness: Duration, mode: str, emit_keys: bool = True, ttl=None):
         self.keyed = keyed
+        self.ttl = ttl  # a graph.ttl.StateTTL, or None
         self.window = window
         self.time = time
         self.allowed_lateness = parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True)
@@ -93,11 +94,11 @@ class WindowedStream:
             q = WindowQuery(self.window, parsed, ProcessingTime(), self.allowed_lateness, self.mode, name or "")
         except PipelineError as exc:
             raise PipelineError(str(exc), name or "window", user_location()) from None
-        return add_window_operator(self.keyed, [q], self.time, name, self.emit_keys)
+        return add_window_operator(self.keyed, [q], self.time, name, self.emit_keys, ttl=self.ttl)
 
 
 def add_window_operator(keyed: KeyedStream, queries: list[WindowQuery], time: str | TimeDomain | None,
-                        name: str | None, emit_keys: bool = True) -> Stream:
+                        name: str | None, emit_keys: bool = True, ttl=None) -> Stream:
     """Add one ``window`` operator computing ``queries`` (sharing panes) after ``keyed``."""
     from sluice.api.stream import user_location
     location = user_location()
@@ -108,7 +109,10 @@ def add_window_operator(keyed: KeyedStream, queries: list[WindowQuery], time: st
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "window", location) from None
     # a spec: the runtime makes the kernel (graph.kinds names its factory)
-    return keyed._then("window", name, params={"keys": keyed.keys, "queries": queries, "emit_keys": emit_keys})
+    params = {"keys": keyed.keys, "queries": queries, "emit_keys": emit_keys}
+    if ttl is not None:
+        params["ttl"] = ttl
+    return keyed._then("window", name, params=params)
 
 
 def resolve_time(keyed: KeyedStream, time: str | TimeDomain | None) -> TimeDomain:

@@ -126,6 +126,8 @@ def state_record(graph, op: Operator) -> dict[str, Any]:
         sides = [graph[i].schema for i in op.inputs]
         columns = ["; ".join(f"{f.name} {f.type}" for f in s) if s is not None else "?" for s in sides]
         record["join"] = f"{spec.describe()}; left ({columns[0]}); right ({columns[1]})"
+    if op.params.get("ttl") is not None:  # the state carries each key's last write, on this clock
+        record["ttl"] = f"last write in {op.params['ttl'].time} time"  # the duration may change
     return record
 
 

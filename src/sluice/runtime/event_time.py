@@ -140,7 +140,9 @@ def processing_time_due(queries: Iterable[WindowQuery], now_us: int) -> int | No
 
 
 def kernel_queries(kernel) -> list[WindowQuery]:
-    """The window queries of a window or session kernel ([] for other kernels)."""
+    """The window queries of a window or session kernel, also one whose state expires
+    (``kernels.ttl``); [] for other kernels."""
+    kernel = getattr(kernel, "inner", kernel)
     if hasattr(kernel, "queries"):
         return list(kernel.queries)
     query = getattr(kernel, "query", None)

@@ -23,6 +23,7 @@ from sluice.runtime.kernels.keyed import KeyedKernel
 from sluice.runtime.kernels.process import ProcessKernel
 from sluice.runtime.kernels.reduce import ReduceKernel
 from sluice.runtime.kernels.stateless import Kernel
+from sluice.runtime.kernels.ttl import TTLKernel
 from sluice.runtime.kernels.windows import window_kernel
 
 
@@ -43,7 +44,9 @@ def keyed_kernel(op: Operator, inputs: list[pa.Schema | None] | None = None) -> 
     definition = op.definition
     if not op.is_keyed or definition.kernel is None:
         raise ValueError(f"no kernel for keyed operator kind {op.kind!r}")
-    return _resolve(definition.kernel)(op, inputs or [])
+    kernel = _resolve(definition.kernel)(op, inputs or [])
+    ttl = op.params.get("ttl")
+    return kernel if ttl is None else TTLKernel(kernel, ttl)  # state that expires (graph.ttl)
 
 
 def python_kernel(op: Operator, in_schema: pa.Schema) -> Kernel:
