@@ -9,6 +9,7 @@ dead letters (``Pipeline.dead_letter``) or the late records of windows (``Pipeli
 
 from sluice.graph.connectors import NatsAuth, NatsSink, PostgresSink, RedisSink
 from sluice.graph.kafka import KafkaSink
+from sluice.graph.lakehouse import DeltaSink, IcebergSink
 from sluice.graph.sinks import CallbackSink, ConsoleSink, FileSink, MemorySink, SinkSpec, callback, console, files, memory
 from sluice.runtime.changelog import read_latest
 from sluice.runtime.sinks import memory_table, read_files
@@ -58,7 +59,31 @@ def kafka(topic: str, bootstrap: str = "127.0.0.1:9092", key=(), headers=(), for
                      config=config or ())
 
 
-__all__ = ["CallbackSink", "ConsoleSink", "FileSink", "KafkaSink",
+def delta(uri: str, mode: str = "append", key=(), partition_by=(), storage_options=None) -> DeltaSink:
+    """Rows into the Delta table at ``uri``, exactly once per batch by Delta application
+    transactions: appended (``mode="append"``), or MERGEd on ``key`` (``mode="upsert"``).
+
+    >>> from sluice import sinks
+    >>> sinks.delta("/data/totals", mode="upsert", key="meter").target
+    "Delta table '/data/totals' (upsert by ['meter'])"
+    """
+    return DeltaSink(uri=str(uri), mode=mode, key=key, partition_by=partition_by,
+                     storage_options=tuple(sorted((storage_options or {}).items())))
+
+
+def iceberg(catalog, table: str, warehouse: str | None = None, key=(), catalog_name: str = "sluice") -> IcebergSink:
+    """Rows into the Iceberg ``table`` ("namespace.name") of ``catalog`` (a SQL catalog URL,
+    with ``warehouse``, or pyiceberg catalog properties), once per batch by the job and batch
+    id recorded in each snapshot; appended, or upserted on ``key``.
+
+    >>> from sluice import sinks
+    >>> sinks.iceberg("sqlite:////tmp/catalog.db", "energy.readings", warehouse="file:///tmp/wh").target
+    "Iceberg table 'energy.readings' (catalog sqlite:////tmp/catalog.db)"
+    """
+    return IcebergSink(catalog=catalog, table=table, warehouse=warehouse, key=key, catalog_name=catalog_name)
+
+
+__all__ = ["CallbackSink", "ConsoleSink", "DeltaSink", "FileSink", "IcebergSink", "KafkaSink",
            "MemorySink", "NatsAuth", "NatsSink", "PostgresSink", "RedisSink",
-           "SinkSpec", "callback", "console", "files", "kafka", "memory", "memory_table", "nats", "postgres",
-           "read_files", "read_latest", "redis"]
+           "SinkSpec", "callback", "console", "delta", "files", "iceberg", "kafka", "memory", "memory_table", "nats",
+           "postgres", "read_files", "read_latest", "redis"]

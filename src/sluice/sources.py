@@ -11,6 +11,7 @@
 - ``mqtt(topics, schema, client_id=...)``: JSON messages on MQTT topics, journaled (see
   ``sluice.runtime.connectors.mqtt`` for the guarantee).
 - ``postgres(dsn, table, column)``: rows of a table, read in the order of a growing column.
+- ``delta(uri)``: the rows each new version of a Delta table adds (offsets: table versions).
 - ``kafka(topics, schema, format=...)``: records of Kafka topics (JSON, Avro or raw bytes;
   offsets: per topic-partition).
 
@@ -23,6 +24,7 @@ import pyarrow as _pa
 
 from sluice.graph.connectors import MqttAuth, MqttSource, NatsAuth, NatsSource, PostgresTableSource, RedisStreamSource
 from sluice.graph.kafka import KafkaSource
+from sluice.graph.lakehouse import DeltaSource
 from sluice.graph.sources import (
     Choice,
     DirectorySource,
@@ -66,8 +68,25 @@ def postgres(dsn: str, table: str, column: str, schema: _pa.Schema | None = None
     return PostgresTableSource(dsn, table, column, schema, **options)
 
 
+def delta(uri: str, schema: _pa.Schema | None = None, **options) -> DeltaSource:
+    """The rows each new version of the Delta table at ``uri`` adds, as a stream (see
+    ``DeltaSource``); ``schema`` defaults to the table's columns, read from it now.
+
+    >>> import pyarrow as pa
+    >>> from sluice import sources as S
+    >>> S.delta("/data/bronze", schema=pa.schema([("id", pa.int64())]), max_rows_per_batch=1000).uri
+    '/data/bronze'
+    """
+    if schema is None:
+        from sluice.runtime.connectors.delta import table_schema
+
+        schema = table_schema(str(uri))
+    return DeltaSource(str(uri), schema, **options)
+
+
 __all__ = [
     "Choice",
+    "DeltaSource",
     "DirectorySource",
     "EventTime",
     "GeneratorSource",
@@ -86,6 +105,7 @@ __all__ = [
     "SparkSource",
     "Text",
     "Uniform",
+    "delta",
     "directory",
     "generator",
     "kafka",

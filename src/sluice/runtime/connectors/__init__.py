@@ -31,6 +31,7 @@ from sluice.graph.connectors import (
     RedisStreamSource,
 )
 from sluice.graph.kafka import KafkaSink, KafkaSource
+from sluice.graph.lakehouse import LAKEHOUSE_SINKS, DeltaSink, DeltaSource, IcebergSink
 from sluice.graph.sinks import SinkSpec
 from sluice.runtime.checkpoint import SPARK, Checkpoint
 
@@ -42,9 +43,11 @@ _READERS = {
     MqttSource: ("mqtt", "MqttStreamReader"),
     PostgresTableSource: ("postgres", "PostgresTableReader"),
     KafkaSource: ("kafka", "KafkaStreamReader"),
+    DeltaSource: ("delta", "DeltaStreamReader"),
 }
 _WRITER_TYPES = {PostgresSink: ("postgres", "PostgresWriter"), RedisSink: ("redis_streams", "RedisWriter"),
-                 NatsSink: ("nats", "NatsWriter"), KafkaSink: ("kafka", "KafkaWriter")}
+                 NatsSink: ("nats", "NatsWriter"), KafkaSink: ("kafka", "KafkaWriter"),
+                 DeltaSink: ("delta", "DeltaWriter"), IcebergSink: ("iceberg", "IcebergWriter")}
 _WRITERS: dict[SinkSpec, Any] = {}
 _LOCK = threading.Lock()
 
@@ -60,8 +63,8 @@ def reader_type(spec) -> type | None:
     return _load(where) if where else None
 
 
-def is_connector_sink(spec: SinkSpec) -> TypeGuard[ConnectorSink | KafkaSink]:
-    return isinstance(spec, (*CONNECTOR_SINKS, KafkaSink))
+def is_connector_sink(spec: SinkSpec) -> TypeGuard[ConnectorSink | KafkaSink | DeltaSink | IcebergSink]:
+    return isinstance(spec, (*CONNECTOR_SINKS, KafkaSink, *LAKEHOUSE_SINKS))
 
 
 def job_id(checkpoint: str | Checkpoint) -> str:
@@ -77,10 +80,13 @@ def job_id(checkpoint: str | Checkpoint) -> str:
     return checkpoint.uri
 
 
-def write(spec: ConnectorSink | KafkaSink, table: pa.Table, batch_id: int, checkpoint: str | Checkpoint) -> None:
+def write(spec: ConnectorSink | KafkaSink | DeltaSink | IcebergSink, table: pa.Table, batch_id: int,
+          checkpoint: str | Checkpoint) -> None:
     """Write ``table`` (user columns) to a connector sink for ``batch_id``; connections are
     kept per sink for the next batch. While the server is unreachable the write is retried
-    (it is idempotent), for at most ``spec.patience_s``."""
+    (it is idempotent), for at most ``spec.patience_s``. Rows a writer could not store
+    (lakehouse sinks: a value the table's column type cannot hold) go to the batch's dead
+    letters with the writer's reason."""
     with _LOCK:
         writer = _WRITERS.get(spec)
         if writer is None:
@@ -91,8 +97,27 @@ def write(spec: ConnectorSink | KafkaSink, table: pa.Table, batch_id: int, check
     deadline = time.monotonic() + spec.patience_s
     while True:
         try:
-            return writer.write(table, batch_id, job)
+            rejects = writer.write(table, batch_id, job)
+            break
         except reader.BrokerDown as e:
             if time.monotonic() > deadline:
                 raise SinkError(f"sink {spec.target} has been unreachable for {spec.patience_s:g} s: {e}") from None
             time.sleep(reader.RETRY_S)
+    if rejects:
+        _dead_letters(spec, table, rejects, batch_id, checkpoint)
+
+
+def _dead_letters(spec, table: pa.Table, rejects: list[tuple[int, str]], batch_id: int,
+                  checkpoint: str | Checkpoint) -> None:
+    """The rows a sink could not store, as dead letters of the batch (one file per sink,
+    replaced when the batch is replayed)."""
+    import zlib
+
+    from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
+
+    stage = f"sink-{spec.kind}-{zlib.crc32(spec.target.encode()):08x}"
+    writer = SideOutputWriter(checkpoint, DEAD_LETTER, batch_id, stage, 0)
+    rows = table.take([row for row, _ in rejects]).to_pylist()
+    for (row, reason), record in zip(rejects, rows):
+        writer.dead(f"sink {spec.target}", record, reason, f"{spec.target}, batch {batch_id} row {row}")
+    writer.flush()
