@@ -82,7 +82,7 @@ def from_traceback(text: str) -> SluiceError | None:
         if isinstance(cls, type) and issubclass(cls, SluiceError):
             found = (cls, match.group(2).strip())
     if found is None:
-        return None
+        return storage_problem(None, text)  # e.g. Spark's own log writes on a full disk
     cls, message = found
     return cls(message)  # the message already names the operator and location, if any
 
@@ -95,3 +95,29 @@ class DeadLetterBudgetExceeded(SluiceError):
 class PipelineChangedError(SluiceError):
     """The pipeline changed in a way its checkpoint's state cannot follow (the message
     names each operator, what changed and the way out); nothing was run."""
+
+
+class CheckpointError(SluiceError):
+    """A file of the checkpoint is damaged (the message names it and the way out), or the
+    checkpoint cannot be written (disk full, read-only)."""
+
+
+STORAGE_ERRNOS = frozenset({28, 30, 122, 13})  # ENOSPC, EROFS, EDQUOT, EACCES
+_STORAGE_TEXT = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
+def storage_problem(error: BaseException | None, text: str = "", path: str | None = None) -> CheckpointError | None:
+    """The clear error for a write the disk refused (full, read-only, over quota), from the
+    OSError itself or, for one raised in Spark's JVM, from its text; None for anything else.
+    ``path``: the file being written, when the caller knows it better than the error."""
+    if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+        where = f" {path or error.filename}" if path or error.filename else ""
+        why = error.strerror or str(error)
+    else:
+        found = next((t for t in _STORAGE_TEXT if t in text), None)
+        if found is None:
+            return None
+        where, why = "", found
+    return CheckpointError(
+        f"cannot write{where}: {why}. The job stopped; its last committed batch is intact. Free space "
+        f"(or make the checkpoint writable) and run it again: it resumes after that batch, exactly once.")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 
+from sluice.runtime import jsonlines
 from sluice.runtime.checkpoint import Checkpoint
 
 FILE = "decisions.jsonl"
@@ -52,7 +53,7 @@ class DecisionLog:
         if self.checkpoint is None:
             return list(self.records)
         data = self.checkpoint.read_bytes(FILE) or b""
-        return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+        return jsonlines.parse(data, self.checkpoint.location(FILE))  # a torn last line is skipped
 
 
 def read_decisions(checkpoint: str | Checkpoint) -> list[dict]:

@@ -23,13 +23,18 @@ Layout::
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 from typing import Any
 
 import pyarrow.fs as pafs
 
 from sluice.credentials import redact
+from sluice.errors import CheckpointError, storage_problem
 from sluice.runtime import files
+
+_BATCH_RECORD = re.compile(r"(\d+)\.(start|done)\.json")
 
 PLANS = "plans"
 BATCHES = "batches"
@@ -116,18 +121,44 @@ class Checkpoint:
         return files.read_bytes(self.fs, self.path(rel))
 
     def read_json(self, rel: str) -> Any:
+        """The JSON in ``rel`` (None if there is no file); CheckpointError naming the file
+        when it is not JSON: Sluice writes whole files atomically, so one that is not was
+        damaged after it was written."""
         data = self.read_bytes(rel)
-        return json.loads(data) if data else None
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(f"{self.location(rel)} is damaged (not JSON: {e}). Restore it from a backup, "
+                                  f"or run with a new checkpoint.") from None
 
-    def write_bytes(self, rel: str, data: bytes) -> None:
-        """Replace ``rel`` atomically: readers see the old content or the new, never a part."""
-        files.write_atomic(self.fs, self.path(rel), data)
+    def write_bytes(self, rel: str, data: bytes, durable: bool = False) -> None:
+        """Replace ``rel`` atomically: readers see the old content or the new, never a part.
+        ``durable``: synced to the disk before this returns (``files.write_atomic``); the
+        commit records, a batch's done record and the plan log's entries, always are."""
+        durable = durable or rel.startswith(f"{PLANS}/") or (rel.startswith(f"{BATCHES}/") and rel.endswith(".done.json"))
+        with self._writing(rel):
+            files.write_atomic(self.fs, self.path(rel), data, durable=durable)
 
-    def write_json(self, rel: str, payload: Any) -> None:
-        self.write_bytes(rel, json.dumps(payload).encode())
+    @contextlib.contextmanager
+    def _writing(self, rel: str):
+        """A write the disk refuses (full, read-only, over quota) as a CheckpointError that
+        names the file and the way out, not a bare OSError."""
+        try:
+            yield
+        except OSError as e:
+            problem = storage_problem(e, str(e), self.location(rel))
+            if problem is None:
+                raise
+            raise problem from e
+
+    def write_json(self, rel: str, payload: Any, durable: bool = False) -> None:
+        self.write_bytes(rel, json.dumps(payload).encode(), durable=durable)
 
     def append_line(self, rel: str, line: str) -> None:
-        files.append(self.fs, self.path(rel), line.encode() + b"\n")
+        with self._writing(rel):
+            files.append(self.fs, self.path(rel), line.encode() + b"\n")
 
     def files(self, rel: str) -> list[str]:
         """Names of the files directly in directory ``rel`` (sorted, hidden ones left out)."""
@@ -139,8 +170,10 @@ class Checkpoint:
 
     # ---- what the records say --------------------------------------------------------------
     def started_batches(self) -> list[int]:
-        """Ids of the batches recorded as started (a new plan must not rewrite their history)."""
-        return sorted({int(name.split(".")[0]) for name in self.files(BATCHES) if name.endswith(".json")})
+        """Ids of the batches recorded as started (a new plan must not rewrite their history);
+        files of other names in ``batches/`` are not records and are left alone."""
+        return sorted({int(m[1]) for name in self.files(BATCHES) if (m := _BATCH_RECORD.fullmatch(name))})
 
     def done_batches(self) -> list[int]:
-        return sorted(int(name.split(".")[0]) for name in self.files(BATCHES) if name.endswith(".done.json"))
+        return sorted(int(m[1]) for name in self.files(BATCHES)
+                      if (m := _BATCH_RECORD.fullmatch(name)) and m[2] == "done")

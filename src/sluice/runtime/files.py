@@ -3,6 +3,7 @@ behind any URI pyarrow understands (``file:///x``, ``s3://bucket/x``, ``hdfs://h
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import uuid
@@ -48,11 +49,16 @@ def filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     return fs, path.rstrip("/") or "/"
 
 
-def write_atomic(fs: pafs.FileSystem, path: str, data: bytes | pa.Buffer) -> None:
+def write_atomic(fs: pafs.FileSystem, path: str, data: bytes | pa.Buffer, durable: bool = False) -> None:
     """Write a whole file so readers see the old content or the new one, never a part.
 
     File systems (local, HDFS): a hidden temporary file in the same directory, renamed over
-    the target. Object stores have no rename, but a single PUT is already atomic."""
+    the target; a write that fails (disk full) removes its temporary file. Object stores have
+    no rename, but a single PUT is already atomic.
+
+    ``durable``: on a local disk the file and its directory are synced (``fsync``) before
+    this returns, so the file survives a power loss, not only a crash of the process (the
+    commit records of batches are written so)."""
     parent, name = posixpath.split(path)
     fs.create_dir(parent, recursive=True)
     if fs.type_name not in _RENAMING:
@@ -60,20 +66,84 @@ def write_atomic(fs: pafs.FileSystem, path: str, data: bytes | pa.Buffer) -> Non
             out.write(data)
         return
     tmp = f"{parent}/.{name}.tmp-{uuid.uuid4().hex}"
-    with fs.open_output_stream(tmp) as out:
-        out.write(data)
-    fs.move(tmp, path)
+    try:
+        if durable and fs.type_name == "local":
+            _write_synced(tmp, data)
+        else:
+            with fs.open_output_stream(tmp) as out:
+                out.write(data)
+        fs.move(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            fs.delete_file(tmp)
+        raise
+    if durable and fs.type_name == "local":
+        _sync_dir(parent)
+
+
+def _write_synced(path: str, data: bytes | pa.Buffer) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, memoryview(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_dir(directory: str) -> None:
+    """Sync a directory, so a rename in it is durable (Linux; a no-op where directories
+    cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def append(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     """Add ``data`` at the end of a file (created if missing). Object stores cannot append:
-    there the file is rewritten whole, atomically (fine for the small logs Sluice keeps)."""
+    there the file is rewritten whole, atomically (fine for the small logs Sluice keeps).
+
+    A file whose last line was cut short (a crash or a full disk mid-append) gets a line
+    break first, so the new line starts a line of its own and readers skip only the torn one."""
     fs.create_dir(posixpath.dirname(path), recursive=True)
     if fs.type_name in _RENAMING:
+        if _ends_torn(fs, path):
+            data = b"\n" + data
         with fs.open_append_stream(path) as out:
             out.write(data)
     else:
-        write_atomic(fs, path, (read_bytes(fs, path) or b"") + data)
+        old = read_bytes(fs, path) or b""
+        write_atomic(fs, path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + data)
+
+
+def _ends_torn(fs: pafs.FileSystem, path: str) -> bool:
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File or not info.size:
+        return False
+    with fs.open_input_file(path) as f:
+        f.seek(info.size - 1)
+        return f.read(1) != b"\n"
+
+
+def read_tail(fs: pafs.FileSystem, path: str, max_bytes: int) -> tuple[bytes, bool]:
+    """The last ``max_bytes`` of a file, starting at a line (None-safe: b"" if missing), and
+    whether lines before them were left out."""
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        return b"", False
+    if info.size <= max_bytes:
+        return read_bytes(fs, path) or b"", False
+    with fs.open_input_file(path) as f:
+        f.seek(info.size - max_bytes)
+        data = f.read(max_bytes)
+    cut = data.find(b"\n")
+    return (data[cut + 1:] if cut >= 0 else b""), True
 
 
 def read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:

@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 
 import pyarrow.fs as pafs
 
-from sluice.errors import SluiceError
+from sluice.errors import CheckpointError, SluiceError
 from sluice.runtime.checkpoint import Checkpoint
 
 LEASE = "lease.json"
@@ -72,12 +72,18 @@ class LeaseRecord:
     released: bool = False
 
     @classmethod
-    def from_json(cls, data: bytes | None) -> LeaseRecord | None:
+    def from_json(cls, data: bytes | None, where: str = LEASE) -> LeaseRecord | None:
         if not data:
             return None
-        raw = json.loads(data)
-        return cls(int(raw["epoch"]), str(raw["owner"]), str(raw["host"]), tuple(int(p) for p in raw["pids"]),
-                   float(raw["expires_at"]), bool(raw.get("released", False)))
+        try:
+            raw = json.loads(data)
+            return cls(int(raw["epoch"]), str(raw["owner"]), str(raw["host"]), tuple(int(p) for p in raw["pids"]),
+                       float(raw["expires_at"]), bool(raw.get("released", False)))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise CheckpointError(
+                f"{where} is damaged ({type(e).__name__}: {e}); it says which driver runs this checkpoint. "
+                f"Make sure no driver runs on it (no `sluice run` of this pipeline on any machine), then "
+                f"delete {where} and start again.") from None
 
     def to_json(self) -> bytes:
         return json.dumps({**asdict(self), "pids": list(self.pids)}).encode()
@@ -144,7 +150,7 @@ class Lease:
         return self.ttl / 4
 
     def read(self) -> LeaseRecord | None:
-        return LeaseRecord.from_json(self.checkpoint.read_bytes(LEASE))
+        return LeaseRecord.from_json(self.checkpoint.read_bytes(LEASE), self.checkpoint.location(LEASE))
 
     # ---- taking it -------------------------------------------------------------------------
     def try_acquire(self) -> bool:
@@ -282,8 +288,15 @@ class Lease:
         if self._thread is not None:
             self._thread.join(timeout=self.ttl)
         with self._lock:
-            current = self.read()
-            if self.epoch is not None and current is not None and current.epoch == self.epoch \
-                    and current.owner == self.owner:
-                self._write(released=True)
-            self.epoch = None
+            try:
+                current = self.read()
+                if self.epoch is not None and current is not None and current.epoch == self.epoch \
+                        and current.owner == self.owner:
+                    self._write(released=True)
+            except (OSError, CheckpointError):
+                # a full or read-only disk: the job's own error says so; the record cannot be
+                # marked free, but a restart on this host sees its processes gone and takes it
+                # (elsewhere it is free once it expires)
+                pass
+            finally:
+                self.epoch = None

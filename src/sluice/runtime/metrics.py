@@ -8,9 +8,12 @@ ingest-timestamp column), per key group rows and state size, dead letters and la
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict, dataclass, field
 
+from sluice.runtime import jsonlines
 from sluice.runtime.checkpoint import METRICS, Checkpoint
+from sluice.runtime.files import read_tail
 
 
 @dataclass
@@ -63,12 +66,32 @@ def append(checkpoint: str | Checkpoint, metrics: BatchMetrics) -> None:
     Checkpoint.of(checkpoint).append_line(METRICS, metrics.to_json())
 
 
-def read(checkpoint: str | Checkpoint) -> list[BatchMetrics]:
-    """Every batch's metrics, one per batch id (the latest record wins), in batch order."""
-    data = Checkpoint.of(checkpoint).read_bytes(METRICS)
+def read(checkpoint: str | Checkpoint, max_bytes: int | None = None) -> list[BatchMetrics]:
+    """Every batch's metrics, one per batch id (the latest record wins), in batch order.
+
+    ``max_bytes``: read only the file's last bytes (the latest batches; what a restart needs
+    to warm up from). A line cut short by a crash or a full disk is skipped, and so, with a
+    warning, is a damaged one (``runtime.jsonlines``)."""
+    checkpoint = Checkpoint.of(checkpoint)
+    path = checkpoint.path(METRICS)
+    if max_bytes is None:
+        data = checkpoint.read_bytes(METRICS) or b""
+    else:
+        data, _ = read_tail(checkpoint.fs, path, max_bytes)
     by_batch: dict[int, BatchMetrics] = {}
-    for line in (data or b"").decode().splitlines():
-        if line.strip():
-            d = json.loads(line)
-            by_batch[d["batch_id"]] = BatchMetrics(**d)
+    for d in jsonlines.parse(data, checkpoint.location(METRICS)):
+        try:
+            by_batch[int(d["batch_id"])] = BatchMetrics(**d)
+        except (KeyError, TypeError, ValueError):
+            warnings.warn(f"{checkpoint.location(METRICS)}: a record that is not a batch's metrics, skipped",
+                          jsonlines.DamagedLineWarning, stacklevel=2)
     return [by_batch[b] for b in sorted(by_batch)]
+
+
+RECENT_BYTES = 4 << 20
+"""What a start reads of ``metrics.jsonl`` to warm up from: the last few thousand batches."""
+
+
+def read_recent(checkpoint: str | Checkpoint) -> list[BatchMetrics]:
+    """The latest batches' metrics (the last ``RECENT_BYTES`` of the file)."""
+    return read(checkpoint, RECENT_BYTES)
