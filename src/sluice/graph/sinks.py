@@ -24,12 +24,16 @@ class FileSink(SinkSpec):
     path: str = ""
     format: str = "parquet"  # "parquet" or "json" (JSON lines)
     kind: str = "files"
+    target_file_bytes: int | None = None  # roll small batches' files together to about this size
 
     def __post_init__(self) -> None:
         if not self.path:
             raise PipelineError("files sink: a path is required")
         if self.format not in ("parquet", "json"):
             raise PipelineError(f"files sink {self.path!r}: format must be 'parquet' or 'json', not {self.format!r}")
+        if self.target_file_bytes is not None and self.format != "parquet":
+            raise PipelineError(f"files sink {self.path!r}: target_file_size rolls Parquet files; "
+                                f"format={self.format!r} has none")
 
 
 @dataclass(frozen=True)
@@ -66,11 +70,19 @@ class CallbackSink(SinkSpec):
             raise PipelineError(f"callback sink: format must be 'arrow' or 'pandas', not {self.format!r}")
 
 
-def files(path: str, format: str = "parquet") -> FileSink:
+def files(path: str, format: str = "parquet", target_file_size: int | str | None = None) -> FileSink:
     """Write each micro-batch's records to ``path/batch=<id>/`` as Parquet (default) or JSON
     lines (``format="json"``), through Spark's file commit protocol: a batch's directory is
     complete (it has ``_SUCCESS``) or absent, and a batch replayed after a crash replaces its
-    own directory, so the files hold every batch exactly once.
+    own directory, so the files hold every batch exactly once. A batch that wrote no rows
+    leaves no directory.
+
+    ``target_file_size`` (Parquet, e.g. ``"64MB"``): small batches are rolled together
+    behind the job, between batches: once consecutive committed batches' files reach the
+    size together they become one file in ``path/batches=<first>-<last>/``, still exactly
+    once (``runtime.file_rolling``). Readers here handle both; another reader should read
+    ``batch=`` and ``batches=`` directories that have ``_SUCCESS``, and skip a ``batch=<id>``
+    a ``batches=`` range covers (it exists only for a moment, until the roll removes it).
 
     The output is a changelog, one directory per batch: a keyed aggregate writes each key
     again in every batch that changed it (its running value then). For the latest value per
@@ -82,7 +94,10 @@ def files(path: str, format: str = "parquet") -> FileSink:
     >>> sinks.files("out/per_meter", format="json").format
     'json'
     """
-    return FileSink(path=str(path), format=format)
+    from sluice.runtime.file_rolling import parse_size
+
+    return FileSink(path=str(path), format=format,
+                    target_file_bytes=parse_size(target_file_size, f"files sink {str(path)!r}"))
 
 
 def console(rows: int = 20) -> ConsoleSink:

@@ -26,7 +26,7 @@ from sluice.errors import PlanError
 from sluice.graph import JobGraph
 from sluice.graph.constraints import measuring_sinks, path_operators
 from sluice.graph.operators import Operator
-from sluice.graph.sinks import SinkSpec
+from sluice.graph.sinks import FileSink, SinkSpec
 from sluice.models.economics import EconomicsMeter
 from sluice.models.latency import split_path_latency
 from sluice.plan.physical import Plan
@@ -38,6 +38,7 @@ from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
 from sluice.runtime.event_time import EventClock, SourceTime, kernel_queries, processing_time_due
 from sluice.runtime.exchange import prepare_hash_exchange
 from sluice.runtime.executors import executor_infos
+from sluice.runtime.file_rolling import remove_if_empty, roll
 from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.windows import LATE
@@ -232,6 +233,7 @@ class BatchExecutor:
         self._request_tick(batch_id, state)
         metrics_log.append(self.checkpoint, m)
         self._compact(batch_id, state)
+        self._roll_files(batch_id)
         lineage.release()
         self.last_batch = m
         self.batches_done += 1
@@ -288,6 +290,14 @@ class BatchExecutor:
 
             self._compaction = in_background(compact, "sluice-compaction")
 
+    def _roll_files(self, batch_id: int) -> None:
+        """File sinks with a target file size roll their small committed batches together
+        (``runtime.file_rolling``), now that ``batch_id`` is recorded done."""
+        for op in self.graph.sinks():
+            spec = op.params["spec"]
+            if isinstance(spec, FileSink) and spec.target_file_bytes:
+                roll(spec.path, batch_id, spec.target_file_bytes)
+
     def close(self) -> None:
         """Wait for a background compaction, then collect the history it made redundant.
         Call once the query has stopped (no batch runs)."""
@@ -318,6 +328,8 @@ class BatchExecutor:
         if obs is not None:
             stats = obs.get
             rows, q, mean_us = int(stats.get("rows") or 0), stats.get("q"), stats.get("mean_us")
+            if isinstance(spec, FileSink):  # no empty directory for a batch without rows
+                remove_if_empty(spec.path, batch_id, rows)
         else:
             assert collected is not None  # a sink that writes on the driver returns its rows
             rows, q, mean_us = collected.num_rows, _ingest_quantiles(collected), _ingest_mean(collected)

@@ -107,20 +107,14 @@ def read_files(path: str, format: str = "parquet") -> pa.Table | None:
     True
     """
     import pyarrow.dataset as ds
-    import pyarrow.fs as pafs
+
+    from sluice.runtime.file_rolling import output_dirs
 
     fs, base = files.filesystem(path)
     tables = []
-    for directory in files.list_dirs(fs, base):
-        if not directory.rsplit("/", 1)[1].startswith("batch="):
-            continue
-        infos = fs.get_file_info(pafs.FileSelector(directory))
-        if not any(i.base_name == "_SUCCESS" for i in infos):
-            continue
-        # a batch with no rows (e.g. the one ending the input) leaves an empty JSON part file
-        parts = sorted(i.path for i in infos if i.base_name.startswith("part-") and i.size)
-        if parts:
-            tables.append(ds.dataset(parts, format="parquet" if format == "parquet" else "json",
+    for directory in output_dirs(fs, base):  # batch order; rolled directories in place of theirs
+        if directory.parts:
+            tables.append(ds.dataset(list(directory.parts), format="parquet" if format == "parquet" else "json",
                                      filesystem=fs).to_table())
     if not tables:
         return None
