@@ -62,8 +62,16 @@ class BatchMetrics:
 
 
 def append(checkpoint: str | Checkpoint, metrics: BatchMetrics) -> None:
-    # append-only JSON lines; a replayed batch appends again and readers keep the last
-    Checkpoint.of(checkpoint).append_line(METRICS, metrics.to_json())
+    """Append a batch's line (a replayed batch appends again and readers keep the last).
+    A batch's metrics are the last record it writes, so every so many batches this is where
+    the checkpoint's older records are pruned (``runtime.retention``)."""
+    from sluice.runtime import retention
+
+    checkpoint = Checkpoint.of(checkpoint)
+    checkpoint.append_line(METRICS, metrics.to_json())
+    policy = retention.Retention.from_env()
+    if retention.due(metrics.batch_id, policy):
+        retention.prune(checkpoint, metrics.batch_id, policy)
 
 
 def read(checkpoint: str | Checkpoint, max_bytes: int | None = None) -> list[BatchMetrics]:

@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 from sluice.credentials import redact
 from sluice.runtime.files import filesystem
 from sluice.runtime.planlog import PlanLog
+from sluice.runtime.retention import read_summary
 
 PERCENTILES = ("p50", "p95", "p99")
 
@@ -200,6 +201,12 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
     }
 
 
+MAX_BATCHES = 5000
+"""Batches a view keeps in memory (the page shows at most 600; the totals keep counting)."""
+MAX_RECORDS = 5000
+"""Lines of ``decisions.jsonl`` a view keeps in memory."""
+
+
 @dataclass
 class JobView:
     """The checkpoint of one job, followed as it grows."""
@@ -220,11 +227,14 @@ class JobView:
         self._metrics = JsonLinesFollower(self.fs, posixpath.join(self.base, "metrics.jsonl"))
         self._decisions = JsonLinesFollower(self.fs, posixpath.join(self.base, "decisions.jsonl"))
         self._index: dict[int, int] = {}  # batch id -> position in self.batches
+        # batches let go of to keep memory bounded: (batch id, t, rows, dead letters, late), for the totals
+        self._evicted: list[tuple[int, float, int, int, int]] = []
 
     def refresh(self) -> None:
+        evicted_through = self._evicted[-1][0] if self._evicted else -1
         for m in self._metrics.new_records():
-            if not isinstance(m.get("batch_id"), int):
-                continue
+            if not isinstance(m.get("batch_id"), int) or m["batch_id"] <= evicted_through:
+                continue  # (the second: a log rewritten by retention, read again)
             previous = self.batches[-1]["t"] if self.batches else None
             point = batch_point(m, previous)
             if m["batch_id"] in self._index:  # a replayed batch: its latest record wins
@@ -233,7 +243,18 @@ class JobView:
                 self._index[m["batch_id"]] = len(self.batches)
                 self.batches.append(point)
             self.raw_latest = m
+        if len(self.batches) > MAX_BATCHES:
+            self._evict(len(self.batches) - MAX_BATCHES)
         self.records.extend(self._decisions.new_records())
+        if len(self.records) > MAX_RECORDS:
+            del self.records[:len(self.records) - MAX_RECORDS]
+
+    def _evict(self, n: int) -> None:
+        """Let go of the ``n`` oldest batches' points, keeping what the totals need."""
+        self._evicted.extend((b["batch_id"], b["t"], b["rows_in"], b["dead_letters"], b["late"])
+                             for b in self.batches[:n] if not b["skipped"])
+        del self.batches[:n]
+        self._index = {b["batch_id"]: i for i, b in enumerate(self.batches)}
 
     def constraints(self) -> dict[str, dict]:
         """Each constraint's bound and latest state: the declared bounds, updated by the latest
@@ -263,13 +284,24 @@ class JobView:
                 "chains": [list(c) for c in plan.chains]}
 
     def totals(self) -> dict:
+        """The whole run's totals: the batches in memory, those let go of, and those the
+        checkpoint's retention pruned (``metrics.summary.json``)."""
         done = [b for b in self.batches if not b["skipped"]]
+        try:
+            pruned = read_summary(self.checkpoint)
+        except (OSError, ValueError):
+            pruned = {}
+        through = pruned.get("through_batch")
+        evicted = [e for e in self._evicted if through is None or e[0] > through]
+        firsts = [t for t in (pruned.get("first_started_at"), evicted[0][1] if evicted else None,
+                              done[0]["t"] if done else None) if t is not None]
         return {
-            "batches": len(done),
-            "rows": sum(b["rows_in"] for b in done),
-            "dead_letters": sum(b["dead_letters"] for b in done),
-            "late": sum(b["late"] for b in done),
-            "first_t": done[0]["t"] if done else None,
+            "batches": len(done) + len(evicted) + int(pruned.get("batches") or 0),
+            "rows": sum(b["rows_in"] for b in done) + sum(e[2] for e in evicted) + int(pruned.get("rows_in") or 0),
+            "dead_letters": sum(b["dead_letters"] for b in done) + sum(e[3] for e in evicted)
+            + int(pruned.get("dead_letters") or 0),
+            "late": sum(b["late"] for b in done) + sum(e[4] for e in evicted) + int(pruned.get("late_records") or 0),
+            "first_t": min(firsts) if firsts else None,
             "last_t": done[-1]["t"] + done[-1]["duration_s"] if done else None,
         }
 
