@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pytest
 
 from sluice.runtime.connectors.payloads import parse_json, parse_text_columns, rows_as_json, rows_as_text
 
@@ -48,3 +49,34 @@ def test_rows_written_as_json_or_text_read_back_equal():
     columns = {name: [row.get(name) for row in texts] for name in SCHEMA.names}
     assert parse_text_columns(columns, 2, SCHEMA).table.equals(table)
     assert json.loads(rows_as_json(table)[0])["at"] == "2026-01-01T00:00:00.000001Z"
+
+
+@pytest.mark.parametrize("kind", ["json", "text"])
+def test_one_bad_message_is_found_by_bisection_not_one_parse_per_message(kind, monkeypatch):
+    """A batch with one unparseable message among 4,096 is parsed in a few dozen calls (the
+    halves that fail are split again), not 4,097 (the whole batch, then one by one)."""
+    from sluice.runtime.connectors import payloads
+
+    n, bad = 4096, 1234
+    schema = pa.schema([("id", pa.int64()), ("v", pa.float64())])
+    name = "_json_lines" if kind == "json" else "_cast_text"
+    real = getattr(payloads, name)
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(payloads, name, counted)
+    if kind == "json":
+        messages = [b'{"id": %d, "v": 1.5}' % i for i in range(n)]
+        messages[bad] = b'{"id": "x", '
+        parsed = payloads.parse_json(messages, schema)
+    else:
+        columns = {"id": [str(i) for i in range(n)], "v": ["1.5"] * n}
+        columns["v"][bad] = "not a number"
+        parsed = payloads.parse_text_columns(columns, n, schema)
+    assert [i for i, _ in parsed.rejects] == [bad]
+    assert parsed.kept == [i for i in range(n) if i != bad]
+    assert parsed.table.column("id").to_pylist() == parsed.kept
+    assert len(calls) <= 2 * 12 + 1  # two calls per level of a 12-level bisection, and the first

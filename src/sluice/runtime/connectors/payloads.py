@@ -74,18 +74,26 @@ def parse_text_columns(columns: dict[str, list], n: int, schema: pa.Schema) -> P
     if n == 0:
         return Parsed(schema.empty_table(), [], [])
     text = pa.table({f.name: pa.array(columns.get(f.name, [None] * n), pa.string()) for f in schema})
-    try:
-        return Parsed(_cast_text(text, schema), list(range(n)), [])
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    tables, kept, rejects = [], [], []
-    for i in range(n):
-        try:
-            tables.append(_cast_text(text.slice(i, 1), schema))
-            kept.append(i)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            rejects.append((i, f"does not parse as {_describe(schema)}: {e}"))
+    tables: list[pa.Table] = []
+    kept: list[int] = []
+    rejects: list[tuple[int, str]] = []
+    _bisect_text(text, 0, n, schema, tables, kept, rejects)
     return Parsed(pa.concat_tables(tables) if tables else schema.empty_table(), kept, rejects)
+
+
+def _bisect_text(text: pa.Table, lo: int, hi: int, schema: pa.Schema, tables: list, kept: list,
+                 rejects: list) -> None:
+    """Cast rows [lo, hi) in one call, else each half (as ``_bisect`` does for JSON)."""
+    try:
+        tables.append(_cast_text(text.slice(lo, hi - lo), schema))
+        kept.extend(range(lo, hi))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        if hi - lo == 1:
+            rejects.append((lo, f"does not parse as {_describe(schema)}: {e}"))
+            return
+        mid = (lo + hi) // 2
+        _bisect_text(text, lo, mid, schema, tables, kept, rejects)
+        _bisect_text(text, mid, hi, schema, tables, kept, rejects)
 
 
 def _cast_text(text: pa.Table, schema: pa.Schema) -> pa.Table:
