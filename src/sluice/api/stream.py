@@ -398,6 +398,52 @@ class KeyedStream:
                                                    **_ttl_params(ttl, ttl_time, name or "process")},
                           schema=as_schema(schema))
 
+    def deduplicate(self, within, *, time=None, name: str | None = None) -> Stream:
+        """Drop the records of a key that follow its first one within ``within`` (seconds or
+        a string like ``"10m"``): Spark's ``dropDuplicatesWithinWatermark``. A key's window
+        opens at its first record's time and closes when the watermark passes it plus
+        ``within`` (``time``: the sources' event-time column by default, or
+        ``"processing"``); then its state is gone and its next record passes again. A
+        record older than the watermark minus ``within`` is late (the ``late`` side output).
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> events = p.source(S.generator(fields={"id": S.Keys(100), "ts": S.EventTime()}, event_time="ts"))
+        >>> events.key_by("id").deduplicate(within="10m").op.params["within"]
+        600000000
+        """
+        from sluice.api.windows import resolve_time
+        from sluice.graph.windows import parse_duration
+
+        try:
+            params = {"keys": self.keys, "within": parse_duration(within, "deduplicate: within"),
+                      "time": resolve_time(self, time)}
+        except PipelineError as exc:
+            raise PipelineError(str(exc), name or "deduplicate", user_location()) from None
+        return self._then("deduplicate", name, params=params)
+
+    def top(self, n: int, by, *, ascending: bool = False, name: str | None = None) -> Stream:
+        """The ``n`` records with the largest ``by`` (a column or a list of columns;
+        ``ascending=True``: the smallest) per key, over everything seen so far. Each batch
+        emits the whole current top of every key whose top it changed, with ``rank`` (1 is
+        first); a ``sinks.read_latest(path, keys=[*keys, "rank"])`` gives the tops.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> bids = p.source(S.generator(fields={"item": S.Keys(10), "price": S.Uniform(1, 100)}))
+        >>> bids.key_by("item").top(3, by="price").op.params["by"]
+        ['price']
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise PipelineError(f"top: n must be a positive integer, got {n!r}", name or "top", user_location())
+        columns = [by] if isinstance(by, str) else list(by)
+        if not columns or not all(isinstance(c, str) for c in columns):
+            raise PipelineError(f"top: by must name a column or a list of columns, got {by!r}", name or "top",
+                                user_location())
+        return self._then("top", name, params={"keys": self.keys, "n": n, "by": columns, "ascending": bool(ascending)})
+
     def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append", ttl=None,
                ttl_time: str = "event"):
         """Windows per key: ``.window(sluice.windows.sliding("15m", "1m")).aggregate(avg=agg.mean("kwh"))``.

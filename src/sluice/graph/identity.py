@@ -126,6 +126,12 @@ def state_record(graph, op: Operator) -> dict[str, Any]:
         sides = [graph[i].schema for i in op.inputs]
         columns = ["; ".join(f"{f.name} {f.type}" for f in s) if s is not None else "?" for s in sides]
         record["join"] = f"{spec.describe()}; left ({columns[0]}); right ({columns[1]})"
+    elif op.kind == "deduplicate":
+        time = op.params["time"]
+        record["deduplicate"] = f"on {'event time ' + time.column if hasattr(time, 'column') else 'processing time'}"
+    elif op.kind == "top":  # the kept records are the state: their columns count
+        record["top"] = {"n": op.params["n"], "by": list(op.params["by"]), "ascending": op.params.get("ascending", False),
+                         "record": [_typed(upstream, f.name) for f in upstream] if upstream is not None else None}
     if op.params.get("ttl") is not None:  # the state carries each key's last write, on this clock
         record["ttl"] = f"last write in {op.params['ttl'].time} time"  # the duration may change
     return record

@@ -232,6 +232,16 @@ def _join(op, inputs, typer):
         raise fail(op, str(exc), type(exc)) from None
 
 
+def _top(op, inputs, typer):
+    schema = _first(inputs)
+    if schema is None:
+        return None
+    require_columns(op, schema, op.params["by"], "top(by=...)")
+    if "rank" in schema.names:
+        raise fail(op, "top: the input has a column 'rank', the name of the rank it emits; rename it first")
+    return schema.append(pa.field("rank", pa.int32()))
+
+
 _STATELESS = "sluice.runtime.kernels.stateless"
 _FACTORY = "sluice.runtime.kernels.factory"
 
@@ -253,6 +263,9 @@ for _kind in (
                  passes_schema=True),
     OperatorKind("process", KEYED, ("keys", "fn"), _declared_or_input, kernel=f"{_FACTORY}:process_kernel"),
     OperatorKind("window", KEYED, ("keys", "queries"), _window, kernel=f"{_FACTORY}:window_kernel_of"),
+    OperatorKind("deduplicate", KEYED, ("keys", "within", "time"), _same_as_input,
+                 kernel=f"{_FACTORY}:deduplicate_kernel", passes_schema=True),
+    OperatorKind("top", KEYED, ("keys", "n", "by"), _top, kernel=f"{_FACTORY}:top_kernel"),
     # two inputs, the keyed streams of its two sides (sluice.graph.joins)
     OperatorKind("join", KEYED, ("keys", "spec"), _join, kernel=f"{_FACTORY}:join_kernel_of"),
 ):

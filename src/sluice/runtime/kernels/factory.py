@@ -79,3 +79,15 @@ def join_kernel_of(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
     if left is None or right is None:
         raise ValueError(f"join {op.name!r}: the kernel needs both sides' schemas (validate the graph first)")
     return join_kernel(op.params["spec"], left, right)
+
+
+def deduplicate_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
+    from sluice.runtime.kernels.selection import DeduplicateKernel
+
+    return DeduplicateKernel(op.params["keys"], op.params["within"], op.params["time"])
+
+
+def top_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
+    from sluice.runtime.kernels.selection import TopKernel
+
+    return TopKernel(op.params["keys"], op.params["n"], op.params["by"], op.params.get("ascending", False))
