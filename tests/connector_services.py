@@ -168,26 +168,35 @@ def redis_client():
 # --- Kafka ------------------------------------------------------------------------------------------
 
 
+_KAFKA_ADMIN: list = []
+
+
 def kafka_admin():
+    """One admin client for the process (a new one costs a connection: tests poll offsets)."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": KAFKA})
+    if not _KAFKA_ADMIN:
+        _KAFKA_ADMIN.append(AdminClient({"bootstrap.servers": KAFKA}))
+    return _KAFKA_ADMIN[0]
 
 
 def kafka_topic(name: str, partitions: int = 1) -> None:
     from confluent_kafka.admin import NewTopic
 
-    kafka_admin().create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    admin = kafka_admin()  # kept alive until the future resolves
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
 def kafka_add_partitions(name: str, total: int) -> None:
     from confluent_kafka.admin import NewPartitions
 
-    kafka_admin().create_partitions([NewPartitions(name, total)])[name].result(30)
+    admin = kafka_admin()
+    admin.create_partitions([NewPartitions(name, total)])[name].result(30)
 
 
 def kafka_delete(*names: str) -> None:
-    for future in kafka_admin().delete_topics(list(names)).values():
+    admin = kafka_admin()
+    for future in admin.delete_topics(list(names)).values():
         with contextlib.suppress(Exception):  # never created
             future.result(30)
 
