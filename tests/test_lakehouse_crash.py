@@ -1,9 +1,10 @@
 """Exactly once into and out of lakehouse tables across driver SIGKILLs (``sluice run`` in a
 subprocess, killed with its JVM, restarted on the same checkpoint):
 
-- sinks: killed the moment batch 2's Delta commit is visible (after the Delta commit, most
+- sinks: killed the moment a batch's Delta commit is visible (after the Delta commit, most
   likely before the Iceberg commit, the upsert and Spark's batch commit: the replay must
-  skip what was committed and write the rest), then again mid-run; the Delta and Iceberg
+  skip what was committed and write the rest), then the moment a later batch's Iceberg
+  snapshot is visible before Spark's commit; the Delta and Iceberg
   tables end with every id exactly once and the per-key upserts equal DuckDB's aggregate.
 - source: a Delta source killed mid-batch reads, after the restart, every row of its table
   into the output table exactly once.
@@ -39,6 +40,9 @@ def committed_batch(uri: str, checkpoint: str) -> int:
 
 def test_sigkills_between_a_delta_commit_and_sparks_leave_delta_and_iceberg_exact(tmp_path):
     from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from sluice.runtime.connectors.iceberg import last_batch
 
     out, checkpoint, n = str(tmp_path / "out"), str(tmp_path / "ckpt"), 6000
     env = {"SLUICE_TEST_OUT": out, "SLUICE_TEST_MODE": "sinks", "SLUICE_TEST_ROWS": str(n),
@@ -55,14 +59,25 @@ def test_sigkills_between_a_delta_commit_and_sparks_leave_delta_and_iceberg_exac
 
     harness.kill_when(proc, between_commits)
     assert killed_in[-1] not in harness.done_batches(checkpoint)
+    catalog = SqlCatalog("sluice", uri=f"sqlite:///{out}/catalog.db", warehouse=f"file://{out}/warehouse")
+
+    def iceberg_between_commits() -> bool:  # the same for the Iceberg table's snapshots
+        try:
+            batch = last_batch(catalog.load_table("crash.raw"), job_id(checkpoint))
+        except NoSuchTableError:
+            return False
+        if batch > killed_in[0] and batch not in harness.done_batches(checkpoint):
+            killed_in.append(batch)
+            return True
+        return False
+
     proc = harness.launch(lakehouse_crash.__file__, checkpoint, env)
-    harness.kill_when(proc, lambda: 6 in harness.started_batches(checkpoint) and 6 not in harness.done_batches(checkpoint))
+    harness.kill_when(proc, iceberg_between_commits)
     proc = harness.launch(lakehouse_crash.__file__, checkpoint, env)
     assert proc.wait(timeout=300) == 0
 
     raw = delta_rows(f"{out}/raw")
     assert sorted(raw["id"].to_pylist()) == list(range(n))  # every id once
-    catalog = SqlCatalog("sluice", uri=f"sqlite:///{out}/catalog.db", warehouse=f"file://{out}/warehouse")
     iceberg = catalog.load_table("crash.raw").scan().to_arrow()
     assert sorted(iceberg["id"].to_pylist()) == list(range(n))
     per_key = delta_rows(f"{out}/per_key")  # noqa: F841 - DuckDB reads it by name
