@@ -3,10 +3,12 @@ of two systems are interleaved on this shared machine."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -87,3 +89,170 @@ def batch_tables(directory: str) -> Iterator:
         files = [str(f) for f in d.glob("part-*") if f.stat().st_size > 0]
         if files:
             yield ds.dataset(files, format="parquet").to_table()
+
+
+# ---- the anchor rule -----------------------------------------------------------------------
+# A Spark anchor is what a competent Spark engineer would run on the same machine: shuffle
+# partitions matched to the cores, and for a stateful query the better of Spark's two state
+# stores, both measured and reported.
+
+STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
+STATE_STORES: dict[str, dict[str, str | None]] = {
+    # Spark's default: the HDFS-backed store (state in JVM memory, snapshots and deltas to files)
+    "default": {STATE_STORE_PROVIDER: None,
+                "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": None},
+    "rocksdb": {STATE_STORE_PROVIDER: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+                "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
+}
+
+
+def cores(spark=None) -> int:
+    """The cores the anchor runs on: Spark's default parallelism, else the machine's."""
+    if spark is not None:
+        return int(spark.sparkContext.defaultParallelism)
+    return os.cpu_count() or 1
+
+
+def anchor_conf(store: str, n_cores: int) -> dict[str, str | None]:
+    """Spark SQL settings of an anchor run on ``store`` ("default" or "rocksdb"), with
+    shuffle partitions = ``n_cores`` (None: Spark's default for that setting)."""
+    return {"spark.sql.shuffle.partitions": str(n_cores), **STATE_STORES[store]}
+
+
+@contextlib.contextmanager
+def spark_conf(spark, conf: dict[str, str | None]):
+    """Set these SQL settings for the runs inside (None: unset), and restore them after. A
+    streaming query reads them when it starts (and a new checkpoint keeps them)."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    try:
+        for key, value in conf.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+@dataclass
+class AnchorResult:
+    """A Spark anchor measured on each state store: ``runs[store]`` is what ``run`` returned
+    (a dict with ``rate_key``), ``best`` the store of the higher rate."""
+
+    runs: dict[str, dict]
+    best: str
+    rate_key: str
+    partitions: int
+
+    @property
+    def rate(self) -> float:
+        return self.runs[self.best][self.rate_key]
+
+    @property
+    def result(self) -> dict:
+        return self.runs[self.best]
+
+    def to_json(self) -> dict:
+        """The anchor's configuration and both stores' rates, for a results file."""
+        return {"engine": "Spark Structured Streaming", "shuffle_partitions": self.partitions,
+                "state_stores": {s: {"conf": {k: v for k, v in STATE_STORES[s].items() if v is not None},
+                                     self.rate_key: round(r[self.rate_key], 1)} for s, r in self.runs.items()},
+                "best_store": self.best}
+
+
+def spark_anchor(spark, run, *, rate_key: str = "throughput", stateful: bool = True,
+                 stores: tuple[str, ...] = ("default", "rocksdb"), n_cores: int | None = None) -> AnchorResult:
+    """Run ``run(store)`` once per state store (only Spark's default for a stateless query),
+    each with shuffle partitions = cores, and keep both results and the better one.
+
+    ``run`` gets the store's name and returns a dict holding ``rate_key``; it must start a
+    fresh checkpoint (a checkpoint keeps the store it was made with)."""
+    n = n_cores or cores(spark)
+    runs = {}
+    for store in stores if stateful else ("default",):
+        with spark_conf(spark, anchor_conf(store, n)):
+            runs[store] = run(store)
+    best = max(runs, key=lambda s: runs[s][rate_key])
+    return AnchorResult(runs, best, rate_key, n)
+
+
+def best_anchor(results: list[AnchorResult]) -> AnchorResult:
+    """The best of repeated anchor measurements, store by store (best-of-N for each)."""
+    runs: dict[str, dict] = {}
+    for r in results:
+        for store, run in r.runs.items():
+            if store not in runs or run[r.rate_key] > runs[store][r.rate_key]:
+                runs[store] = run
+    key = results[0].rate_key
+    best = max(runs, key=lambda s: runs[s][key])
+    return AnchorResult(runs, best, key, results[0].partitions)
+
+
+def environment(spark=None) -> dict:
+    """What every results file records about where it ran: the load average (1, 5, 15
+    min), the cores, and the versions of Python, PySpark, pyarrow, Java and Sluice's commit."""
+    import platform
+    import subprocess
+
+    import pyarrow
+
+    def quiet(cmd: list[str]) -> str:
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=10)
+            return (out.stdout or out.stderr).strip()
+        except OSError:
+            return ""
+
+    try:
+        import pyspark
+
+        spark_version = pyspark.__version__
+    except ImportError:
+        spark_version = None
+    java = quiet(["java", "-version"]).splitlines()
+    root = Path(__file__).resolve().parent.parent
+    return {
+        "load": [round(x, 2) for x in os.getloadavg()],
+        "cores": os.cpu_count(),
+        "spark_cores": cores(spark) if spark is not None else None,
+        "versions": {"python": platform.python_version(), "pyspark": spark_version, "pyarrow": pyarrow.__version__,
+                     "java": java[0] if java else None,
+                     "sluice_commit": quiet(["git", "-C", str(root), "rev-parse", "--short", "HEAD"]) or None},
+        "machine": platform.machine(),
+        "time": datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+
+
+def tables_equal(a, b, *, sort_by: list[str] | None = None, float_digits: int = 6) -> bool:
+    """Whether two Arrow tables hold the same rows (as a multiset: both sorted by every
+    column, or ``sort_by``), floats compared to ``float_digits`` significant digits."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if a.num_rows != b.num_rows or sorted(a.column_names) != sorted(b.column_names):
+        return False
+    names = sorted(a.column_names)
+
+    def normal(t):
+        cols = []
+        for n in names:
+            col = t.column(n)
+            if pa.types.is_decimal(col.type) and col.type.scale == 0:  # e.g. DuckDB's sum of integers
+                col = col.cast(pa.int64())
+            elif pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
+                values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
+                col = pa.array([float(f"{v:.{float_digits}g}") for v in values], type=pa.float64())
+            elif pa.types.is_timestamp(col.type):
+                col = col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+            cols.append(col)
+        t = pa.table(dict(zip(names, cols)))
+        return t.sort_by([(n, "ascending") for n in (sort_by or names)])
+
+    left, right = normal(a), normal(b)
+    return all(pc.all(pc.equal(left.column(n), right.column(n))).as_py() in (True, None)
+               and left.column(n).null_count == right.column(n).null_count for n in names)

@@ -1,0 +1,1 @@
+"""Nexmark on Sluice and Spark Structured Streaming, checked against DuckDB (``run``)."""
