@@ -27,11 +27,13 @@ def main(args) -> int:
         if os.path.exists(STATE):
             raise ConfigError(f"a cluster is already up ({ClusterInfo.load(STATE).master_url}); "
                               "`sluice cluster down` first")
-        cluster = LocalCluster(args.workers, args.cores, args.memory, root=args.dir).start()
+        cluster = LocalCluster(args.workers, args.cores, args.memory, root=args.dir, authenticate=True).start()
         cluster.info().save(STATE)
         print(f"Spark standalone cluster up: {args.workers} workers x {args.cores} core(s), {args.memory} each\n"
               f"  master   {cluster.master_url}   (sluice run PIPELINE.py --master {cluster.master_url})\n"
-              f"  web UI   {cluster.master_ui}\n  logs     {os.path.join(cluster.root, 'logs')}")
+              f"  web UI   {cluster.master_ui}\n  logs     {os.path.join(cluster.root, 'logs')}\n"
+              f"  auth     spark.authenticate on; `sluice run` from this directory uses the secret in "
+              f"{cluster.secret_file}")
         return 0
     if not os.path.exists(STATE):
         print("no cluster is up (started by `sluice cluster up` from this directory)")

@@ -55,6 +55,7 @@ class ClusterInfo:
     master_ui: str
     root: str
     pids: list[int]
+    secret_file: str | None = None  # the cluster's spark.authenticate secret (None: no authentication)
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -70,12 +71,17 @@ class LocalCluster:
     """A standalone master and ``workers`` workers of ``cores`` cores and ``memory`` each."""
 
     def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g", root: str | None = None,
-                 timeout_s: float = 120.0, distinct_hosts: bool = False):
+                 timeout_s: float = 120.0, distinct_hosts: bool = False, authenticate: bool = False):
         """``distinct_hosts``: each worker (and its executors) binds its own loopback address,
         127.0.0.2, 127.0.0.3, ..., so Spark takes them for different hosts, as on a real
         cluster: it reads another executor's shuffle blocks over the network rather than from
         the host's disk, and its locality preferences (which name hosts) tell the workers
-        apart. Linux routes all of 127.0.0.0/8 to the loopback interface."""
+        apart. Linux routes all of 127.0.0.0/8 to the loopback interface.
+
+        ``authenticate``: master, workers and executors require ``spark.authenticate`` with
+        a secret made for this cluster (in ``root/spark-auth.conf``, readable by this user
+        only, handed to the daemons as their properties file); a driver joins with
+        ``spark_conf()``. ``sluice cluster up`` starts its cluster so."""
         self.workers, self.cores, self.memory = workers, cores, memory
         self.distinct_hosts = distinct_hosts
         self._own_root = root is None
@@ -85,14 +91,23 @@ class LocalCluster:
         self.master_url = f"spark://{HOST}:{self.master_port}"
         self.master_ui = f"http://{HOST}:{self.master_ui_port}"
         self.processes: list[subprocess.Popen] = []
+        self.authenticate = authenticate
+        self.secret: str | None = None
+        self.secret_file: str | None = None
 
     # ---- life cycle --------------------------------------------------------------------------
     def start(self) -> LocalCluster:
         """Start the master, then the workers; return once every worker has registered."""
         os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        daemon_args: tuple[str, ...] = ()
+        if self.authenticate:
+            self._write_secret()
+            assert self.secret_file is not None
+            daemon_args = ("--properties-file", self.secret_file)
         try:
             self._launch("master", "org.apache.spark.deploy.master.Master",
-                         "--host", HOST, "--port", str(self.master_port), "--webui-port", str(self.master_ui_port))
+                         "--host", HOST, "--port", str(self.master_port), "--webui-port", str(self.master_ui_port),
+                         *daemon_args)
             self._wait_for(lambda: self._alive_workers() is not None, "the master to answer")
             for i in range(self.workers):
                 work_dir = os.path.join(self.root, f"worker-{i}")
@@ -100,7 +115,8 @@ class LocalCluster:
                 host = self.worker_host(i)
                 self._launch(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
                              "--host", host, "--cores", str(self.cores), "--memory", self.memory,
-                             "--work-dir", work_dir, "--webui-port", str(free_port()), self.master_url, host=host)
+                             "--work-dir", work_dir, "--webui-port", str(free_port()), *daemon_args, self.master_url,
+                             host=host)
             self._wait_for(lambda: (self._alive_workers() or 0) >= self.workers,
                            f"{self.workers} workers to register")
         except BaseException:
@@ -125,7 +141,25 @@ class LocalCluster:
         self.stop()
 
     def info(self) -> ClusterInfo:
-        return ClusterInfo(self.master_url, self.master_ui, self.root, [p.pid for p in self.processes])
+        return ClusterInfo(self.master_url, self.master_ui, self.root, [p.pid for p in self.processes],
+                           self.secret_file)
+
+    def spark_conf(self) -> dict[str, str]:
+        """What a driver's session needs to join this cluster (its secret, if it has one)."""
+        from sluice.runtime.session import auth_conf
+
+        return auth_conf(self.secret) if self.secret else {}
+
+    def _write_secret(self) -> None:
+        from sluice.runtime.session import auth_conf
+
+        conf = auth_conf()
+        self.secret = conf["spark.authenticate.secret"]
+        self.secret_file = os.path.join(self.root, "spark-auth.conf")
+        fd = os.open(self.secret_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.writelines(f"{k} {v}\n" for k, v in conf.items())
+        os.chmod(self.secret_file, 0o600)  # an existing file keeps its mode through O_CREAT
 
     # ---- what runs on it ---------------------------------------------------------------------
     def executor_pids(self) -> list[int]:
@@ -169,6 +203,25 @@ class LocalCluster:
                 raise EnvironmentProblem(f"timed out after {self.timeout_s:.0f} s waiting for {what}; "
                                          f"see the logs in {os.path.join(self.root, 'logs')}")
             time.sleep(0.25)
+
+
+def read_secret(state: str, master: str) -> dict[str, str]:
+    """The driver settings to join the cluster recorded in ``state`` (``sluice cluster up``'s
+    file) if ``master`` is its master: its ``spark.authenticate`` secret, read from its
+    properties file; {} for another master or a cluster without authentication."""
+    try:
+        info = ClusterInfo.load(state)
+    except (OSError, ValueError, TypeError):
+        return {}
+    if info.master_url != master or not info.secret_file:
+        return {}
+    conf = {}
+    with open(info.secret_file) as f:
+        for line in f:
+            key, _, value = line.strip().partition(" ")
+            if key.startswith("spark.authenticate"):
+                conf[key] = value.strip()
+    return conf
 
 
 def stop_pids(pids: list[int], patience_s: float = 15.0) -> None:

@@ -99,6 +99,17 @@ def auth_conf(secret: str | None = None) -> dict[str, str]:
             "spark.authenticate.secret": secret or secrets.token_hex(32)}
 
 
+def cluster_auth_conf(master: str, state: str = os.path.join(".sluice", "cluster.json")) -> dict[str, str]:
+    """The authentication settings of the cluster ``sluice cluster up`` started from this
+    directory, when ``master`` is its master (else none): ``sluice run --master`` then
+    joins it with no more ado."""
+    if not master.startswith("spark://") or not os.path.exists(state):
+        return {}
+    from sluice.runtime.cluster import read_secret
+
+    return read_secret(state, master)
+
+
 def announce_ui(spark) -> None:
     """Print where the session's Spark UI serves (nothing when it has none)."""
     url = spark.sparkContext.uiWebUrl
@@ -207,6 +218,7 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     defaults = network_conf(master)
     if os.environ.get("SLUICE_SPARK_AUTH", "0") in ("1", "true", "yes"):
         defaults |= auth_conf(os.environ.get("SLUICE_SPARK_AUTH_SECRET") or None)
+    defaults |= cluster_auth_conf(master)
     conf = {**defaults, **(conf or {})}
     archive = class_archive() if not SparkSession.getActiveSession() else None
     # a user's own driver options come first, then Sluice's and the archive's
