@@ -14,6 +14,12 @@ batch: collecting the batch to the driver, converting and writing it transaction
 client alone writes the same rows (psycopg ``COPY FROM`` with ``write_row``; a redis-py
 pipeline of XADD; nats-py JetStream publishes awaited in windows).
 
+Delta Lake and Iceberg sinks (``delta_sink``, ``iceberg_sink`` in the JSON line): the
+generator's N rows through ``sinks.delta`` (one delta-rs commit per batch with its
+application transaction) and ``sinks.iceberg`` (SQLite catalog, one snapshot per batch),
+against the libraries alone writing the same batches: ``write_deltalake(mode="append")``
+and pyiceberg's ``table.append``, one call per batch.
+
 ``ratio`` per connector = Sluice rows/s / client rows/s; the headline ``ratio`` is their
 geometric mean (``min_ratio`` is the worst one). The machine is shared with other work while
 this runs: figures move between runs.
@@ -309,10 +315,54 @@ def nats_sink(spark, n, per_batch):
         nats_delete(stream)
 
 
+# --- lakehouse sinks -------------------------------------------------------------------------------
+
+
+def delta_sink(spark, n, per_batch):
+    """Sluice's Delta sink (one commit per batch with its txn) against bare ``write_deltalake``
+    appends of the same batches into a table of their own."""
+    from deltalake import DeltaTable, write_deltalake
+
+    root = tempfile.mkdtemp(prefix="bench-delta-")
+    batches = rows_table(n).to_batches(max_chunksize=per_batch)
+
+    def write_all():
+        for batch in batches:
+            write_deltalake(f"{root}/theirs", pa.Table.from_batches([batch]), mode="append")
+
+    client = n / timed(write_all)
+    ours = run_sink(spark, sinks.delta(f"{root}/ours"), n, per_batch)
+    assert DeltaTable(f"{root}/ours").to_pyarrow_table().num_rows == n  # each row once
+    return ours, client
+
+
+def iceberg_sink(spark, n, per_batch):
+    """Sluice's Iceberg sink (SQLite catalog; one snapshot per batch recording job and batch)
+    against bare pyiceberg ``table.append`` of the same batches into a table created before
+    the clock starts (Sluice's first batch creates its table)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    root = tempfile.mkdtemp(prefix="bench-iceberg-")
+    catalog_url, warehouse = f"sqlite:///{root}/catalog.db", f"file://{root}/warehouse"
+    catalog = SqlCatalog("sluice", uri=catalog_url, warehouse=warehouse)
+    catalog.create_namespace("bench")
+    theirs = catalog.create_table("bench.theirs", schema=SCHEMA)
+    batches = rows_table(n).to_batches(max_chunksize=per_batch)
+
+    def write_all():
+        for batch in batches:
+            theirs.append(pa.Table.from_batches([batch]))
+
+    client = n / timed(write_all)
+    ours = run_sink(spark, sinks.iceberg(catalog_url, "bench.ours", warehouse=warehouse), n, per_batch)
+    assert catalog.load_table("bench.ours").scan().to_arrow().num_rows == n  # each row once
+    return ours, client
+
+
 CONNECTORS = {
     "nats source": nats_source, "redis source": redis_source, "postgres source": postgres_source,
     "mqtt source": mqtt_source, "postgres sink": postgres_sink, "redis sink": redis_sink,
-    "nats sink": nats_sink,
+    "nats sink": nats_sink, "delta sink": delta_sink, "iceberg sink": iceberg_sink,
 }
 
 
@@ -344,6 +394,7 @@ def main() -> int:
         "min_ratio": min(ratios),
         "rows": n, "rows_per_batch": per_batch, "quick": args.quick,
         "connectors": results,
+        "delta_sink": results.get("delta sink"), "iceberg_sink": results.get("iceberg sink"),
         "note": "2-core machine shared with other work: figures vary between runs",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
