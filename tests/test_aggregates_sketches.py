@@ -42,19 +42,21 @@ def per_user(source: testing.Source, sink: testing.Sink) -> sluice.Pipeline:
     p.source(source.spec, name="clicks").key_by("user").aggregate(
         pages=agg.count_distinct("page"), approx_pages=agg.approx_count_distinct("page"),
         p95=agg.approx_percentile("ms", 0.95), first_page=agg.first("page"), last_page=agg.last("page"),
-        revenue=agg.sum("amount"), top=agg.max("amount"), name="per_user").sink(sink.spec)
+        revenue=agg.sum("amount"), top=agg.max("amount"), slowest=agg.arg_max("page", by="ms"),
+        fastest=agg.arg_min("page", by="ms"), name="per_user").sink(sink.spec)
     return p
 
 
 def exact(tables: list[pa.Table]) -> dict[str, tuple]:
     clicks = pa.concat_tables(tables)
     rows = duckdb.sql("""
-        SELECT "user", count(DISTINCT page), quantile_disc(ms, 0.95), sum(amount), max(amount)
+        SELECT "user", count(DISTINCT page), quantile_disc(ms, 0.95), sum(amount), max(amount), arg_max(page, ms),
+               arg_min(page, ms)
         FROM clicks GROUP BY "user" ORDER BY "user" """).fetchall()
     # first and last in arrival order: Arrow's ordered group-by (DuckDB's scan order is its own)
     ends = clicks.group_by("user", use_threads=False).aggregate([("page", "first"), ("page", "last")])
     first_last = {u: (f, la) for u, f, la in zip(*(ends[c].to_pylist() for c in ("user", "page_first", "page_last")))}
-    return {r[0]: (r[1], r[2], *first_last[r[0]], r[3], r[4]) for r in rows}
+    return {r[0]: (r[1], r[2], *first_last[r[0]], r[3], r[4], r[5], r[6]) for r in rows}
 
 
 @pytest.mark.spark
@@ -71,7 +73,7 @@ def test_keyed_sketches_match_duckdb_across_a_restart(tmp_path):
     got = {row["user"]: row for row in sink.latest(keys="user")}
     expected = exact(batches)
     assert sorted(got) == sorted(expected)
-    for user, (pages, p95, first_page, last_page, revenue, top) in expected.items():
+    for user, (pages, p95, first_page, last_page, revenue, top, slowest, fastest) in expected.items():
         row = got[user]
         assert row["pages"] == pages
         assert abs(row["approx_pages"] - pages) <= 3 * 1.04 / 64 * pages  # 3 standard errors at precision 12
@@ -79,6 +81,7 @@ def test_keyed_sketches_match_duckdb_across_a_restart(tmp_path):
         assert (row["first_page"], row["last_page"]) == (first_page, last_page)
         assert row["revenue"] == revenue and isinstance(row["revenue"], decimal.Decimal)  # exact cents
         assert row["top"] == top
+        assert (row["slowest"], row["fastest"]) == (slowest, fastest)
     assert sink.table().schema.field("revenue").type == pa.decimal128(38, 2)
 
 
@@ -89,18 +92,19 @@ def test_window_sketches_merge_panes_like_duckdb(tmp_path):
     p = sluice.Pipeline("window_sketches", partitions=2)
     p.source(source.spec).key_by("user").window(W.sliding("2m", "1m")).aggregate(
         pages=agg.count_distinct("page"), approx_pages=agg.approx_count_distinct("page"),
-        p50=agg.approx_percentile("ms", 0.5), name="w").sink(sink.spec)
+        p50=agg.approx_percentile("ms", 0.5), slowest=agg.arg_max("page", by="ms"), name="w").sink(sink.spec)
     testing.run(p, source, str(tmp_path / "ckpt"))
     clicks = pa.concat_tables(batches)  # noqa: F841 (read by DuckDB by name)
     expected = duckdb.sql("""
         WITH w AS (SELECT unnest(generate_series(time_bucket(INTERVAL 1 MINUTE, ts) - INTERVAL 1 MINUTE,
                                                  time_bucket(INTERVAL 1 MINUTE, ts), INTERVAL 1 MINUTE)) AS start, *
                    FROM clicks)
-        SELECT "user", start, count(DISTINCT page), quantile_disc(ms, 0.5) FROM w GROUP BY ALL""").fetchall()
+        SELECT "user", start, count(DISTINCT page), quantile_disc(ms, 0.5), arg_max(page, ms) FROM w GROUP BY ALL
+    """).fetchall()
     got = {(r["user"], r["window_start"].timestamp()): r for r in sink.rows()}
     assert got, "no window was emitted"
     checked = 0
-    for user, start, pages, p50 in expected:
+    for user, start, pages, p50, slowest in expected:
         row = got.get((user, start.timestamp()))
         if row is None:
             continue  # a window still open at the end (the watermark never passed it)
@@ -108,6 +112,7 @@ def test_window_sketches_merge_panes_like_duckdb(tmp_path):
         assert row["pages"] == pages
         assert abs(row["approx_pages"] - pages) <= 3 * 1.04 / 64 * pages
         assert abs(row["p50"] - p50) <= 0.01 * p50 + 1e-9
+        assert row["slowest"] == slowest
     assert checked >= 4
 
 
@@ -144,4 +149,9 @@ def test_type_names_are_accepted_and_bad_ones_named_at_definition():
     src = p.source(testing.Source([[{"user": "a", "page": "x"}]]).spec)
     src.key_by("user").aggregate(p=agg.approx_percentile("page", 0.5), name="pct").sink(testing.Sink().spec)
     with pytest.raises(PipelineError, match="approx_percentile needs a numeric column, 'page' is string"):
+        p.graph.validate()
+    p = sluice.Pipeline("bad_by")
+    src = p.source(testing.Source([[{"user": "a", "page": "x"}]]).spec)
+    src.key_by("user").aggregate(top=agg.arg_max("page", by="ms"), name="top").sink(testing.Sink().spec)
+    with pytest.raises(PipelineError, match="aggregate 'top': arg_max by unknown column 'ms'; available: \\['user', 'page'\\]"):
         p.graph.validate()

@@ -54,6 +54,7 @@ class UserAggregate(Aggregate):
     result: Callable[[Any], Any]
     result_type: Any = None  # pyarrow DataType of the result (default float64)
     same_type: bool = False  # the result has the input column's type (first, last)
+    by: str | None = None  # a second column add() gets with ``column`` (arg_max, arg_min)
 
     def output_type(self, input_type: pa.DataType | None) -> pa.DataType:
         """The type of the result over a column of ``input_type``."""
@@ -226,6 +227,44 @@ def last(column: str) -> Aggregate:
 
     return UserAggregate(kind="last", column=column, create=sk.extreme_create, add=sk.last_add,
                          merge=sk.last_merge, result=sk.extreme_result, same_type=True)
+
+
+def arg_max(column: str, by: str) -> Aggregate:
+    """The value of ``column`` in the record with the largest ``by`` (numbers, timestamps,
+    strings; nulls skipped; on a tie, the record seen first), in ``column``'s type: Spark's
+    and DuckDB's ``max_by``/``arg_max``.
+
+    >>> from sluice import agg
+    >>> agg.arg_max("page", by="duration_ms").by
+    'duration_ms'
+    """
+    from sluice.graph import sketches as sk
+
+    return UserAggregate(kind="arg_max", column=column, by=by, create=sk.extreme_create, add=sk.ArgBest(True),
+                         merge=sk.ArgBestMerge(True), result=sk.extreme_result, same_type=True)
+
+
+def arg_min(column: str, by: str) -> Aggregate:
+    """The value of ``column`` in the record with the smallest ``by`` (``min_by``); see
+    :func:`arg_max`.
+
+    >>> from sluice import agg
+    >>> agg.arg_min("page", by="ts").kind
+    'arg_min'
+    """
+    from sluice.graph import sketches as sk
+
+    return UserAggregate(kind="arg_min", column=column, by=by, create=sk.extreme_create, add=sk.ArgBest(False),
+                         merge=sk.ArgBestMerge(False), result=sk.extreme_result, same_type=True)
+
+
+def udaf_values(table: pa.Table, agg: UserAggregate) -> pa.Array:
+    """What ``agg.add`` receives from ``table``'s rows: its column, or with ``by`` a struct
+    array of (``value``, ``by``)."""
+    column = table[agg.column].combine_chunks()
+    if agg.by is None:
+        return column
+    return pa.StructArray.from_arrays([column, table[agg.by].combine_chunks()], names=["value", "by"])
 
 
 def parse(spec: Aggregate | tuple | str, output_name: str) -> Aggregate:

@@ -140,6 +140,9 @@ def state_record(graph, op: Operator) -> dict[str, Any]:
 def describe_aggregate(agg, schema: pa.Schema | None) -> str:
     """``sum(kwh double)``, ``count(*)``, ``udaf(kwh double, create=f)``."""
     column = "*" if agg.column is None else _typed(schema, agg.column)
+    if isinstance(agg, UserAggregate) and agg.kind != "udaf":  # a built-in on the UDAF machinery
+        by = f", by {_typed(schema, agg.by)}" if agg.by else ""
+        return f"{agg.kind}({column}{by}, create={_qualname(agg.create)})"
     if isinstance(agg, UserAggregate):
         return f"udaf({column}, create={_qualname(agg.create)}, result={agg.result_type or 'double'})"
     return f"{agg.kind}({column})"

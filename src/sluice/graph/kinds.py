@@ -113,6 +113,11 @@ def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     return [(f.name, f.type) for f in a] == [(f.name, f.type) for f in b]
 
 
+def _orderable(dtype: pa.DataType) -> bool:
+    return (pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype)
+            or pa.types.is_timestamp(dtype) or pa.types.is_date(dtype) or pa.types.is_string(dtype))
+
+
 def sum_type(col_type: pa.DataType | None) -> pa.DataType:
     """A sum's type: int64 over integers, a decimal of the column's scale and the widest
     precision over decimals (exact: money stays cents), float64 otherwise."""
@@ -141,6 +146,11 @@ def aggregate_output_schema(keys: list[str], aggregates: dict[str, Aggregate], s
             col_type = schema.field(agg.column).type
         else:
             col_type = None
+        by = getattr(agg, "by", None)
+        if by is not None and by not in schema.names:
+            raise error(f"aggregate {name!r}: {agg.kind} by unknown column {by!r}; available: {schema.names}")
+        if by is not None and not _orderable(schema.field(by).type):
+            raise error(f"aggregate {name!r}: {agg.kind} cannot order by {by!r} of type {schema.field(by).type}")
         if agg.kind in (*NUMERIC_AGGREGATES, "min", "max") and col_type is not None:
             numeric = pa.types.is_integer(col_type) or pa.types.is_floating(col_type) or pa.types.is_decimal(col_type)
             orderable = numeric or pa.types.is_timestamp(col_type) or pa.types.is_string(col_type)

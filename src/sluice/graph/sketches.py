@@ -279,3 +279,53 @@ def last_merge(a: Extreme, b: Extreme) -> Extreme:
 
 def extreme_result(acc: Extreme) -> Any:
     return None if acc.value is None else acc.value.as_py()
+
+
+# ---- arg_max and arg_min -----------------------------------------------------------------------
+
+@dataclass
+class Best(Extreme):
+    """The value of the record with the best ``by`` so far (``by`` an Arrow scalar)."""
+
+    by: Any = None
+
+
+@dataclass(frozen=True)
+class ArgBest:
+    """``add`` of arg_max (``largest``) or arg_min: over a struct array of (value, by)."""
+
+    largest: bool
+
+    def __call__(self, acc: Extreme, values: pa.StructArray) -> Best:
+        best = acc if isinstance(acc, Best) else Best()
+        by = values.field("by")
+        if by.null_count:
+            keep = pc.is_valid(by)
+            values, by = values.filter(keep), by.filter(keep)
+        if len(by) == 0:
+            return best
+        extreme = pc.max(by) if self.largest else pc.min(by)
+        if best.by is None or _better(extreme.as_py(), best.by.as_py(), self.largest):
+            at = pc.index(by, extreme).as_py()  # the first record with it: ties keep the earliest
+            best.by, best.value = extreme, values.field("value")[at]
+        return best
+
+
+def _better(new: Any, old: Any, largest: bool) -> bool:
+    return new > old if largest else new < old
+
+
+@dataclass(frozen=True)
+class ArgBestMerge:
+    """``merge`` of arg_max / arg_min: the better ``by``; on a tie, ``a`` (the earlier)."""
+
+    largest: bool
+
+    def __call__(self, a: Extreme, b: Extreme) -> Extreme:
+        b_by = getattr(b, "by", None)
+        if b_by is None:
+            return a
+        a_by = getattr(a, "by", None)
+        if a_by is None or _better(b_by.as_py(), a_by.as_py(), self.largest):
+            return Best(b.value, b_by)
+        return a

@@ -425,6 +425,9 @@ def aggregate_output_type(agg: Aggregate, input_schema: pa.Schema) -> pa.DataTyp
     if agg.kind == "count":
         return pa.int64()
     if isinstance(agg, UserAggregate):
+        if agg.by is not None and agg.by not in input_schema.names:
+            raise SchemaError(f"window aggregate {agg.kind}({agg.column!r}, by={agg.by!r}): no such column "
+                              f"{agg.by!r}; input has {input_schema.names}")
         if agg.kind in NUMERIC_AGGREGATES:
             value_kind(agg.column, input_schema.field(agg.column).type, "mean")  # a numeric column
         return agg.output_type(input_schema.field(agg.column).type if agg.column else None)

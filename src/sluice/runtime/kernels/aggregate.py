@@ -61,6 +61,14 @@ _KEY_ID = "__key_id"  # the key's id in the batch's numbering of keys
 _MERGE = {"count_all": "sum", "count": "sum", "sum": "sum", "min": "min", "max": "max"}
 
 
+def _paired(values: pa.ListArray, by: pa.ListArray) -> pa.ListArray:
+    """Two list columns of one group-by (same lists, same lengths) as one list of (value, by)
+    structs, without copying the values."""
+    pairs = pa.StructArray.from_arrays([values.flatten(), by.flatten()], names=["value", "by"])
+    offsets = np.asarray(values.offsets.to_numpy(), np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets - offsets[0]), pairs)
+
+
 def _groups_exactly(dtype: pa.DataType) -> bool:
     """Key types that Arrow's group-by in the map task groups exactly as the keyed stage's
     key encoding does (``kernels.grouping``); float keys (NaN, -0.0), decimals and nested
@@ -104,6 +112,9 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
             else:
                 specs.append((agg.column, "list"))
                 labels.append(f"{name}__values")
+                if getattr(agg, "by", None):  # arg_max / arg_min: the by values alongside
+                    specs.append((agg.by, "list"))
+                    labels.append(f"{name}__by")
         return specs, labels
 
     def combinable(self, input_schema: pa.Schema) -> bool:
@@ -162,6 +173,7 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
     def input_columns(self, input_schema: pa.Schema) -> list[str]:
         """The keys and the aggregated columns, in the input's order."""
         read = set(self.key_columns) | {agg.column for agg in self.aggregates.values() if agg.column}
+        read |= {agg.by for agg in self.aggregates.values() if getattr(agg, "by", None)}
         return [name for name in input_schema.names if name in read]
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
@@ -239,6 +251,8 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
                 values: list[pa.Scalar | None] = []
                 out_type = out_schema.field(name).type
                 new_lists = joined.column(f"__new__{name}__values").combine_chunks()
+                if agg.by:  # (value, by) pairs, as add() of a two-column aggregate takes them
+                    new_lists = _paired(new_lists, joined.column(f"__new__{name}__by").combine_chunks())
                 for g, (acc_bytes, new_values) in enumerate(zip(joined.column(f"{name}__acc").to_pylist(), new_lists)):
                     try:
                         acc = pickle.loads(acc_bytes) if acc_bytes is not None else agg.create()

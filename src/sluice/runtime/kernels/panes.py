@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.errors import SchemaError
-from sluice.graph.aggregates import Aggregate, UserAggregate
+from sluice.graph.aggregates import Aggregate, UserAggregate, udaf_values
 from sluice.graph.windows import value_kind
 
 # Watermarks are clamped into [NO_WATERMARK, END_OF_TIME] so that time arithmetic on int64
@@ -434,7 +434,7 @@ def add_udafs(
     for f in layout.fields:
         if f.kind != "udaf":
             continue
-        values = rows[f.column].take(pa.array(order)).combine_chunks()
+        values = udaf_values(rows, f.udaf).take(pa.array(order))
         cache = table.live.setdefault(f.name, {})
         stored = table.parts[f.name]
         for g, (start, end) in enumerate(zip(starts.tolist(), ends)):

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from sluice.errors import PipelineError
+from sluice.graph.aggregates import udaf_values
 from sluice.graph.windows import QUERY_COLUMN, WINDOW_END, WINDOW_START, WindowQuery, window_output_schema
 from sluice.runtime.kernels.grouping import state_and_row_ids as key_ids  # the one key encoding
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
@@ -339,7 +340,7 @@ def _merge_udafs(layout: PartialLayout, stored_parts: dict[str, np.ndarray], row
         cells = np.empty(n_groups, dtype=object)
         live = udaf_accs.setdefault(f.name, {})
         stored = np.concatenate([stored_parts[f.name], np.empty(n_new, dtype=object)])[order]
-        values = row_table[f.column].combine_chunks()
+        values = udaf_values(row_table, f.udaf)
         ends = np.append(group_start[1:], len(order))
         for g in range(n_groups):
             lo, hi = int(group_start[g]), int(ends[g])

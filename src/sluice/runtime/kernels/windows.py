@@ -47,7 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.graph.aggregates import UserAggregate
+from sluice.graph.aggregates import UserAggregate, udaf_values
 from sluice.graph.windows import (
     QUERY_COLUMN,
     WINDOW_END,
@@ -492,7 +492,7 @@ def _udaf_adds(layout: PartialLayout, rows: pa.Table, order: np.ndarray, starts:
     for f in layout.fields:
         if f.kind != "udaf":
             continue
-        values = rows[f.column].take(pa.array(order)).combine_chunks()
+        values = udaf_values(rows, f.udaf).take(pa.array(order))
         cells = np.empty(len(starts), dtype=object)
         for g, (a, b) in enumerate(zip(starts.tolist(), ends)):
             try:
