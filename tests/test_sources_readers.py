@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from sluice.errors import SourceError
 from sluice.graph.sources import (
     INGEST_TS,
     DirectorySource,
@@ -242,3 +243,33 @@ def test_a_directory_without_a_limit_admits_a_bounded_batch(tmp_path, monkeypatc
         ids += read_all(reader, offset, nxt).column("id").to_pylist()
         offset = nxt
     assert sizes == [8, 8, 8] and ids == list(range(24))
+
+
+def test_an_available_now_directory_reads_the_files_there_at_its_first_look_then_ends(tmp_path):
+    inbox = tmp_path / "in"
+    inbox.mkdir()
+    write_lines(inbox / "a.json", range(0, 3))
+    write_lines(inbox / "b.json", range(3, 5))
+    ctl = tmp_path / "ctl"
+    spec = DirectorySource(str(inbox), max_rows_per_batch=3, available_now=True)
+    assert spec.finite and not DirectorySource(str(inbox)).finite
+    reader = reader_for(spec, ctl, "dir")
+    o0 = reader.initialOffset()
+    o1 = reader.latestOffset(o0, default_read_limit())
+    assert o1 == {"source": "dir", "files": 1, "rows": 3} and not is_exhausted(str(ctl), "dir")
+    write_lines(inbox / "c.json", [99])  # after the first look: never read
+    o2 = reader.latestOffset(o1, default_read_limit())
+    assert o2 == {"source": "dir", "files": 2, "rows": 5} and is_exhausted(str(ctl), "dir")
+    assert read_all(reader, o1, o2).column("id").to_pylist() == [3, 4]
+    end = reader.latestOffset(o2, default_read_limit())  # the end-of-input punctuation, once
+    assert end["end"] is True and (end["files"], end["rows"]) == (2, 5)
+    assert reader.partitions(o2, end) == []
+    assert reader.latestOffset(end, default_read_limit()) == end
+    # a restarted query keeps the file log it made: still not c.json
+    again = reader_for(spec, ctl, "dir")
+    assert again.latestOffset(o2, default_read_limit())["end"] is True
+
+
+def test_available_now_must_be_a_bool(tmp_path):
+    with pytest.raises(SourceError, match="available_now must be True or False"):
+        DirectorySource(str(tmp_path), schema=pa.schema([("id", pa.int64())]), available_now="yes")

@@ -658,6 +658,11 @@ class DirectorySource(SourceSpec):
     file elsewhere (or under a hidden name, '.x' or '_x') and rename it into place, so
     that the source never sees it half-written. ``schema`` defaults to the first file's.
 
+    ``available_now=True`` makes the source finite: it reads the files there when the job
+    starts (a file added later is not read), then ends with the end-of-input batch that
+    emits every window still open, and ``Pipeline.run`` returns (Spark's
+    ``trigger(availableNow=True)`` for a file stream).
+
     >>> import tempfile, pyarrow as pa
     >>> from sluice import sources as S
     >>> inbox = S.directory(tempfile.mkdtemp(), schema=pa.schema([("meter", pa.string()), ("kwh", pa.float64())]),
@@ -670,14 +675,17 @@ class DirectorySource(SourceSpec):
     format: str = "json"
     schema_: pa.Schema | None = field(default=None, repr=False)
     order: str = "name"
+    available_now: bool = False
 
     def __init__(self, path: str, format: str = "json", schema: pa.Schema | None = None, *,
                  order: str = "name", event_time: str | None = None,
-                 watermark_delay: float = 0.0, max_rows_per_batch: int | None = None):
+                 watermark_delay: float = 0.0, max_rows_per_batch: int | None = None,
+                 available_now: bool = False):
         set_ = functools.partial(object.__setattr__, self)
         set_("path", os.fspath(path) if isinstance(path, os.PathLike) else path)
         set_("format", format)
         set_("order", order)
+        set_("available_now", available_now)
         set_("event_time", event_time)
         set_("watermark_delay", watermark_delay)
         set_("max_rows_per_batch", max_rows_per_batch)
@@ -686,10 +694,16 @@ class DirectorySource(SourceSpec):
             raise SourceError(f"{where}: no such directory")
         if order not in ("name", "mtime"):
             raise SourceError(f"{where}: order must be 'name' or 'mtime', got {order!r}")
+        if not isinstance(available_now, bool):
+            raise SourceError(f"{where}: available_now must be True or False, got {available_now!r}")
         set_("schema_", _file_spec_schema(where, self.path, format, schema,
                                           data_files(self.path)))
         self._validate_common(where)
         self._validate_event_time(where, self.schema_)
+
+    @property
+    def finite(self) -> bool:
+        return self.available_now
 
     def schema(self) -> pa.Schema:
         return self.schema_

@@ -6,6 +6,10 @@ Offsets count admitted files (and, for backlog, their rows): ``{"source": name, 
 found at one look are sorted by name (or mtime, then name) and appended. It is written
 before the offset that admits them is returned, so a batch replayed after a crash reads the
 same files. ``__ingest_ts`` of a file's rows is when the source found the file.
+
+A finite source (``available_now``) looks once, at its first planning (or takes the file log
+a restarted query left), and once every file is admitted plans the end-of-input punctuation
+(``row_reader.end_of_input``): the same offset with ``"end": True``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from sluice.runtime.sources.control import (
     write_json_atomic,
 )
 from sluice.runtime.sources.files import Reject, count_rows, read_records
+from sluice.runtime.sources.row_reader import end_of_input, now_us
 
 FILE_CHUNK_ROWS = 65536
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -93,9 +98,17 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._last_start = start
-        if not self._available_now:
+        if self.spec.available_now:
+            if self._target is None:  # one look, the first time (a restart keeps its file log)
+                if not self.files:
+                    self._discover()
+                self._target = len(self.files)
+        elif not self._available_now:
             self._discover()
         available = len(self.files) if self._target is None else self._target
+        if self.spec.available_now and start["files"] >= available:
+            self._report_end(start)
+            return start if start.get("end") else end_of_input(start, now_us())
         cap = admission_cap(limit, self.control_dir, self.name, self.spec.max_rows_per_batch)
         first = start["files"]
         end, rows = first, start["rows"]
@@ -112,11 +125,21 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             "planned_rows": rows, "available_rows": all_rows,
             "backlog": all_rows - rows, "batch_rows": rows - start["rows"],
             "planned_files": end, "available_files": available, "max_rows": cap,
-            "total_rows": None, "exhausted": False, "time": time.time(),
+            "total_rows": None, "exhausted": self.spec.available_now and end >= available,
+            "time": time.time(),
         }, planned_batch=end > first)
         if end == first:
             return start
         return {"source": self.name, "files": end, "rows": rows}
+
+    def _report_end(self, start: dict) -> None:
+        """The backlog of a finite source whose files are all admitted: none, exhausted."""
+        self._backlog.report({
+            "source": self.name, "kind": "DirectorySource", "planned_rows": start["rows"],
+            "available_rows": start["rows"], "backlog": 0, "batch_rows": 0,
+            "planned_files": start["files"], "available_files": start["files"], "max_rows": None,
+            "total_rows": start["rows"], "exhausted": True, "time": time.time(),
+        }, planned_batch=False)
 
     def reportLatestOffset(self) -> dict | None:
         if self._last_start is None:
@@ -125,6 +148,8 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {"source": self.name, "files": n, "rows": self._rows_through(n)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        if end.get("end"):  # the end-of-input punctuation reads nothing
+            return []
         first = start["files"]
         return [FileSlice(f["path"], f["found_us"], first + i)
                 for i, f in enumerate(self.files[first:end["files"]])]
