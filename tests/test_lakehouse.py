@@ -266,3 +266,38 @@ def test_a_delta_bronze_table_feeds_a_silver_aggregate_job(spark, tmp_path):
     want = duck_delta(bronze, "SELECT key, count(*), sum(id) FROM t GROUP BY key ORDER BY key")
     assert duck_delta(silver, "SELECT key, n, total FROM t ORDER BY key") == want
     assert memory_table("silver_dead") is None
+
+
+def test_a_partitioned_delta_table_round_trips_through_the_source(tmp_path):
+    """Partition values live in the log, not in the files: the source puts them back."""
+    uri, job = str(tmp_path / "p"), str(tmp_path / "ckpt")
+    spec = sinks.delta(uri, partition_by="k")
+    connectors.write(spec, ROWS, 0, job)
+    connectors.write(spec, pa.table({"k": ["d"], "n": [5], "at": ROWS["at"][:1]}), 1, job)
+    assert DeltaTable(uri).metadata().partition_columns == ["k"]
+    source = sources.delta(uri)
+    reader = _reader(source, tmp_path)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(1 << 62))
+    got = _read(reader, start, end).select(["k", "n", "at"])
+    assert sorted(got.to_pylist(), key=lambda r: r["n"]) == [
+        *ROWS.to_pylist(), {"k": "d", "n": 5, "at": ROWS["at"][0].as_py()}]
+
+
+@pytest.mark.spark
+def test_values_a_delta_table_cannot_hold_reach_the_dead_letter_sink(spark, tmp_path):
+    uri = str(tmp_path / "typed")
+    write_deltalake(uri, pa.table({"id": pa.array([], pa.int64()), "code": pa.array([], pa.int64())}))
+    p = sluice.Pipeline("typed")
+    p.source(sources.generator(fields={"id": sources.Sequence(), "code": sources.Choice(("1", "22", "x"))},
+                               total_rows=600, max_rows_per_batch=200, seed=5), name="gen").sink(sinks.delta(uri))
+    p.dead_letter(sinks.memory("typed_dead"))
+    clear_memory("typed_dead")
+    p.run(str(tmp_path / "ckpt"), spark=spark)
+    letters = memory_table("typed_dead").to_pylist()
+    table = DeltaTable(uri).to_pyarrow_table()
+    assert table.num_rows + len(letters) == 600 and letters
+    assert set(table["code"].to_pylist()) == {1, 22}
+    assert {json.loads(x["record"])["code"] for x in letters} == {"x"}
+    assert all("column 'code': 'x' cannot be stored as int64" in x["error"] for x in letters)
+    assert sorted(table["id"].to_pylist() + [json.loads(x["record"])["id"] for x in letters]) == list(range(600))
