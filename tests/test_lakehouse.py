@@ -107,6 +107,22 @@ def test_delta_upsert_by_key_matches_duckdb(tmp_path):
     assert duck_delta(uri, "SELECT v FROM t WHERE k = 'k1' AND g = 0") == [(2,)]
 
 
+@pytest.mark.parametrize("kind", ["delta", "iceberg"])
+def test_a_lakehouse_dead_letter_table_takes_columns_that_are_null_so_far(tmp_path, kind):
+    """Dead letters as the executor hands them over: a batch whose ``location`` and ``key``
+    are all null (Arrow type null) creates text columns, which later batches fill."""
+    job = str(tmp_path / "ckpt")
+    spec = sinks.delta(str(tmp_path / "dead")) if kind == "delta" else sinks.iceberg(
+        f"sqlite:///{tmp_path}/catalog.db", "jobs.dead", warehouse=f"file://{tmp_path}/warehouse")
+    letter = {"batch_id": 0, "operator": "parse", "location": None, "error": "bad", "record": "{}", "key": None}
+    connectors.write(spec, pa.Table.from_pylist([letter]), 0, job)
+    connectors.write(spec, pa.Table.from_pylist([{**letter, "batch_id": 1, "location": "f:3", "key": "[7]"}]), 1, job)
+    rows = (DeltaTable(spec.uri).to_pyarrow_table() if kind == "delta"
+            else open_catalog(spec).load_table(spec.table).scan().to_arrow())
+    assert sorted(zip(rows["location"].to_pylist(), rows["key"].to_pylist()), key=repr) == [
+        ("f:3", "[7]"), (None, None)]
+
+
 def test_delta_sink_rejects_a_bad_description():
     with pytest.raises(PipelineError, match="needs key="):
         sinks.delta("/x", mode="upsert")

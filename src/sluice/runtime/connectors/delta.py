@@ -88,7 +88,9 @@ class DeltaWriter:
 
         try:
             return self._write(table, batch_id, job)
-        except (DeltaError, OSError) as e:
+        except SinkError:
+            raise
+        except (DeltaError, OSError, pa.ArrowException) as e:
             raise SinkError(f"sink {self.spec.target}: {type(e).__name__}: {e}") from None
 
     def _write(self, table: pa.Table, batch_id: int, job: str) -> list[tuple[int, str]]:
@@ -113,7 +115,7 @@ class DeltaWriter:
         if dt is None or spec.mode == "append":
             write_deltalake(dt if dt is not None else spec.uri, rows, mode="append",
                             schema_mode="merge" if fitted.added else None,
-                            partition_by=list(spec.partition_by) or None if dt is None else None,
+                            partition_by=(list(spec.partition_by) or None) if dt is None else None,
                             storage_options=options if dt is None else None, commit_properties=commit)
         else:
             predicate = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in spec.key)

@@ -70,6 +70,8 @@ def fit(batch: pa.Table, target: pa.Schema | None, key: tuple[str, ...], where: 
         if wanted is None:
             if target is not None:
                 added.append(name)
+            if pa.types.is_null(column.type):  # all null so far (e.g. a dead letter's location): text
+                column = column.cast(pa.string())
             fields.append(pa.field(name, column.type, nullable=True))
             columns.append(column)
             continue
