@@ -25,6 +25,11 @@ def _bytes(n: float) -> str:
     return f"{n:,.1f} TiB"
 
 
+def _clock(epoch_s: float) -> str:
+    """Wall-clock time in UTC, as a person reads it."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
+
+
 def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -> str:
     from sluice.cli.summary import median
     from sluice.ui.job_view import JobView
@@ -41,8 +46,11 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
     span = recent[-1]["t"] + recent[-1]["duration_s"] - recent[0]["t"]
     whole = t["last_t"] - t["first_t"]
     age = now - t["last_t"]
+    from sluice.ui.job_view import recorded_pipeline_name
+
+    name = recorded_pipeline_name(checkpoint)
     lines = [
-        f"job checkpoint {checkpoint}",
+        f"job {name!r} at checkpoint {checkpoint}" if name else f"job checkpoint {checkpoint}",
         f"  batches            {t['batches']:,} (last: {last['batch_id']}, {age:,.0f} s ago)",
         f"  rows               {t['rows']:,} in {whole:,.1f} s: {t['rows'] / max(whole, 1e-9):,.0f} rows/s; "
         f"last {len(recent)} batches {sum(b['rows_in'] for b in recent) / max(span, 1e-9):,.0f} rows/s",
@@ -67,7 +75,21 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
     if state_sizes:
         lines.append(f"  state              {_bytes(sum(state_sizes.values()))}: "
                      + ", ".join(f"{op} {_bytes(n)}" for op, n in state_sizes.items()))
-    lines.append(f"  dead letters       {t['dead_letters']:,}    late records {t['late']:,}")
+    event = view.event_time()
+    if event:
+        wm = event.get("watermark_us")
+        text = f"watermark {_clock(wm / 1e6)}, {event['lag_s']:,.1f} s behind" if wm is not None else "no watermark yet"
+        per_source = "; ".join(f"{s} latest event {_clock(v['max_event_us'] / 1e6)} ({v['lag_s']:,.1f} s behind)"
+                               for s, v in event["sources"].items())
+        lines.append(f"  event time         {text} (one watermark for every stateful operator)"
+                     + (f"; {per_source}" if per_source else ""))
+    by_operator: dict[str, int] = {}
+    for b in batches:
+        for op, n in b["dead_letters_by_operator"].items():
+            by_operator[op] = by_operator.get(op, 0) + n
+    split = ", ".join(f"{op} {n:,}" for op, n in sorted(by_operator.items(), key=lambda kv: -kv[1]))
+    lines.append(f"  dead letters       {t['dead_letters']:,}" + (f" ({split})" if split else "")
+                 + f"    late records {t['late']:,}")
     if last.get("executors"):
         lines.append(f"  executors          {len(last['executors'])}: "
                      + ", ".join(e.get("host", "?") for e in last["executors"]))

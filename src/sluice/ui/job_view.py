@@ -155,6 +155,40 @@ def _first_number(d: dict, *names: str) -> float | None:
     return None
 
 
+def recorded_pipeline_name(checkpoint: str) -> str | None:
+    """The pipeline's name in ``<checkpoint>/pipeline.json`` (None without one)."""
+    fs, base = filesystem(checkpoint)
+    try:
+        with fs.open_input_file(posixpath.join(base, "pipeline.json")) as f:
+            name = json.loads(f.read()).get("pipeline")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+FAR_FUTURE_US = 10**17  # a watermark past this is the end of input's "end of time", no event time
+
+
+def event_lag_s(m: dict) -> float | None:
+    """How far the watermark is behind the batch's start (processing time), in seconds:
+    None without event time (or at the end of input, whose watermark is the end of time)."""
+    wm, started = m.get("watermark"), m.get("started_at")
+    if not isinstance(wm, (int, float)) or not isinstance(started, (int, float)) or not 0 < wm < FAR_FUTURE_US:
+        return None
+    return round(max(float(started) - wm / 1e6, 0.0), 3)
+
+
+def dead_letters_by_operator(m: dict) -> dict[str, int]:
+    """Dead letters of the batch per operator that sent them; those no operator counted (a
+    source that could not parse a record) under ``"sources"``."""
+    out = {op: int(stats.get("dead_letters") or 0) for op, stats in (m.get("operators") or {}).items()
+           if isinstance(stats, dict) and stats.get("dead_letters")}
+    rest = int(m.get("dead_letters") or 0) - sum(out.values())
+    if rest > 0:
+        out["sources"] = rest
+    return out
+
+
 def batch_point(m: dict, previous_start: float | None) -> dict:
     """One batch as the dashboard plots it (small: the page keeps hundreds of them)."""
     started = float(m.get("started_at") or 0.0)
@@ -190,6 +224,7 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
         "key_groups": key_groups,
         "state_bytes": state_bytes,
         "dead_letters": int(m.get("dead_letters") or 0),
+        "dead_letters_by_operator": dead_letters_by_operator(m),
         "late": late_records(m),
         # each latency constraint's path: mean latency of the records on it this batch
         "paths": {name: p["mean_ms"] for name, p in (m.get("paths") or {}).items()
@@ -197,6 +232,7 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
         "executors": m.get("executors"),
         "plan_version": m.get("plan_version"),
         "watermark": m.get("watermark"),
+        "event_lag_s": event_lag_s(m),
         "skipped": bool(m.get("skipped")),
     }
 
@@ -266,6 +302,42 @@ class JobView:
             out[name] = {**out.get(name, c), **{k: v for k, v in c.items() if v is not None}}
         return out
 
+    def event_time(self) -> dict:
+        """The job's watermark and each event-time source's latest event time, from the
+        latest committed batch's record: {"watermark_us", "lag_s", "sources": {source:
+        {"max_event_us", "lag_s"}}} (lags against the batch's start; empty without event time).
+        Sluice keeps one watermark for the job (the least over its event-time sources), so
+        it is every stateful operator's."""
+        done = [b for b in self.batches if not b["skipped"]]
+        if not done:
+            return {}
+        last = done[-1]
+        try:
+            with self.fs.open_input_file(posixpath.join(
+                    self.base, "batches", f"{int(last['batch_id']):09d}.done.json")) as f:
+                record = json.loads(f.read())
+        except (OSError, ValueError, TypeError):
+            record = {}
+        started = float(last["t"])
+        sources = {}
+        for name, us in (record.get("max_event_us_so_far") or {}).items():
+            if isinstance(us, (int, float)) and 0 < us < FAR_FUTURE_US:
+                sources[str(name)] = {"max_event_us": int(us), "lag_s": round(max(started - us / 1e6, 0.0), 3)}
+        wm = last.get("watermark")
+        if not sources and not (isinstance(wm, (int, float)) and 0 < wm < FAR_FUTURE_US):
+            return {}
+        return {"watermark_us": wm if isinstance(wm, (int, float)) and 0 < wm < FAR_FUTURE_US else None,
+                "lag_s": last.get("event_lag_s"), "sources": sources}
+
+    def stateful_operators(self) -> list[str]:
+        """The stateful operators the checkpoint records (``pipeline.json``), else those
+        whose state size the batches report."""
+        try:
+            with self.fs.open_input_file(posixpath.join(self.base, "pipeline.json")) as f:
+                return sorted(json.loads(f.read()).get("operators") or {})
+        except (OSError, ValueError, AttributeError):
+            return sorted({op for b in self.batches for op in b["state_bytes"]})
+
     def plan(self) -> dict | None:
         """The current plan's shape: partitions and key groups per partition of each keyed stage."""
         try:
@@ -318,4 +390,6 @@ class JobView:
             "plan": self.plan(),
             "executors": latest.get("executors"),
             "totals": self.totals(),
+            "event_time": self.event_time(),
+            "stateful_operators": self.stateful_operators(),
         }

@@ -54,6 +54,9 @@ class JobCollector(Collector):
                      by=("operator", _sum_by(batches, "operators")))
         yield family("counter", "sluice_dead_letters", "Records sent to the dead-letter sink", job,
                      sum(b["dead_letters"] for b in batches))
+        yield family("counter", "sluice_operator_dead_letters",
+                     "Records an operator sent to the dead-letter sink (operator \"sources\": records a source could "
+                     "not parse)", job, by=("operator", _sum_by(batches, "dead_letters_by_operator")))
         yield family("counter", "sluice_late_records", "Records that arrived behind the watermark", job,
                      sum(b["late"] for b in batches))
         yield family("counter", "sluice_controller_decisions", "Decisions the controller logged", job,
@@ -81,10 +84,31 @@ class JobCollector(Collector):
                 if p in lat:
                     latency.add_metric([job, sink, f"0.{p[1:]}"], lat[p] / 1000.0)
         yield latency
+        yield family("gauge", "sluice_state_bytes", "Size of a stateful operator's state after the latest batch", job,
+                     by=("operator", last["state_bytes"]))
+        yield from self._event_time(job)
         constraints = self.view.constraints()
         for what, field in (("bound", "bound_ms"), ("value", "value_ms")):
             yield family("gauge", f"sluice_constraint_{what}_seconds", f"{what.capitalize()} of a QoS constraint", job,
                          by=("constraint", {n: c[field] / 1000.0 for n, c in constraints.items() if c[field] is not None}))
+
+
+    def _event_time(self, job: str) -> Iterator:
+        """The watermark and event-time lags (nothing for a job without event time)."""
+        event = self.view.event_time()
+        if not event:
+            return
+        if event.get("watermark_us") is not None:
+            yield family("gauge", "sluice_watermark_seconds", "The job's event-time watermark (epoch seconds)", job,
+                         event["watermark_us"] / 1e6)
+        if event.get("lag_s") is not None:
+            yield family("gauge", "sluice_operator_watermark_lag_seconds",
+                         "How far a stateful operator's watermark is behind processing time (the job's one "
+                         "watermark)", job, by=("operator", dict.fromkeys(self.view.stateful_operators(),
+                                                                          event["lag_s"])))
+        yield family("gauge", "sluice_source_event_time_lag_seconds",
+                     "How far a source's latest event time is behind processing time", job,
+                     by=("source", {s: v["lag_s"] for s, v in event["sources"].items()}))
 
 
 def _sum_by(batches: list[dict], field: str) -> dict[str, float]:

@@ -69,8 +69,15 @@ class DashboardServer:
 
 
 def default_job_name(checkpoint: str) -> str:
-    """The checkpoint directory's name (``.sluice/<pipeline>`` by default), or its parent's
-    when it is merely called ``checkpoint``."""
+    """The pipeline's name as the checkpoint records it (``pipeline.json``): the same job
+    label under ``sluice run --ui`` and ``sluice ui``, whatever the folder is called. A
+    checkpoint without the record (no batch ran yet) is named by its directory, or its
+    parent's when it is merely called ``checkpoint``."""
+    from sluice.ui.job_view import recorded_pipeline_name
+
+    recorded = recorded_pipeline_name(checkpoint)
+    if recorded:
+        return recorded
     parts = os.path.normpath(checkpoint.split("://", 1)[-1]).split(os.sep)
     return parts[-2] if parts[-1] in ("checkpoint", "checkpoints", "ckpt") and len(parts) > 1 else parts[-1]
 

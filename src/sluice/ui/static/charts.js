@@ -53,8 +53,10 @@ function legend(ctx, items, x, y) {
   }
 }
 
-// series: [{name, color, points: [[x, y]], axis: "left"|"right", fill: bool}]
-// opts: {xLabel, left: label, right: label, hlines: [{y, name, color}]}
+// series: [{name, color, points: [[x, y]], axis: "left"|"right", fill: bool, dash: bool}]
+// opts: {xLabel, left: label, right: label, hlines: [{y, name, color}], t0: epoch seconds of x = 0
+// (then the x axis shows wall-clock times), gap: the x distance beyond which two neighbouring
+// points are not joined (the job was down: no line across traffic that never happened)}
 function lineChart(canvas, series, opts) {
   const { ctx, w, h } = prepare(canvas);
   const pad = { l: 52, r: opts.right ? 56 : 14, t: 22, b: 26 };
@@ -81,7 +83,7 @@ function lineChart(canvas, series, opts) {
   ctx.textAlign = "center";
   for (let i = 0; i <= 5; i++) {
     const x = x0 + i * (x1 - x0) / 5;
-    ctx.fillText(fmt(x), X(x), h - pad.b + 14);
+    ctx.fillText(opts.t0 !== undefined ? clock(opts.t0 + x, x1 - x0) : fmt(x), X(x), h - pad.b + 14);
   }
   ctx.textAlign = "right"; ctx.fillText(opts.xLabel || "", w - pad.r, h - 2);
   ctx.save(); ctx.translate(11, pad.t + (h - pad.t - pad.b) / 2); ctx.rotate(-Math.PI / 2);
@@ -90,23 +92,31 @@ function lineChart(canvas, series, opts) {
     ctx.save(); ctx.translate(w - 6, pad.t + (h - pad.t - pad.b) / 2); ctx.rotate(Math.PI / 2);
     ctx.textAlign = "center"; ctx.fillText(opts.right, 0, 0); ctx.restore();
   }
-  // series
+  // series, each drawn as segments broken where the job was down
+  let breaks = 0;
   for (const s of series) {
     if (!s.points.length) continue;
-    ctx.strokeStyle = s.color; ctx.lineWidth = 1.8;
-    ctx.beginPath();
-    s.points.forEach((p, i) => i ? ctx.lineTo(X(p[0]), Y(p[1], s.axis)) : ctx.moveTo(X(p[0]), Y(p[1], s.axis)));
-    ctx.stroke();
-    if (s.fill) {
-      ctx.lineTo(X(s.points[s.points.length - 1][0]), Y(0, s.axis));
-      ctx.lineTo(X(s.points[0][0]), Y(0, s.axis));
-      ctx.closePath(); ctx.globalAlpha = 0.12; ctx.fillStyle = s.color; ctx.fill(); ctx.globalAlpha = 1;
+    const parts = segments(s.points, opts.gap);
+    breaks += parts.length - 1;
+    ctx.strokeStyle = s.color; ctx.lineWidth = s.dash ? 1.2 : 1.8;
+    ctx.setLineDash(s.dash ? [4, 3] : []);
+    for (const seg of parts) {
+      ctx.beginPath();
+      seg.forEach((p, i) => i ? ctx.lineTo(X(p[0]), Y(p[1], s.axis)) : ctx.moveTo(X(p[0]), Y(p[1], s.axis)));
+      ctx.stroke();
+      if (s.fill) {
+        ctx.lineTo(X(seg[seg.length - 1][0]), Y(0, s.axis));
+        ctx.lineTo(X(seg[0][0]), Y(0, s.axis));
+        ctx.closePath(); ctx.globalAlpha = 0.12; ctx.fillStyle = s.color; ctx.fill(); ctx.globalAlpha = 1;
+      }
+      if (seg.length === 1) {
+        ctx.fillStyle = s.color; ctx.beginPath();
+        ctx.arc(X(seg[0][0]), Y(seg[0][1], s.axis), 3, 0, 2 * Math.PI); ctx.fill();
+      }
     }
-    if (s.points.length === 1) {
-      ctx.fillStyle = s.color; ctx.beginPath();
-      ctx.arc(X(s.points[0][0]), Y(s.points[0][1], s.axis), 3, 0, 2 * Math.PI); ctx.fill();
-    }
+    ctx.setLineDash([]);
   }
+  canvas.dataset.breaks = String(breaks);
   for (const l of opts.hlines || []) {
     ctx.strokeStyle = l.color; ctx.setLineDash([6, 4]); ctx.lineWidth = 1.5;
     ctx.beginPath(); ctx.moveTo(pad.l, Y(l.y)); ctx.lineTo(w - pad.r, Y(l.y)); ctx.stroke();
@@ -115,6 +125,31 @@ function lineChart(canvas, series, opts) {
   }
   legend(ctx, series.map(s => ({ name: s.name, color: s.color }))
     .concat((opts.hlines || []).map(l => ({ name: l.name, color: l.color, dash: true }))), pad.l, 12);
+}
+
+// Points split where neighbours are more than `gap` apart on x (no gap given: never).
+function segments(points, gap) {
+  const out = [[points[0]]];
+  for (let i = 1; i < points.length; i++) {
+    if (gap !== undefined && points[i][0] - points[i - 1][0] > gap) out.push([]);
+    out[out.length - 1].push(points[i]);
+  }
+  return out;
+}
+
+// A wall-clock time (the browser's time zone): seconds shown when the chart spans minutes.
+function clock(epochS, spanS) {
+  const d = new Date(epochS * 1000);
+  const two = n => String(n).padStart(2, "0");
+  return `${two(d.getHours())}:${two(d.getMinutes())}` + (spanS < 1800 ? `:${two(d.getSeconds())}` : "");
+}
+
+// The x distance beyond which points are not joined: five times the median spacing, at
+// least 10 s (a pause that long means the job was not running).
+function gapOf(xs) {
+  if (xs.length < 3) return undefined;
+  const d = xs.slice(1).map((x, i) => x - xs[i]).sort((a, b) => a - b);
+  return Math.max(10, 5 * d[Math.floor(d.length / 2)]);
 }
 
 // bars: [{name, value}] drawn horizontally, largest first

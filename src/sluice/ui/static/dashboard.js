@@ -48,10 +48,13 @@ function render() {
   else setStatus("idle", `last batch ${last.batch_id}, ${fmtAge(age)} ago`);
   renderTiles(d, bs);
   const t0 = bs.length ? bs[0].t : 0;
-  renderThroughput(bs, t0);
-  renderLatency(bs, t0, d.constraints || {});
+  const axis = { t0, gap: gapOf(bs.map(b => b.t - t0)), xLabel: "time" };
+  renderThroughput(bs, axis);
+  renderLatency(bs, axis, d.constraints || {});
   renderOperators(bs);
   renderSide(bs);
+  renderEventTime(bs, axis, d.event_time || {});
+  renderState(bs, axis);
   renderHeatmaps(bs);
   renderPlan(d.plan, d.executors);
   renderDecisions(state.decisions);
@@ -81,26 +84,29 @@ function renderTiles(d, bs) {
   $("t-late").textContent = t.late.toLocaleString();
 }
 
-function renderThroughput(bs, t0) {
+function renderThroughput(bs, axis) {
+  const t0 = axis.t0;
   lineChart($("c-throughput"), [
     { name: "rows/s", color: PALETTE[0], points: bs.map(b => [b.t - t0, b.rows_per_s]), fill: true },
     { name: "backlog (rows)", color: PALETTE[1], axis: "right",
       points: bs.filter(b => Object.keys(b.backlog).length).map(b => [b.t - t0, sum(Object.values(b.backlog))]) },
-  ], { xLabel: "seconds since first batch", left: "rows/s", right: "backlog" });
+  ], { ...axis, left: "rows/s", right: "backlog" });
 }
 
-function renderLatency(bs, t0, constraints) {
+function renderLatency(bs, axis, constraints) {
+  const t0 = axis.t0;
+  // each constrained path's mean latency per batch, the figure its bound is about (Eq. 1):
+  // dashed and drawn first, so the percentiles stay visible over it
+  const names = [...new Set(bs.flatMap(b => Object.keys(b.paths || {})))].sort();
+  const series = names.map((name, i) => ({
+    name: `${name} mean`, color: ["#17becf", "#9467bd", "#8c564b"][i % 3], dash: true,
+    points: bs.filter(b => b.paths && b.paths[name] !== undefined).map(b => [b.t - t0, b.paths[name]]),
+  }));
   // worst sink's percentiles per batch (the figure a latency bound is about)
-  const series = ["p50", "p95", "p99"].map((p, i) => ({
+  ["p50", "p95", "p99"].forEach((p, i) => series.push({
     name: p, color: [PALETTE[2], PALETTE[1], PALETTE[3]][i],
     points: bs.filter(b => Object.keys(b.latency).length)
       .map(b => [b.t - t0, Math.max(...Object.values(b.latency).map(l => l[p] || 0))]),
-  }));
-  // each constrained path's mean latency per batch, the figure its bound is about (Eq. 1)
-  const names = [...new Set(bs.flatMap(b => Object.keys(b.paths || {})))].sort();
-  names.forEach((name, i) => series.push({
-    name: `${name} mean`, color: ["#17becf", "#9467bd", "#8c564b"][i % 3],
-    points: bs.filter(b => b.paths && b.paths[name] !== undefined).map(b => [b.t - t0, b.paths[name]]),
   }));
   const hlines = Object.entries(constraints).filter(([, c]) => c.bound_ms !== null && c.bound_ms !== undefined)
     .map(([name, c], i) => ({ y: c.bound_ms, name: `bound ${name}: ${fmt(c.bound_ms)} ms`, color: i ? "#7f3fbf" : "#b2182b" }));
@@ -110,7 +116,27 @@ function renderLatency(bs, t0, constraints) {
   }).filter(Boolean);
   $("constraint-note").textContent = hlines.length ? "dashed: constraint bound" + (held.length ? " · " + held.join(", ") : "")
     : "no latency constraint declared";
-  lineChart($("c-latency"), series, { xLabel: "seconds since first batch", left: "ms", hlines });
+  lineChart($("c-latency"), series, { ...axis, left: "ms", hlines });
+}
+
+function renderEventTime(bs, axis, event) {
+  // the job's one watermark (every stateful operator's) behind processing time, per batch
+  lineChart($("c-event"), [
+    { name: "watermark lag (s)", color: PALETTE[4],
+      points: bs.filter(b => b.event_lag_s !== null && b.event_lag_s !== undefined).map(b => [b.t - axis.t0, b.event_lag_s]) },
+  ], { ...axis, left: "seconds" });
+  const sources = Object.entries(event.sources || {});
+  $("event-note").textContent = !event.watermark_us ? "no event time"
+    : `watermark ${new Date(event.watermark_us / 1000).toLocaleString()}` + (sources.length ? " · " + sources.map(
+      ([s, v]) => `${s} latest event ${fmt(v.lag_s)} s behind`).join(", ") : "");
+}
+
+function renderState(bs, axis) {
+  const ops = [...new Set(bs.flatMap(b => Object.keys(b.state_bytes || {})))].sort();
+  lineChart($("c-state"), ops.map((op, i) => ({
+    name: op, color: PALETTE[i % PALETTE.length],
+    points: bs.filter(b => b.state_bytes && b.state_bytes[op] !== undefined).map(b => [b.t - axis.t0, b.state_bytes[op]]),
+  })), { ...axis, left: "bytes" });
 }
 
 function renderOperators(bs) {
@@ -126,6 +152,10 @@ function renderSide(bs) {
       total: state.data.totals.dead_letters },
     { name: "late records", color: PALETTE[4], points: recent.map(b => [b.batch_id, b.late]), total: state.data.totals.late },
   ], { xLabel: "batch" });
+  const byOp = {};
+  for (const b of bs) for (const [op, n] of Object.entries(b.dead_letters_by_operator || {})) byOp[op] = (byOp[op] || 0) + n;
+  const split = Object.entries(byOp).sort((a, b) => b[1] - a[1]).map(([op, n]) => `${op} ${n.toLocaleString()}`);
+  $("dead-note").textContent = split.length ? "dead letters by operator: " + split.join(", ") : "per batch";
 }
 
 function renderHeatmaps(bs) {
