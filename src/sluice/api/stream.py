@@ -360,8 +360,15 @@ class KeyedStream:
 
     def process(self, fn: Callable | None = None, schema=None, *, name: str | None = None,
                 alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None,
-                ttl=None, ttl_time: str = "event") -> Stream:
+                ttl=None, ttl_time: str = "event", on_timer: Callable | None = None) -> Stream:
         """Run ``fn(key, rows, state)`` once per key and batch, with per-key state.
+
+        ``on_timer(key, timestamp, state)``: with it, ``fn`` and ``on_timer`` may call
+        ``state.register_event_timer(ts)`` / ``register_processing_timer(ts)`` (a datetime
+        or microseconds since the epoch) and ``delete_...``; a timer fires once, in the
+        batch whose watermark (event time) or clock (processing time) has reached it, also
+        for a key without new records; ``on_timer`` returns records to emit, as ``fn`` does
+        (``sluice.runtime.kernels.process``, docs/state.md).
 
         ``ttl``, ``ttl_time``: a key's state expires as for :meth:`aggregate` (``fn`` then
         sees ``state.value`` None again).
@@ -394,7 +401,11 @@ class KeyedStream:
         'process'
         """
         function = _function_params(fn, alternates, active, "process", name)
-        return self._then("process", name, params={"keys": self.keys, **function,
+        if on_timer is not None and not callable(on_timer):
+            raise PipelineError(f"process: on_timer must be a function (key, timestamp, state), got {on_timer!r}",
+                                name or "process", user_location())
+        timers = {"on_timer": on_timer} if on_timer is not None else {}
+        return self._then("process", name, params={"keys": self.keys, **function, **timers,
                                                    **_ttl_params(ttl, ttl_time, name or "process")},
                           schema=as_schema(schema))
 

@@ -126,6 +126,8 @@ def state_record(graph, op: Operator) -> dict[str, Any]:
         sides = [graph[i].schema for i in op.inputs]
         columns = ["; ".join(f"{f.name} {f.type}" for f in s) if s is not None else "?" for s in sides]
         record["join"] = f"{spec.describe()}; left ({columns[0]}); right ({columns[1]})"
+    elif op.kind == "process" and op.params.get("on_timer") is not None:
+        record["timers"] = "event and processing time"  # the state rows carry the timer lists
     elif op.kind == "deduplicate":
         time = op.params["time"]
         record["deduplicate"] = f"on {'event time ' + time.column if hasattr(time, 'column') else 'processing time'}"

@@ -41,6 +41,7 @@ from sluice.runtime.executors import executor_infos
 from sluice.runtime.file_rolling import remove_if_empty, roll
 from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
+from sluice.runtime.kernels.process import NEXT_TIMER_NEG
 from sluice.runtime.kernels.windows import LATE
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.planlog import PlanLog
@@ -88,6 +89,8 @@ class BatchExecutor:
         self.clock = self._recover_clock()
         self._tick_source = next((src.op.id for src in sources if src.ticks), None)
         self._tick_pending = False  # a tick request this driver wrote is waiting to be served
+        # per keyed operator, its earliest processing-time timer as of the last batch done
+        self._timers_due: dict[str, int] = {}
         self.last_batch: BatchMetrics | None = None
         self.in_batch = False
         # set by ``stop_after_this_batch``: no batch starts after it (``__call__`` refuses)
@@ -228,8 +231,10 @@ class BatchExecutor:
         m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context, state)
         observed_event_us = self._observed_event_times(observed, m.rows_by_source, start["processing_time"])
         self.clock.watermark = start["watermark"]
+        self._timers_due = {op_id: -int(values[NEXT_TIMER_NEG]) for op_id, values in per_op.items()
+                            if isinstance(values, dict) and values.get(NEXT_TIMER_NEG) is not None}
         self._write_record(batch_id, "done", {"max_event_us": observed_event_us, **self.clock.to_record(),
-                                              "rows_by_source": m.rows_by_source})
+                                              "rows_by_source": m.rows_by_source, "timers_due": self._timers_due})
         self._request_tick(batch_id, state)
         metrics_log.append(self.checkpoint, m)
         self._compact(batch_id, state)
@@ -398,6 +403,8 @@ class BatchExecutor:
             at = processing_time_due(kernel_queries(self.kernel(op)), now_us)
             if at is not None:
                 due.append(at)
+            if op.id in self._timers_due:  # a processing-time timer of ``process``
+                due.append(max(self._timers_due[op.id], now_us))
         return min(due) if due else None
 
     def _has_state(self, op_id: str, batch_id: int, state: StateTransaction | None) -> bool:
@@ -424,6 +431,8 @@ class BatchExecutor:
         it, as the run before would have. A request already served is not served again."""
         done = self.checkpoint.done_batches()
         if done:
+            record = self._read_record(done[-1], "done") or {}
+            self._timers_due = {op_id: int(us) for op_id, us in (record.get("timers_due") or {}).items()}
             self._tick_pending = True  # whatever a crashed run left in the file is replaced
             self._request_tick(done[-1])
 

@@ -67,7 +67,7 @@ def reduce_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
 
 
 def process_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
-    return ProcessKernel(op.params["keys"], op.params["fn"], op.schema)
+    return ProcessKernel(op.params["keys"], op.params["fn"], op.schema, op.params.get("on_timer"))
 
 
 def window_kernel_of(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:

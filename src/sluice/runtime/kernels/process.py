@@ -1,37 +1,105 @@
-"""``KeyedStream.process(fn)``: a user function with per-key state.
+"""``KeyedStream.process(fn)``: a user function with per-key state, and timers.
 
 ``fn(key, rows, state)`` is called once per key and batch with all of the key's records of
 the batch as a ``pyarrow.Table`` (so it can be vectorized), and a :class:`KeyState`.
 State values are pickled into the key-group store.
+
+With ``on_timer(key, timestamp, state)``, ``fn`` (and ``on_timer`` itself) may register and
+delete timers on the key's state: event-time timers fire in the first batch whose watermark
+has reached their time, processing-time timers in the first batch processed at or after it,
+also for keys without records in that batch (Flink's ``KeyedProcessFunction``). Timers are
+state: they are stored with the key in the key-group store, committed with the batch (a
+replay fires exactly what its first execution fired, a restart loses none), and move with
+their key group. Per batch, finding the due timers is one vectorized pass over the timer
+lists; only due timers call Python. Due timers fire before the batch's records are given
+to ``fn`` (the watermark that makes them due comes from earlier batches), in time order,
+event-time timers before processing-time timers at equal times; a timer a call registers
+at or before the current time fires in the next batch.
 """
 
 from __future__ import annotations
 
 import pickle
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.runtime.kernels.grouping import groups
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
 
 _STATE = "__state"
-_MISSING = object()
+EVENT_TIMERS = "__event_timers"
+PROCESSING_TIMERS = "__processing_timers"
+NEXT_TIMER_NEG = "next_processing_timer_neg_us_max"
+"""Metric: minus the earliest processing-time timer left in a partition (a ``_max`` metric
+combines by maximum, so the driver reads minus the earliest of all): the executor plans a
+batch for it on a quiet stream."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_micros(ts) -> int:
+    """A timer's time as microseconds since the epoch (from a datetime or an integer)."""
+    if isinstance(ts, datetime):
+        if ts.tzinfo is None:
+            ts = ts.replace(tzinfo=UTC)
+        delta = ts - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(ts, (int, np.integer)) and not isinstance(ts, bool):
+        return int(ts)
+    raise TypeError(f"a timer's time must be a datetime or integer microseconds since the epoch, got {ts!r}")
 
 
 class KeyState:
-    """The state of one key: read ``value``, change it with ``update``, drop it with ``clear``."""
+    """The state of one key: read ``value``, change it with ``update``, drop it with ``clear``;
+    register and delete timers (with ``on_timer``)."""
 
-    def __init__(self, value: Any = None):
+    def __init__(self, value: Any = None, event_timers=(), processing_timers=(), timers: bool = False):
         self.value = value
         self.changed = False
         self.cleared = False
+        self._timers = timers
+        self.event_timers: set[int] = set(event_timers)
+        self.processing_timers: set[int] = set(processing_timers)
 
     def update(self, value: Any) -> None:
         self.value, self.changed, self.cleared = value, True, False
 
     def clear(self) -> None:
+        """Drop the value (timers stay: delete them one by one)."""
         self.value, self.changed, self.cleared = None, True, True
+
+    def _check_timers(self) -> None:
+        if not self._timers:
+            raise TypeError("timers need process(..., on_timer=...): the function that runs when one fires")
+
+    def register_event_timer(self, ts) -> None:
+        """Fire ``on_timer`` once the watermark reaches ``ts`` (a datetime or microseconds)."""
+        self._check_timers()
+        self.event_timers.add(to_micros(ts))
+        self.changed = True
+
+    def register_processing_timer(self, ts) -> None:
+        """Fire ``on_timer`` in the first batch processed at or after ``ts``."""
+        self._check_timers()
+        self.processing_timers.add(to_micros(ts))
+        self.changed = True
+
+    def delete_event_timer(self, ts) -> None:
+        self._check_timers()
+        self.event_timers.discard(to_micros(ts))
+        self.changed = True
+
+    def delete_processing_timer(self, ts) -> None:
+        self._check_timers()
+        self.processing_timers.discard(to_micros(ts))
+        self.changed = True
+
+    @property
+    def empty(self) -> bool:
+        return self.value is None and not self.event_timers and not self.processing_timers
 
 
 def _as_table(out: Any, schema: pa.Schema) -> pa.Table:
@@ -46,47 +114,100 @@ def _as_table(out: Any, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_pylist(list(out), schema=schema)
 
 
+def _due(lists: pa.ChunkedArray, now: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(state row, time) of every timer in ``lists`` (one list per state row) due by ``now``."""
+    array = lists.combine_chunks()
+    if now is None or len(array) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    times = np.asarray(pc.list_flatten(array).to_numpy(), np.int64)
+    owners = np.asarray(pc.list_parent_indices(array).to_numpy(), np.int64)
+    due = times <= now
+    return owners[due], times[due]
+
+
 class ProcessKernel(KeyedKernel):
-    def __init__(self, key_columns: list[str], fn, schema: pa.Schema | None):
+    def __init__(self, key_columns: list[str], fn, schema: pa.Schema | None, on_timer=None):
         super().__init__(key_columns)
         self.fn = fn
         self.schema = schema
+        self.on_timer = on_timer
+        self.wants_timers = on_timer is not None  # a key's timer fires without its records
 
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        return pa.schema([input_schema.field(k) for k in self.key_columns] + [pa.field(_STATE, pa.binary())])
+        fields = [input_schema.field(k) for k in self.key_columns] + [pa.field(_STATE, pa.binary())]
+        if self.on_timer is not None:
+            fields += [pa.field(EVENT_TIMERS, pa.list_(pa.int64())), pa.field(PROCESSING_TIMERS, pa.list_(pa.int64()))]
+        return pa.schema(fields)
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         return self.schema or pa.schema([f for f in input_schema if f.name != KEY_GROUP])
 
-    def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
-        """Call ``fn`` once per key of the batch.
+    def _key_state(self, state: pa.Table, blobs: list, row: int | None) -> KeyState:
+        if row is None:
+            return KeyState(timers=self.on_timer is not None)
+        value = pickle.loads(blobs[row]) if blobs[row] is not None else None
+        if self.on_timer is None:
+            return KeyState(value)
+        return KeyState(value, state.column(EVENT_TIMERS)[row].as_py() or (),
+                        state.column(PROCESSING_TIMERS)[row].as_py() or (), timers=True)
 
-        The unit of failure is that call: when ``fn`` raises (or returns what does not fit
-        the output schema, or a state that cannot be pickled), every record of the key in
-        this batch is a dead letter with the error, its output is dropped, and the key's
-        state stays as it was before the batch (none of its records of the batch is
-        applied: ``fn`` saw them together, so Sluice cannot tell which one was to blame).
-        Other keys go on.
+    def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
+        """Fire the due timers, then call ``fn`` once per key of the batch.
+
+        The unit of failure is a call: when ``fn`` raises (or returns what does not fit the
+        output schema, or a state that cannot be pickled), every record of the key in this
+        batch is a dead letter with the error, its output is dropped, and the key's state
+        stays as it was before the call (none of its records of the batch is applied:
+        ``fn`` saw them together, so Sluice cannot tell which one was to blame). A timer
+        whose ``on_timer`` raises is a dead letter (``{"timer": time}``), is not fired
+        again, and leaves the state as it was before it. Other keys go on.
         """
         out_schema = self.output_schema(rows.schema)
         blobs = state.column(_STATE).to_pylist() if state.num_rows else []
-        outputs, upserts, deletes, dead = [], [], [], []
+        outputs: list[pa.Table] = []
+        dead: list[DeadRecord] = []
+        states: dict[int | tuple, tuple[tuple, int, KeyState]] = {}  # state row (or new key) -> its state now
+        metrics: dict[str, int] = {}
+        if self.on_timer is not None and state.num_rows:
+            self._fire(state, blobs, ctx, out_schema, outputs, dead, states)
         for key, state_row, key_rows in groups(state, rows, self.key_columns):
             kg = key_rows.column(KEY_GROUP)[0].as_py()
-            key_state = KeyState(pickle.loads(blobs[state_row]) if state_row is not None else None)
+            slot: int | tuple = state_row if state_row is not None else key
+            key_state = states[slot][2] if slot in states else self._key_state(state, blobs, state_row)
+            before = _snapshot(key_state)
             records = key_rows.drop_columns([KEY_GROUP])
             try:
                 out = _as_table(self.fn(key, records, key_state), out_schema)
-                blob = pickle.dumps(key_state.value) if key_state.changed and not key_state.cleared else None
-            except Exception as exc:  # the key's records are dead letters; its state is untouched
+                if key_state.changed and not key_state.cleared:
+                    pickle.dumps(key_state.value)  # fails here, inside the unit, if it cannot be stored
+            except Exception as exc:  # the key's records are dead letters; its state is as before the call
                 dead += [DeadRecord(record, exc, key) for record in records.to_pylist()]
+                key_state = _restore(before, key_state)
+                if slot in states:
+                    states[slot] = (key, kg, key_state)
                 continue
             outputs.append(out)
+            states[slot] = (key, kg, key_state)
+        upserts, deletes = [], []
+        for key, kg, key_state in states.values():
+            if not key_state.changed:
+                continue
             record = dict(zip(self.key_columns, key), **{KEY_GROUP: kg})
-            if key_state.cleared:
+            if key_state.empty or (key_state.cleared and self.on_timer is None):
                 deletes.append(record)
-            elif key_state.changed:
-                upserts.append({**record, _STATE: blob})
+                continue
+            blob = None if key_state.value is None else pickle.dumps(key_state.value)
+            row = {**record, _STATE: blob}
+            if self.on_timer is not None:
+                row[EVENT_TIMERS] = sorted(key_state.event_timers)
+                row[PROCESSING_TIMERS] = sorted(key_state.processing_timers)
+            upserts.append(row)
+        if self.on_timer is not None:
+            pending = [t for _, _, s in states.values() for t in s.processing_timers]
+            untouched = _untouched_first_timer(state, states)
+            first = min([*pending, *([untouched] if untouched is not None else [])], default=None)
+            if first is not None:
+                metrics[NEXT_TIMER_NEG] = -first
         state_schema = self.state_schema(rows.schema).append(pa.field(KEY_GROUP, pa.int32()))
         delete_schema = pa.schema([rows.schema.field(k) for k in self.key_columns] + [pa.field(KEY_GROUP, pa.int32())])
         return KeyedResult(
@@ -94,4 +215,68 @@ class ProcessKernel(KeyedKernel):
             upserts=pa.Table.from_pylist(upserts, schema=state_schema),
             deletes=pa.Table.from_pylist(deletes, schema=delete_schema) if deletes else None,
             dead_letters=dead,
+            metrics=metrics,
         )
+
+    def _fire(self, state: pa.Table, blobs: list, ctx: BatchContext, out_schema: pa.Schema, outputs: list,
+              dead: list, states: dict) -> None:
+        """Every due timer of the state, in time order per key (found in one numpy pass)."""
+        event_rows, event_times = _due(state.column(EVENT_TIMERS), ctx.watermark)
+        proc_rows, proc_times = _due(state.column(PROCESSING_TIMERS), int(ctx.processing_time))
+        if not len(event_rows) and not len(proc_rows):
+            return
+        owners = np.concatenate([event_rows, proc_rows])
+        times = np.concatenate([event_times, proc_times])
+        kinds = np.concatenate([np.zeros(len(event_rows), np.int8), np.ones(len(proc_rows), np.int8)])
+        order = np.lexsort((kinds, times, owners))
+        keys = state.select(self.key_columns).take(pa.array(np.unique(owners))).to_pylist()
+        key_of = dict(zip(np.unique(owners).tolist(), keys))
+        kgs = state.column(KEY_GROUP)
+        for i in order.tolist():
+            row, ts, kind = int(owners[i]), int(times[i]), int(kinds[i])
+            key = tuple(key_of[row][k] for k in self.key_columns)
+            if row not in states:
+                states[row] = (key, kgs[row].as_py(), self._key_state(state, blobs, row))
+            key_state: KeyState = states[row][2]
+            (key_state.event_timers if kind == 0 else key_state.processing_timers).discard(ts)
+            key_state.changed = True  # the fired timer is gone, whatever the call does
+            before = _snapshot(key_state)
+            try:
+                out = _as_table(self.on_timer(key, _as_datetime(ts), key_state), out_schema)
+                if key_state.changed and not key_state.cleared:
+                    pickle.dumps(key_state.value)
+            except Exception as exc:
+                dead.append(DeadRecord({"timer": ts, "domain": "event" if kind == 0 else "processing"}, exc, key))
+                states[row] = (key, states[row][1], _restore(before, key_state))
+                continue
+            outputs.append(out)
+
+
+def _as_datetime(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def _snapshot(key_state: KeyState) -> tuple:
+    return (pickle.dumps(key_state.value), key_state.changed, key_state.cleared, set(key_state.event_timers),
+            set(key_state.processing_timers))
+
+
+def _restore(snapshot: tuple, key_state: KeyState) -> KeyState:
+    value, changed, cleared, event, processing = snapshot
+    restored = KeyState(pickle.loads(value), event, processing, timers=key_state._timers)
+    restored.changed, restored.cleared = changed, cleared
+    return restored
+
+
+def _untouched_first_timer(state: pa.Table, states: dict) -> int | None:
+    """The earliest processing-time timer of the state rows this batch did not touch."""
+    if not state.num_rows:
+        return None
+    lists = state.column(PROCESSING_TIMERS).combine_chunks()
+    if not len(lists):
+        return None
+    times = np.asarray(pc.list_flatten(lists).to_numpy(), np.int64)
+    owners = np.asarray(pc.list_parent_indices(lists).to_numpy(), np.int64)
+    touched = np.array([k for k in states if isinstance(k, int)], np.int64)
+    keep = ~np.isin(owners, touched)
+    return int(times[keep].min()) if keep.any() else None
