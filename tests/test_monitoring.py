@@ -97,3 +97,40 @@ def test_the_dashboard_breaks_its_lines_where_the_job_was_down(tmp_path):
     finally:
         server.stop()
     assert not errors, errors
+
+
+def test_the_grafana_dashboard_and_scrape_config_use_metrics_sluice_serves(tmp_path):
+    """Every metric the docs' Grafana dashboard queries is one /metrics serves (a renamed
+    metric would leave a panel empty without anyone noticing)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    dashboard = json.loads((docs / "monitoring" / "grafana-dashboard.json").read_text())
+    queried = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"sluice_[a-z_]+", t["expr"])}
+    scrape = yaml.safe_load((docs / "monitoring" / "prometheus.yml").read_text())
+    assert scrape["scrape_configs"][0]["honor_labels"] is True
+    make_checkpoint(str(tmp_path))
+    checkpoint = str(tmp_path / "ckpt")
+    with open(os.path.join(checkpoint, "batches", f"{3:09d}.done.json"), "w") as f:
+        json.dump({"max_event_us_so_far": {"clicks": int((T0 + 39) * 1e6)}}, f)
+    append(checkpoint, BatchMetrics(batch_id=3, plan_version=0, started_at=T0 + 40, duration_s=1.0, rows_in=1,
+                                    rows_by_source={"clicks": 1}, backlog={"clicks": 5},
+                                    sinks={"out": {"rows": 1, "latency_p50_ms": 1.0, "latency_p95_ms": 2.0,
+                                                   "latency_p99_ms": 3.0}}, watermark=int((T0 + 30) * 1e6),
+                                    key_groups={"per_user": {"0": {"rows": 1, "state_bytes": 10}}},
+                                    operators={"parse": {"rows_in": 1, "rows_out": 1, "time_s": 0.1, "dead_letters": 1}},
+                                    executors=[{"host": "driver"}]))
+    with open(os.path.join(checkpoint, "decisions.jsonl"), "w") as f:
+        f.write(json.dumps({"batch_id": 1, "policy": "batch_sizing", "action": "x", "reason": "y"}) + "\n")
+    server = serve(checkpoint, port=0, constraints=[{"name": "latency_1", "bound_ms": 800.0}])
+    try:
+        text = urllib.request.urlopen(server.url + "metrics", timeout=10).read().decode()
+    finally:
+        server.stop()
+    served = set(re.findall(r"^(sluice_[a-z_]+)", text, re.M))
+    assert queried and queried <= served, queried - served
+    documented = set(re.findall(r"`(sluice_[a-z_]+)`", (docs / "monitoring.md").read_text()))
+    assert served <= documented, served - documented
