@@ -126,3 +126,31 @@ def test_a_full_disk_is_a_clear_error_leaves_no_temporary_file_and_frees_the_lea
         checkpoint.write_json("batches/000000001.done.json", {})
     Lease(checkpoint).release()  # nothing held: nothing to do, no error
     assert json.loads((small_disk / "ckpt" / LEASE).read_bytes())["epoch"] == 1
+
+
+@pytest.mark.spark
+def test_a_job_whose_disk_fills_stops_with_a_clear_error_and_runs_on_once_space_is_freed(spark, small_disk):
+    import sluice
+    from sluice import agg, sinks, sources
+
+    def pipeline():
+        p = sluice.Pipeline("disk_full")
+        (p.source(sources.generator(fields={"k": sources.Keys(1000)}, rate=200_000), name="src")
+         .key_by("k").aggregate(n=agg.count(), name="counts").sink(sinks.memory("disk_full_out")))
+        return p
+
+    checkpoint = str(small_disk / "ckpt")
+    subprocess.run(["mount", "-o", "remount,size=1m", str(small_disk)], check=True)
+    with pytest.raises(CheckpointError) as error:
+        pipeline().run(checkpoint, spark=spark, duration=120, max_rows_per_batch=20_000)
+    message = str(error.value)
+    assert "No space left on device" in message and "Free space" in message and checkpoint in message
+    leftovers = [os.path.join(d, f) for d, _, fs in os.walk(small_disk) for f in fs if ".tmp-" in f]
+    assert leftovers == []
+    done = Checkpoint(checkpoint).done_batches()
+    assert done  # it ran until the disk was full
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+    result = pipeline().run(checkpoint, spark=spark, duration=120, max_rows_per_batch=20_000,
+                            stop_when=lambda _: len(Checkpoint(checkpoint).done_batches()) >= len(done) + 2)
+    assert Checkpoint(checkpoint).done_batches()[-1] > done[-1]  # the lease was free and the job went on
+    assert result.batches >= 2

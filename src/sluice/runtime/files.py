@@ -11,7 +11,7 @@ import uuid
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from sluice.errors import ConfigError
+from sluice.errors import ConfigError, storage_problem
 
 # file systems with an atomic rename; on object stores a single PUT is atomic instead
 _RENAMING = ("local", "hdfs", "mock")
@@ -73,9 +73,12 @@ def write_atomic(fs: pafs.FileSystem, path: str, data: bytes | pa.Buffer, durabl
             with fs.open_output_stream(tmp) as out:
                 out.write(data)
         fs.move(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             fs.delete_file(tmp)
+        problem = storage_problem(e, str(e), path) if isinstance(e, OSError) else None
+        if problem is not None:
+            raise problem from e
         raise
     if durable and fs.type_name == "local":
         _sync_dir(parent)
@@ -115,8 +118,14 @@ def append(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     if fs.type_name in _RENAMING:
         if _ends_torn(fs, path):
             data = b"\n" + data
-        with fs.open_append_stream(path) as out:
-            out.write(data)
+        try:
+            with fs.open_append_stream(path) as out:
+                out.write(data)
+        except OSError as e:
+            problem = storage_problem(e, str(e), path)
+            if problem is not None:
+                raise problem from e
+            raise
     else:
         old = read_bytes(fs, path) or b""
         write_atomic(fs, path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + data)
