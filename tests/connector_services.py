@@ -240,14 +240,19 @@ def kafka_records(topic: str, committed: bool = True, timeout: float = 30) -> li
     (partition, offset, key, value, headers), in partition and offset order."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+    deadline = time.time() + timeout
     ends = kafka_offsets(topic, committed)
+    # A commit returns before Kafka has written its markers: until then the last stable offset
+    # lags. Read once no transaction is pending (the stable offsets reach the high watermarks).
+    while committed and ends != kafka_offsets(topic, committed=False) and time.time() < deadline:
+        time.sleep(0.05)
+        ends = kafka_offsets(topic, committed)
     consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": "sluice-tests", "enable.auto.commit": False,
                          "enable.partition.eof": True,
                          "isolation.level": "read_committed" if committed else "read_uncommitted"})
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     left = {p for p, end in ends.items() if end > 0}
     got = []
-    deadline = time.time() + timeout
     while left and time.time() < deadline:
         for m in consumer.consume(1000, 0.5):
             if m.error() is not None:

@@ -39,17 +39,28 @@ import io
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.datasource import InputPartition
 
 from sluice.errors import SinkError, SourceError
 from sluice.graph.kafka import METADATA, KafkaSink, KafkaSource
+from sluice.graph.sources import TIMESTAMP
 from sluice.runtime.connectors.payloads import Parsed, parse_json, rows_as_json
-from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
+from sluice.runtime.connectors.reader import (
+    INGEST_FIELD,
+    BrokerDown,
+    ConnectorStreamReader,
+    Plan,
+    Span,
+    dead_letter_message,
+    screen,
+)
+from sluice.runtime.sources.control import BacklogReporter
 
 TIMEOUT_S = 10.0  # one request to the broker
 CONSUME_BATCH = 10_000  # messages per consume() call
@@ -101,16 +112,26 @@ def _split_key(key: str) -> tuple[str, int]:
 
 
 class _Locations(Sequence):
-    """Where each message of a span is, made only for the few a dead letter names."""
+    """Where each message of a span is (its text made only for the few a dead letter
+    names), with the messages' keys for the ``key`` metadata column."""
 
-    def __init__(self, topic: str, partition: int, offsets: np.ndarray):
-        self.topic, self.partition, self.offsets = topic, partition, offsets
+    def __init__(self, topic: str, partition: int, offsets: np.ndarray, keys: list | None):
+        self.topic, self.partition, self.offsets, self.keys = topic, partition, offsets, keys
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def __getitem__(self, i):
         return f"topic {self.topic} partition {self.partition} offset {int(self.offsets[i])}"
+
+
+class _LagReporter(BacklogReporter):
+    """The backlog file of every connector, with the lag of each partition."""
+
+    lag: dict[str, int] | None = None
+
+    def report(self, status: dict, planned_batch: bool) -> None:
+        super().report({**status, "partitions": None if "error" in status else self.lag}, planned_batch)
 
 
 _CONSUMERS: dict[tuple, Any] = {}
@@ -136,9 +157,9 @@ def _consumer(spec: KafkaSource):
 class KafkaStreamReader(ConnectorStreamReader):
     spec: KafkaSource
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._lag: dict[str, int] = {}
+    def __init__(self, spec, name: str, control_dir: str, schema, parallelism: int):
+        super().__init__(spec, name, control_dir, schema, parallelism)
+        self._backlog: _LagReporter = _LagReporter(control_dir, name)
 
     # --- the broker, from the planning side -------------------------------------------------
 
@@ -208,27 +229,12 @@ class KafkaStreamReader(ConnectorStreamReader):
         moved = np.flatnonzero((starts != previous) & (take > 0))
         position = {"next": {**known, **dict(zip(keys, ends.tolist()))},
                     "from": {keys[i]: int(starts[i]) for i in moved}}
-        self._lag = dict(zip(keys, (lag - take).tolist()))
+        self._backlog.lag = dict(zip(keys, (lag - take).tolist()))
         return Plan(position, int(take.sum()), int((lag - take).sum()))
 
     def reportLatestOffset(self) -> dict | None:
         latest = super().reportLatestOffset()
-        return None if latest is None else {**latest, "partitions": self._lag}
-
-    def _report(self, start: dict, admitted: int, waiting: int | None, cap: int | None,
-                error: str | None = None) -> None:
-        # as every connector's, with the lag of each partition
-        status = {
-            "source": self.name, "kind": type(self.spec).__name__,
-            "planned_rows": start["rows"] + admitted,
-            "available_rows": None if waiting is None else start["rows"] + admitted + waiting,
-            "backlog": waiting, "batch_rows": admitted, "max_rows": cap,
-            "total_rows": None, "exhausted": False, "time": time.time(),
-            "partitions": None if error else self._lag,
-        }
-        if error:
-            status["error"] = error
-        self._backlog.report(status, planned_batch=admitted > 0)
+        return None if latest is None else {**latest, "partitions": self._backlog.lag}
 
     def partitions(self, start: dict, end: dict) -> list:
         if end["rows"] == start["rows"]:
@@ -298,25 +304,43 @@ class KafkaStreamReader(ConnectorStreamReader):
         records = self._consume(span)
         values = [m.value() or b"" for m in records]  # a tombstone (no value) decodes as nothing
         offsets = np.array([m.offset() for m in records], np.int64)
-        stamps_ms = np.array([m.timestamp()[1] for m in records], np.int64)
+        stamps_us = np.array([m.timestamp()[1] for m in records], np.int64) * 1000
+        keys = [m.key() for m in records] if "key" in self.spec.metadata else None
         parsed = self._decode(values)
+        return parsed, stamps_us[np.asarray(parsed.kept, np.int64)], _Locations(
+            span.topic, span.partition, offsets, keys), values
+
+    def read(self, span: InputPartition) -> Iterator[pa.RecordBatch]:
+        """As every connector reads (``ConnectorStreamReader.read``), then the metadata
+        columns of the rows kept."""
+        assert isinstance(span, KafkaSpan)  # what partitions() made
+        parsed, ingest_us, where, payloads = self.with_patience(lambda: self.fetch(span))
+        parsed, ingest_us = screen(parsed, ingest_us, self.spec.required)
+        if parsed.rejects:
+            self._dead_letter(span, [(f"{self.spec.broker}, message {where[i]}", reason,
+                                      dead_letter_message(payloads[i])) for i, reason in parsed.rejects])
+        table = self._with_metadata(parsed, ingest_us, where)
+        table = table.append_column(INGEST_FIELD, pa.array(ingest_us, type=TIMESTAMP))
+        yield from table.cast(self.arrow_schema).to_batches()
+
+    def _with_metadata(self, parsed: Parsed, stamps_us: np.ndarray, where: _Locations) -> pa.Table:
         kept = np.asarray(parsed.kept, np.int64)
         table = parsed.table
         for name in self.spec.metadata:
             column: pa.Array
             if name == "key":
-                column = pa.array([records[i].key() for i in kept], pa.binary())
+                assert where.keys is not None  # fetched when the key is asked for
+                column = pa.array([where.keys[i] for i in kept], pa.binary())
             elif name == "topic":
-                column = pa.array(np.full(len(kept), span.topic, object), pa.string())
+                column = pa.array(np.full(len(kept), where.topic, object), pa.string())
             elif name == "partition":
-                column = pa.array(np.full(len(kept), span.partition, np.int32))
+                column = pa.array(np.full(len(kept), where.partition, np.int32))
             elif name == "offset":
-                column = pa.array(offsets[kept])
+                column = pa.array(where.offsets[kept])
             else:
-                column = pa.array(stamps_ms[kept] * 1000).cast(pa.int64()).view(METADATA["timestamp"].type)
+                column = pa.array(stamps_us, pa.int64()).view(TIMESTAMP)
             table = table.append_column(METADATA[name], column)
-        return (Parsed(table, parsed.kept, parsed.rejects), stamps_ms[kept] * 1000,
-                _Locations(span.topic, span.partition, offsets), values)
+        return table
 
     def _decode(self, values: list[bytes]) -> Parsed:
         schema = self.spec.value_schema
