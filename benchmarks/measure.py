@@ -228,9 +228,13 @@ def environment(spark=None) -> dict:
     }
 
 
-def tables_equal(a, b, *, sort_by: list[str] | None = None, float_digits: int = 6) -> bool:
-    """Whether two Arrow tables hold the same rows (as a multiset: both sorted by every
-    column, or ``sort_by``), floats compared to ``float_digits`` significant digits."""
+def tables_equal(a, b, *, sort_by: list[str] | None = None, rel_tol: float = 1e-9) -> bool:
+    """Whether two Arrow tables hold the same rows, as multisets: both sorted by ``sort_by``
+    (default: every column, exact ones first), exact columns compared for equality and
+    floating-point ones (and decimals with a fraction) within ``rel_tol`` (two engines sum
+    doubles in different orders). Integers, decimals without a fraction and timestamps of
+    any unit or zone compare by value."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -239,20 +243,36 @@ def tables_equal(a, b, *, sort_by: list[str] | None = None, float_digits: int = 
     names = sorted(a.column_names)
 
     def normal(t):
-        cols = []
+        cols = {}
         for n in names:
             col = t.column(n)
             if pa.types.is_decimal(col.type) and col.type.scale == 0:  # e.g. DuckDB's sum of integers
                 col = col.cast(pa.int64())
-            elif pa.types.is_floating(col.type) or pa.types.is_decimal(col.type):
-                values = col.cast(pa.float64()).to_numpy(zero_copy_only=False)
-                col = pa.array([float(f"{v:.{float_digits}g}") for v in values], type=pa.float64())
+            elif pa.types.is_decimal(col.type):
+                col = col.cast(pa.float64())
             elif pa.types.is_timestamp(col.type):
                 col = col.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-            cols.append(col)
-        t = pa.table(dict(zip(names, cols)))
-        return t.sort_by([(n, "ascending") for n in (sort_by or names)])
+            elif pa.types.is_integer(col.type):
+                col = col.cast(pa.int64())
+            elif pa.types.is_large_string(col.type):
+                col = col.cast(pa.string())
+            cols[n] = col
+        return pa.table(cols)
 
     left, right = normal(a), normal(b)
-    return all(pc.all(pc.equal(left.column(n), right.column(n))).as_py() in (True, None)
-               and left.column(n).null_count == right.column(n).null_count for n in names)
+    floating = [n for n in names if pa.types.is_floating(left.column(n).type) or pa.types.is_floating(right.column(n).type)]
+    order = sort_by or [n for n in names if n not in floating] + floating
+    left = left.sort_by([(n, "ascending") for n in order])
+    right = right.sort_by([(n, "ascending") for n in order])
+    for n in names:
+        x, y = left.column(n), right.column(n)
+        if not x.is_null().equals(y.is_null()):
+            return False
+        if n in floating:
+            xs = x.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            ys = y.cast(pa.float64()).to_numpy(zero_copy_only=False)
+            if not np.allclose(xs, ys, rtol=rel_tol, atol=0.0, equal_nan=True):
+                return False
+        elif x.type != y.type or pc.any(pc.not_equal(x, y)).as_py():
+            return False
+    return True

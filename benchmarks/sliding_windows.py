@@ -1,6 +1,7 @@
-"""Sliding windows: Sluice's shared panes against Spark Structured Streaming's native window().
+"""Sliding windows: Sluice's shared panes against Spark Structured Streaming, pre-aggregated
+into panes the way a Spark engineer writes a sliding window.
 
-    .venv/bin/python benchmarks/sliding_windows.py [--quick]
+    .venv/bin/python benchmarks/sliding_windows.py [--quick] [--spark-native]
 
 The same keyed sliding-window count and mean over event time, on the same generator source
 (unthrottled, the same rows per batch, the same watermark delay), written twice:
@@ -8,23 +9,32 @@ The same keyed sliding-window count and mean over event time, on the same genera
 - Sluice: ``key_by("meter").window(sliding(size, slide)).aggregate(n=count(), avg=mean("value"))``:
   each record updates one pane of length gcd(size, slide); a window combines its panes
   (C-MR's sub-window combine);
-- Spark: ``withWatermark("ts", delay).groupBy(window("ts", size, slide), "meter")
-  .agg(count, avg)`` in append mode: Spark's native sliding window, which copies each
-  record into every one of the size/slide windows that contain it.
+- Spark (the anchor, ``benchmarks.measure.spark_anchor``): two chained stateful
+  aggregations in append mode, ``groupBy(window("ts", slide), "meter").agg(count, sum)``
+  into panes, then ``groupBy(window(window_time(pane), size, slide), "meter")`` over the
+  panes' partials (count and sum, the mean from them); shuffle partitions = cores, on both
+  of Spark's state stores (the default HDFS-backed one and RocksDB with changelog
+  checkpointing), the faster kept and both reported. ``--spark-native`` measures Spark's
+  naive ``window(ts, size, slide)`` too (it copies each record into size/slide windows).
 
-for size/slide = 1, 4, 15 and 60 (slide fixed). Both use 2 shuffle/keyed partitions on
-local[2] and collect their output rows to the driver each batch. Throughput is sustained
-throughput: the median over the batches after the warm-up of rows / batch period (from its
-start to the next batch's start, so the overhead between batches counts).
+for size/slide = 1, 4, 15 and 60 (slide fixed). Both use as many shuffle/keyed partitions as
+cores on local[2] and collect their output rows to the driver each batch; the two systems'
+windows are compared value for value (count and mean per meter and window) over the windows
+both emitted (Spark's generator source has no end, so its last open windows are never
+emitted; Sluice's end-of-input batch emits them: those are counted, not compared).
+Throughput is sustained throughput: the median over the batches after the warm-up of rows /
+batch period (from its start to the next batch's start, so the overhead between batches
+counts). Sluice reads the generator by splits in its Python worker, Spark through the JVM.
 
 A second case runs 3 window queries over one stream: sharing one set of panes
 (``KeyedStream.windows``) against the same 3 as separate window operators.
 
 The machine is shared with other work, so full mode runs each system three times per case,
-alternating (A, B, B, A, A, B), and keeps the best run of each.
+alternating (A, B, B, A, A, B; a Spark turn runs both stores), and keeps the best run of each.
 
-Writes docs/results/sliding_windows.json and sliding_windows.png; the last line printed is a
-JSON object whose ``ratio`` is Sluice's throughput over Spark's at size/slide = 60, with
+Writes docs/results/sliding_windows.json and sliding_windows.png, with the anchor's
+configuration, the load average, cores and versions; the last line printed is a JSON object
+whose ``ratio`` is Sluice's throughput over Spark's (better store) at size/slide = 60, with
 ``ratio_1``, ``ratio_4`` and ``ratio_15`` beside it and ``shared_ratio`` for the 3 queries.
 """
 
@@ -39,19 +49,32 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow as pa
+
 from sluice import Pipeline, agg, sinks, sources
 from sluice import windows as W
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import alternating, anchor_source, spark_batches, sustained  # noqa: E402
+from measure import (
+    AnchorResult,
+    alternating,
+    anchor_conf,
+    anchor_source,
+    environment,
+    spark_batches,
+    spark_conf,
+    sustained,
+    tables_equal,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 RATIOS = (1, 4, 15, 60)
 SLIDE_S = 1.0
 START = 1_760_000_000.0
-PARTITIONS = 2
+PARTITIONS = 2  # = the cores of local[2]
+STORES = ("default", "rocksdb")
 
 
 def make_spec(keys: int, rows: int, per_batch: int, span_s: float, delay_s: float, seed: int = 1):
@@ -66,9 +89,11 @@ def make_spec(keys: int, rows: int, per_batch: int, span_s: float, delay_s: floa
     )
 
 
-def _count_rows(counter):
+def _count_rows(counter, tables=None):
     def sink(batch_id, table):
         counter[batch_id] = table.num_rows
+        if tables is not None:
+            tables[batch_id] = table.select(["meter", "window_start", "n", "avg"])
     return sink
 
 
@@ -79,9 +104,12 @@ def run_sluice(spark, spec, queries: list[list], shared: bool, workdir: str, war
     p = Pipeline("sliding_windows", partitions=PARTITIONS)
     meters = p.source(spec, name="readings").key_by("meter")
     counter: dict[int, int] = {}
+    tables: dict[int, pa.Table] = {}
+    keep = tables if len(queries) == 1 else None  # the windows of a single query, for the comparison
     if shared:
         meters.windows(*[W.query(W.sliding(size, slide), name=name, n=agg.count(), avg=agg.mean("value"))
-                         for name, size, slide in queries], name="windows").sink(sinks.callback(_count_rows(counter)))
+                         for name, size, slide in queries], name="windows") \
+            .sink(sinks.callback(_count_rows(counter, keep)))
     else:
         for i, (name, size, slide) in enumerate(queries):
             counters = counter if i == 0 else {}
@@ -93,30 +121,52 @@ def run_sluice(spark, spec, queries: list[list], shared: bool, workdir: str, war
     batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in data]
     output_rows = sum(counter.get(m.batch_id, 0) for m in data)
     return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": output_rows,
-            "late": sum(m.operators.get(op, {}).get("side_late", 0) for m in result.metrics for op in m.operators)}
+            "late": sum(m.operators.get(op, {}).get("side_late", 0) for m in result.metrics for op in m.operators),
+            "windows": _windows(tables) if keep is not None else None}
 
 
-def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: int) -> dict:
-    """Spark's native sliding window with a watermark, append mode, same source and batches."""
+def _windows(tables: dict[int, pa.Table]) -> pa.Table | None:
+    """Every window a run emitted: meter, window_start, n, avg."""
+    parts = [tables[b] for b in sorted(tables) if tables[b].num_rows]
+    if not parts:
+        return None
+    out = pa.concat_tables(parts)
+    return out.set_column(1, "window_start", out.column("window_start").cast(pa.timestamp("us", tz="UTC")))
+
+
+def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: int, store: str = "default",
+              panes: bool = True) -> dict:
+    """Spark on ``store``, shuffle partitions = cores, the same source and batches: with
+    ``panes`` the windows over pre-aggregated panes (two chained aggregations), else Spark's
+    native sliding ``window()``."""
     from pyspark.sql import functions as F
 
     from sluice.runtime.sources import is_exhausted
 
     frame, controls, checkpoint = anchor_source(spark, spec, workdir)
     delay_ms = int(spec.watermark_delay * 1000)
-    aggregated = (
-        frame.withWatermark("ts", f"{delay_ms} milliseconds")
-        .groupBy(F.window("ts", f"{int(size_s * 1000)} milliseconds", f"{int(slide_s * 1000)} milliseconds"), "meter")
-        .agg(F.count(F.lit(1)).alias("n"), F.avg("value").alias("avg"))
-    )
+    size, slide = f"{int(size_s * 1000)} milliseconds", f"{int(slide_s * 1000)} milliseconds"
+    watermarked = frame.withWatermark("ts", f"{delay_ms} milliseconds")
+    if panes:
+        partials = (watermarked.groupBy(F.window("ts", slide), "meter")
+                    .agg(F.count(F.lit(1)).alias("pn"), F.sum("value").alias("ps"))
+                    .select(F.window_time("window").alias("pt"), "meter", "pn", "ps"))
+        aggregated = (partials.groupBy(F.window("pt", size, slide), "meter")
+                      .agg(F.sum("pn").alias("n"), (F.sum("ps") / F.sum("pn")).alias("avg")))
+    else:
+        aggregated = (watermarked.groupBy(F.window("ts", size, slide), "meter")
+                      .agg(F.count(F.lit(1)).alias("n"), F.avg("value").alias("avg")))
     counter: dict[int, int] = {}
+    tables: dict[int, pa.Table] = {}
 
     def collect(df, batch_id):
-        counter[batch_id] = df.toArrow().num_rows
+        table = df.select("meter", F.col("window.start").alias("window_start"), "n", "avg").toArrow()
+        counter[batch_id] = table.num_rows
+        tables[batch_id] = table
 
-    spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
-    query = (aggregated.writeStream.outputMode("append").foreachBatch(collect)
-             .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
+    with spark_conf(spark, anchor_conf(store, PARTITIONS)):
+        query = (aggregated.writeStream.outputMode("append").foreachBatch(collect)
+                 .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
     try:
         while query.isActive and not is_exhausted(controls, "readings"):
             time.sleep(0.1)
@@ -125,7 +175,25 @@ def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: 
         query.stop()
     batches = [(start, end, rows) for start, end, rows, _ in spark_batches(query)]
     output_rows = sum(counter.get(batch_id, 0) for *_, batch_id in spark_batches(query))
-    return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": output_rows}
+    return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": output_rows,
+            "store": store, "windows": _windows(tables)}
+
+
+def compare_windows(sluice: pa.Table | None, spark: pa.Table | None) -> dict:
+    """Sluice's windows against Spark's, value for value, over the windows both emitted; the
+    windows only one of them emitted are counted (Spark never emits its last open windows)."""
+    if sluice is None or spark is None:
+        return {"equal": False, "why": "a system emitted no window"}
+    keys = ["meter", "window_start"]
+    both = sluice.join(spark.select(keys), keys, join_type="inner")
+    spark_both = spark.join(sluice.select(keys), keys, join_type="inner")
+    only_sluice = sluice.num_rows - both.num_rows
+    only_spark = spark.num_rows - spark_both.num_rows
+    equal = only_spark == 0 and tables_equal(both.select(["meter", "window_start", "n", "avg"]),
+                                              spark_both.select(["meter", "window_start", "n", "avg"]),
+                                              sort_by=keys)
+    return {"equal": bool(equal), "compared_windows": both.num_rows, "only_sluice": only_sluice,
+            "only_spark": only_spark}
 
 
 def plot(results: dict, path: Path) -> None:
@@ -137,7 +205,7 @@ def plot(results: dict, path: Path) -> None:
     rows = results["per_ratio"]
     ratios = [r["size_over_slide"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for system, marker, label in (("sluice", "o-", "Sluice (shared panes)"), ("spark", "s-", "Spark window()")):
+    for system, marker, label in (("sluice", "o-", "Sluice (shared panes)"), ("spark", "s-", "Spark panes, best store")):
         line, = ax.plot(ratios, [r[f"{system}_rows_per_s"] for r in rows], marker, label=f"{label}, best run")
         # the spread of the runs behind each best one (older results files lack it)
         runs = [r.get(f"{system}_runs_rows_per_s") or [r[f"{system}_rows_per_s"]] for r in rows]
@@ -166,10 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-shared", action="store_true", help="skip the 3-queries shared-panes case")
     parser.add_argument("--repeats", type=int, choices=(1, 2, 3), default=None,
                         help="runs of each system per case, best kept (default: 1 quick, 3 full)")
+    parser.add_argument("--name", default="sliding_windows", help="results file name (docs/results/NAME.json)")
+    parser.add_argument("--spark-native", action="store_true",
+                        help="also measure Spark's naive window(ts, size, slide) (default store), reported beside")
     parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
     args = parser.parse_args(argv)
     if args.replot:
-        plot(json.loads((RESULTS / "sliding_windows.json").read_text()), RESULTS / "sliding_windows.png")
+        plot(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.png")
         return 0
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     # full mode: 11 steady batches a run, so one slow batch moves the median little
@@ -180,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = per_batch * n_batches
     spark = spark_session("local[2]", "sliding_windows_benchmark",
                           conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"})
+    assert int(spark.sparkContext.defaultParallelism) == PARTITIONS, "partitions = cores"
     workdir = tempfile.mkdtemp(prefix="sluice-sliding-")
     spec = make_spec(args.keys, rows, per_batch, span_s, delay_s)
     mode = "quick" if args.quick else "full"
@@ -190,32 +262,48 @@ def main(argv: list[str] | None = None) -> int:
     warm = make_spec(args.keys, per_batch * 3, per_batch, span_s, delay_s, seed=99)
     run_sluice(spark, warm, [["warm", 4 * SLIDE_S, SLIDE_S]], True, workdir, 1)
     run_spark(spark, warm, 4 * SLIDE_S, SLIDE_S, workdir, 1)
+    if args.spark_native:
+        run_spark(spark, warm, 4 * SLIDE_S, SLIDE_S, workdir, 1, panes=False)
     print(f"{'size/slide':>10} {'Sluice rows/s':>14} {'Spark rows/s':>13} {'ratio':>7} {'windows out':>12}")
     per_ratio = []
     for ratio in args.ratios:
         size = ratio * SLIDE_S
         # best of alternating runs of each: load from the other tenants of this shared
         # machine comes and goes
-        sluice_runs, spark_runs = [], []
+        sluice_runs: list[dict] = []
+        spark_runs: dict[str, list[dict]] = {store: [] for store in STORES}
         for system in alternating("sluice", "spark", args.repeats):
             if system == "sluice":
                 sluice_runs.append(run_sluice(spark, spec, [[f"{ratio}", size, SLIDE_S]], True, workdir, warmup))
             else:
-                spark_runs.append(run_spark(spark, spec, size, SLIDE_S, workdir, warmup))
+                for store in STORES:
+                    spark_runs[store].append(run_spark(spark, spec, size, SLIDE_S, workdir, warmup, store))
         sluice = max(sluice_runs, key=lambda r: r["throughput"])
-        native = max(spark_runs, key=lambda r: r["throughput"])
+        best_store = {s: max(rs, key=lambda r: r["throughput"]) for s, rs in spark_runs.items()}
+        anchor = AnchorResult(best_store, max(STORES, key=lambda s: best_store[s]["throughput"]), "throughput",
+                              PARTITIONS)
+        native = anchor.result
+        compared = compare_windows(sluice["windows"], native["windows"])
         row = {
             "size_over_slide": ratio, "size_s": size, "slide_s": SLIDE_S,
             "sluice_rows_per_s": round(sluice["throughput"]), "spark_rows_per_s": round(native["throughput"]),
+            "spark_store": anchor.best,
+            **{f"spark_{s}_rows_per_s": round(best_store[s]["throughput"]) for s in STORES},
             "ratio": round(sluice["throughput"] / native["throughput"], 3),
             "sluice_windows_out": sluice["output_rows"], "spark_windows_out": native["output_rows"],
+            "windows_equal": compared,
             # every run, not only the best: the spread on this shared machine, for the reader
             "sluice_runs_rows_per_s": [round(r["throughput"]) for r in sluice_runs],
-            "spark_runs_rows_per_s": [round(r["throughput"]) for r in spark_runs],
+            "spark_runs_rows_per_s": [round(r["throughput"]) for r in spark_runs[anchor.best]],
         }
+        if args.spark_native:
+            naive = run_spark(spark, spec, size, SLIDE_S, workdir, warmup, "default", panes=False)
+            row["spark_native_window_rows_per_s"] = round(naive["throughput"])
         per_ratio.append(row)
         print(f"{ratio:>10} {row['sluice_rows_per_s']:>14,} {row['spark_rows_per_s']:>13,} {row['ratio']:>7.2f} "
-              f"{sluice['output_rows']:>6,}/{native['output_rows']:<6,}", flush=True)
+              f"{sluice['output_rows']:>6,}/{native['output_rows']:<6,} (Spark on {anchor.best}: "
+              + ", ".join(f"{s} {row[f'spark_{s}_rows_per_s']:,}" for s in STORES)
+              + f"; windows equal: {compared['equal']})", flush=True)
 
     if args.skip_shared or set(args.ratios) != set(RATIOS):
         print("a partial run (--ratios or --skip-shared): results not written")
@@ -237,6 +325,15 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "benchmark": "sliding_windows",
         "mode": mode,
+        "anchor": {"engine": "Spark Structured Streaming", "formulation": "panes pre-aggregated (groupBy(window(ts, "
+                   "slide), meter)), then windows over the panes' partials (groupBy(window(window_time, size, slide), "
+                   "meter)): two chained stateful aggregations, append mode", "shuffle_partitions": PARTITIONS,
+                   "state_stores": {s: anchor_conf(s, PARTITIONS) for s in STORES},
+                   "best_store_per_ratio": {r["size_over_slide"]: r["spark_store"] for r in per_ratio},
+                   "source": "Sluice's generator (Sluice reads it by splits in its Python worker, Spark through "
+                             "the JVM)"},
+        "outputs_equal": all(r["windows_equal"]["equal"] for r in per_ratio),
+        **environment(spark),
         "setup": {"keys": args.keys, "rows_per_batch": per_batch, "batches": n_batches, "warmup_batches": warmup,
                   "repeats_best_of": args.repeats, "throughput": "median over steady batches of rows / batch period",
                   "event_span_per_batch_s": span_s, "watermark_delay_s": delay_s, "slide_s": SLIDE_S,
@@ -246,12 +343,13 @@ def main(argv: list[str] | None = None) -> int:
                    "separate_rows_per_s": round(separate["throughput"]), "ratio": round(shared_ratio, 3)},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "sliding_windows.json").write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, RESULTS / "sliding_windows.png")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
+    plot(results, RESULTS / f"{args.name}.png")
     shutil.rmtree(workdir, ignore_errors=True)
     summary = {
         "benchmark": "sliding_windows", "ratio": by_ratio[60], "ratio_1": by_ratio[1], "ratio_4": by_ratio[4],
         "ratio_15": by_ratio[15], "shared_ratio": round(shared_ratio, 3), "mode": mode,
+        "outputs_equal": results["outputs_equal"], "load": results["load"],
         "sluice_rows_per_s_60": per_ratio[-1]["sluice_rows_per_s"], "spark_rows_per_s_60": per_ratio[-1]["spark_rows_per_s"],
     }
     print(json.dumps(summary))
