@@ -14,6 +14,16 @@ batch: collecting the batch to the driver, converting and writing it transaction
 client alone writes the same rows (psycopg ``COPY FROM`` with ``write_row``; a redis-py
 pipeline of XADD; nats-py JetStream publishes awaited in windows).
 
+Kafka (``kafka_source``, ``kafka_sink`` in the JSON line) has two anchors measured in the same
+run on the same topic and batch size: the bare confluent-kafka client (a consumer assigned to
+every partition; a transactional producer, one transaction per batch) and Spark's own Kafka
+connector (``spark-sql-kafka-0-10`` from Maven Central through ``spark.jars.packages``, in a
+second process whose session has the jar): its streaming source with ``maxOffsetsPerTrigger``,
+values parsed with ``from_json`` and collected by ``foreachBatch`` as Sluice's callback sink
+collects them; its sink writing the same batches with ``to_json`` (at least once: Spark's
+Kafka sink has no transactions). Kafka's ``ratio`` (in the headline mean) is against the bare
+client, as for every connector; ``ratio_to_spark`` is against Spark's connector.
+
 Delta Lake and Iceberg sinks (``delta_sink``, ``iceberg_sink`` in the JSON line): the
 generator's N rows through ``sinks.delta`` (one delta-rs commit per batch with its
 application transaction) and ``sinks.iceberg`` (SQLite catalog, one snapshot per batch),
@@ -24,7 +34,7 @@ and pyiceberg's ``table.append``, one call per batch.
 geometric mean (``min_ratio`` is the worst one). The machine is shared with other work while
 this runs: figures move between runs.
 
-    .venv/bin/python benchmarks/connectors.py [--quick]
+    .venv/bin/python benchmarks/connectors.py [--quick] [--only "kafka source" "kafka sink"]
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ import asyncio
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -51,11 +62,16 @@ import sluice  # noqa: E402
 from sluice import sinks, sources  # noqa: E402
 from sluice.runtime import metrics as metrics_log  # noqa: E402
 from tests.connector_services import (  # noqa: E402
+    KAFKA,
     MQTT_HOST,
     MQTT_PORT,
     NATS_URL,
     PG_DSN,
     REDIS_URL,
+    kafka_delete,
+    kafka_produce,
+    kafka_records,
+    kafka_topic,
     nats_delete,
     nats_publish,
     nats_run,
@@ -315,6 +331,128 @@ def nats_sink(spark, n, per_batch):
         nats_delete(stream)
 
 
+# --- Kafka: the bare client and Spark's own connector ----------------------------------------------
+
+SPARK_KAFKA = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+"""Spark's Kafka connector: Maven Central has no 4.3.0 build yet; 4.2.0 (the newest) runs on
+PySpark 4.3.0's Spark here (checked: batch and streaming reads, batch writes)."""
+KAFKA_PARTITIONS = 3
+
+
+def kafka_client_read(topic: str, n: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": "bench", "enable.auto.commit": False})
+    t0 = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(KAFKA_PARTITIONS)])
+    got = 0
+    while got < n:
+        got += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
+    elapsed = time.perf_counter() - t0
+    consumer.close()
+    return n / elapsed
+
+
+def kafka_source(spark, n, per_batch):
+    topic = f"bench_{uuid.uuid4().hex[:8]}"
+    kafka_topic(topic, KAFKA_PARTITIONS)
+    try:
+        kafka_produce(topic, [json.dumps(r).encode() for r in records(n)])
+        client = kafka_client_read(topic, n)
+        ours = run_source(spark, sources.kafka(topic, SCHEMA, bootstrap=KAFKA, max_rows_per_batch=per_batch), n)
+        spark_native = _native("source", topic, n, per_batch)
+        return ours, client, spark_native
+    finally:
+        kafka_delete(topic)
+
+
+def kafka_sink(spark, n, per_batch):
+    from confluent_kafka import Producer
+
+    ours_topic, theirs = f"bench_{uuid.uuid4().hex[:8]}", f"bench_{uuid.uuid4().hex[:8]}"
+    native_topic = f"bench_{uuid.uuid4().hex[:8]}"
+    for t in (ours_topic, theirs, native_topic):
+        kafka_topic(t, KAFKA_PARTITIONS)
+    try:
+        table = rows_table(n)
+
+        def write_all():  # as the sink does: JSON values, one transaction per batch
+            from sluice.runtime.connectors.payloads import rows_as_json
+
+            producer = Producer({"bootstrap.servers": KAFKA, "transactional.id": f"bench-{theirs}", "linger.ms": 5})
+            producer.init_transactions(30)
+            for i in range(0, n, per_batch):
+                producer.begin_transaction()
+                for value in rows_as_json(table.slice(i, per_batch)):
+                    while True:
+                        try:
+                            producer.produce(theirs, value)
+                            break
+                        except BufferError:
+                            producer.poll(0.05)
+                producer.commit_transaction(30)
+
+        client = n / timed(write_all)
+        ours = run_sink(spark, sinks.kafka(ours_topic, bootstrap=KAFKA), n, per_batch)
+        assert len(kafka_records(ours_topic)) == n  # each row once
+        spark_native = _native("sink", native_topic, n, per_batch)
+        return ours, client, spark_native
+    finally:
+        kafka_delete(ours_topic, theirs, native_topic)
+
+
+def _native(kind: str, topic: str, n: int, per_batch: int) -> float:
+    """Rows/s of Spark's own Kafka connector, in a process whose session loads its jar."""
+    out = subprocess.run([sys.executable, __file__, "--native", kind, topic, str(n), str(per_batch)],
+                         capture_output=True, text=True, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"Spark's Kafka {kind} failed: {out.stderr[-2000:]}")
+    return json.loads(lines[-1])["rows_s"]
+
+
+def native_main(kind: str, topic: str, n: int, per_batch: int) -> None:
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from sluice.runtime.session import spark_session
+
+    spark = spark_session(master="local[2]", app_name="bench-spark-kafka", conf={"spark.jars.packages": SPARK_KAFKA})
+    if kind == "source":
+        batches: list[tuple[float, float, int]] = []
+
+        def collect(df, batch_id):  # as Sluice's callback sink: the batch to the driver, as Arrow
+            t0 = time.perf_counter()
+            rows = df.toArrow().num_rows
+            batches.append((t0, time.perf_counter(), rows))
+
+        frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", KAFKA)
+                 .option("subscribe", topic).option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", per_batch).load()
+                 .select(F.from_json(F.col("value").cast("string"), from_arrow_schema(SCHEMA)).alias("r"))
+                 .select("r.*"))
+        query = (frame.writeStream.foreachBatch(collect)
+                 .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-spark-kafka-"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        timed_batches = [b for b in batches if b[2]][1:]  # after the first, as for Sluice
+        rows_s = sum(b[2] for b in timed_batches) / (timed_batches[-1][1] - timed_batches[0][0])
+    else:
+        elapsed = 0.0
+        for i in range(0, n, per_batch):  # each batch made in the JVM, then timed as it is written
+            chunk = (spark.range(i, min(i + per_batch, n))
+                     .selectExpr("to_json(named_struct('id', id, 'key', concat('k', id % 1000), 'v', id / 8)) AS value")
+                     .cache())
+            chunk.count()
+            t0 = time.perf_counter()
+            chunk.write.format("kafka").option("kafka.bootstrap.servers", KAFKA).option("topic", topic).save()
+            elapsed += time.perf_counter() - t0
+            chunk.unpersist()
+        rows_s = n / elapsed
+    spark.stop()
+    print(json.dumps({"rows_s": rows_s}))
+
+
 # --- lakehouse sinks -------------------------------------------------------------------------------
 
 
@@ -362,7 +500,8 @@ def iceberg_sink(spark, n, per_batch):
 CONNECTORS = {
     "nats source": nats_source, "redis source": redis_source, "postgres source": postgres_source,
     "mqtt source": mqtt_source, "postgres sink": postgres_sink, "redis sink": redis_sink,
-    "nats sink": nats_sink, "delta sink": delta_sink, "iceberg sink": iceberg_sink,
+    "nats sink": nats_sink, "kafka source": kafka_source, "kafka sink": kafka_sink,
+    "delta sink": delta_sink, "iceberg sink": iceberg_sink,
 }
 
 
@@ -370,7 +509,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rows (a few minutes)")
     parser.add_argument("--only", nargs="*", help="connectors to run (names as in the output)")
+    parser.add_argument("--native", nargs=4, metavar=("KIND", "TOPIC", "N", "PER_BATCH"),
+                        help=argparse.SUPPRESS)  # Spark's Kafka connector, run by this script in a process of its own
     args = parser.parse_args()
+    if args.native:
+        kind, topic, rows, batch = args.native
+        native_main(kind, topic, int(rows), int(batch))
+        return 0
     n = 40_000 if args.quick else 200_000
     per_batch = n // 8
 
@@ -381,19 +526,25 @@ def main() -> int:
     for name, bench in CONNECTORS.items():
         if args.only and name not in args.only:
             continue
-        ours, client = bench(spark, n, per_batch)
+        ours, client, *native = bench(spark, n, per_batch)
         results[name] = {"sluice_rows_s": round(ours), "client_rows_s": round(client), "ratio": round(ours / client, 3)}
         print(f"{name:16s} sluice {ours:10.0f} rows/s   client {client:10.0f} rows/s   ratio {ours / client:.3f}",
               flush=True)
+        if native:
+            results[name].update({"spark_kafka_rows_s": round(native[0]), "ratio_to_spark": round(ours / native[0], 3),
+                                  "spark_kafka": SPARK_KAFKA})
+            print(f"{'':16s} spark's own connector {native[0]:10.0f} rows/s   sluice/spark {ours / native[0]:.3f}",
+                  flush=True)
     spark.stop()
     ratios = [r["ratio"] for r in results.values()]
     summary = {
         "benchmark": "connectors",
-        "ratio": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 3),
+        "ratio": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 3) if ratios else None,
         "ratio_is": "geometric mean over connectors of Sluice rows/s / the broker client's rows/s",
-        "min_ratio": min(ratios),
+        "min_ratio": min(ratios) if ratios else None,
         "rows": n, "rows_per_batch": per_batch, "quick": args.quick,
         "connectors": results,
+        "kafka_source": results.get("kafka source"), "kafka_sink": results.get("kafka sink"),
         "delta_sink": results.get("delta sink"), "iceberg_sink": results.get("iceberg sink"),
         "note": "2-core machine shared with other work: figures vary between runs",
     }
