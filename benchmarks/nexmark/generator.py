@@ -16,9 +16,10 @@ Columns are flat (``event_type``: 0 person, 1 auction, 2 bid; columns ``p_*``, `
 ``b_*`` of the other types are null) and every event has ``dateTime``. The last file ends
 with one sentinel event (``event_type`` 3, ``dateTime`` two days after the last event) that
 every query drops: it moves each engine's watermark past every window, so windows close and
-are emitted by engines that only close windows on a watermark. A last file holds one more
-such event (a tick): an engine that applies a batch's watermark in the next batch (Spark)
-needs a batch after the sentinel's, and ``trigger(availableNow=True)`` runs none by itself.
+are emitted by engines that only close windows on a watermark. Two last files hold one more
+such event each (ticks): an engine that applies a batch's watermark in the next batch (Spark)
+needs a batch after the sentinel's, one more for each stateful operator chained after the
+first (q8: a join, then an aggregation), and ``trigger(availableNow=True)`` runs none by itself.
 
 Differences from the spec, for file size: ``extra`` fields are short words from a fixed pool
 (the spec pads events to 200, 500 and 100 bytes), and auction lengths are uniform in
@@ -50,6 +51,7 @@ FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie"
 LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris")
 START_US = 1_436_918_400_000_000  # 2015-07-15 00:00:00 UTC, Nexmark's base time
 SENTINEL_AFTER_US = 2 * 86_400_000_000
+TICKS = 2
 
 TS = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([
@@ -210,7 +212,7 @@ def write(cfg: Config, directory: str | Path) -> Path:
     table = events_table(cfg)
     per_file = -(-table.num_rows // cfg.files)
     tick = table.slice(table.num_rows - 1, 1)
-    for i, part in enumerate([table.slice(i * per_file, per_file) for i in range(cfg.files)] + [tick]):
+    for i, part in enumerate([table.slice(i * per_file, per_file) for i in range(cfg.files)] + [tick] * TICKS):
         tmp = directory / f".events-{i:05d}.parquet"
         pq.write_table(part, tmp)
         os.replace(tmp, directory / f"events-{i:05d}.parquet")

@@ -153,15 +153,22 @@ def _all_batches(query) -> list[tuple[float, float]]:
 
 # ---- Sluice ---------------------------------------------------------------------------------
 
-def events_source(cfg: Config, events: Path):
+def events_source(cfg: Config, events: Path, kind: str):
+    """Sluice's source over the event files: a ``directory`` that reads the files there and
+    ends (``available_now``), one file a batch; or a ``replay`` of them (read by the first
+    Python operator's task itself), one file's worth of rows a batch."""
     from sluice import sources
 
-    per_file = -(-(cfg.events + 1) // cfg.files)  # one file's events a batch (the tick file's row: one more)
+    per_file = -(-(cfg.events + 1) // cfg.files)
+    if kind == "directory":
+        return sources.directory(str(events), format="parquet", event_time="dateTime",
+                                 watermark_delay=cfg.out_of_order_s, max_rows_per_batch=per_file, available_now=True)
     return sources.replay(str(events), format="parquet", event_time="dateTime", watermark_delay=cfg.out_of_order_s,
                           max_rows_per_batch=per_file)
 
 
-def run_sluice(spark, query: Q.Query, cfg: Config, events: Path, ctx: Q.Context, workdir: str, n_cores: int) -> dict:
+def run_sluice(spark, query: Q.Query, cfg: Config, events: Path, ctx: Q.Context, workdir: str, n_cores: int,
+               source: str) -> dict:
     import sluice
     from sluice import sinks
 
@@ -171,7 +178,7 @@ def run_sluice(spark, query: Q.Query, cfg: Config, events: Path, ctx: Q.Context,
         batches[batch_id] = table
 
     p = sluice.Pipeline(f"nexmark_{query.name}", partitions=n_cores)
-    stream = p.source(events_source(cfg, events), name="events")
+    stream = p.source(events_source(cfg, events, source), name="events")
     query.sluice(stream, ctx).sink(sinks.callback(collect), name="out")
     checkpoint = os.path.join(workdir, f"sluice-{query.name}")
     shutil.rmtree(checkpoint, ignore_errors=True)
@@ -196,6 +203,29 @@ def _best(runs: list[dict]) -> dict:
     return max(runs, key=lambda r: r["rate"])
 
 
+def markdown_table(summary: dict) -> str:
+    """The results as a Markdown table: per query, each engine's events/s per core and
+    whether its result equals the reference (or why it cannot express the query)."""
+    def cell(r: dict | None) -> str:
+        if not r:
+            return "-"
+        if not r.get("expressed"):
+            return "not expressible"
+        if "error" in r:
+            return "failed"
+        mark = "" if r.get("correct") else " (wrong)"
+        return f"{r['events_per_s_per_core']:,}{mark}"
+
+    lines = ["| query | | Sluice | Spark (best store) | Spark store | Sluice / Spark |", "|---|---|---|---|---|---|"]
+    for name, row in summary["queries"].items():
+        sl, sp = row.get("sluice"), row.get("spark")
+        ratio = ""
+        if sl and sp and sl.get("correct") and sp.get("correct"):
+            ratio = f"{sl['events_per_s_per_core'] / sp['events_per_s_per_core']:.2f}"
+        lines.append(f"| {name} | {row['title']} | {cell(sl)} | {cell(sp)} | {(sp or {}).get('best_store', '')} | {ratio} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="200,000 events, one run of each (under 20 minutes)")
@@ -203,10 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=10, help="Parquet files = micro-batches")
     parser.add_argument("--queries", default=None, help="comma-separated, e.g. q0,q5 (default: all)")
     parser.add_argument("--engines", default="sluice,spark")
+    parser.add_argument("--sluice-source", choices=("directory", "replay"), default="directory",
+                        help="Sluice reads the files as a finite directory source (default) or replays them")
     parser.add_argument("--repeats", type=int, default=None, help="runs of each (engine, query), best kept")
     parser.add_argument("--data", default=None, help="where the events are written (kept for reuse)")
     parser.add_argument("--out", default=None, help="write the JSON here too (e.g. docs/results/nexmark.json)")
+    parser.add_argument("--table", default=None, help="print a results file as a Markdown table and stop")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(Path(args.table).read_text())))
+        return 0
     events_n = args.events or (200_000 if args.quick else 2_000_000)
     repeats = args.repeats or (1 if args.quick else 2)
     cfg = Config(events=events_n, files=args.files)
@@ -240,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 if engine == "sluice":
-                    runs = [run_sluice(spark, query, cfg, events, ctx, workdir, n_cores) for _ in range(repeats)]
+                    runs = [run_sluice(spark, query, cfg, events, ctx, workdir, n_cores, args.sluice_source)
+                            for _ in range(repeats)]
                     best = _best(runs)
                     ok, why = check(query, best["batches"], expected)
                     row[engine] = {"expressed": True, **_summary(best, n_cores, ok, why),
@@ -280,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         "anchor": {"engine": "Spark Structured Streaming", "trigger": "availableNow over the files, maxFilesPerTrigger 1",
                    "shuffle_partitions": n_cores, "stateful": "best of the default (HDFS-backed) state store and "
                    "RocksDB with changelog checkpointing", "watermark_delay_s": cfg.out_of_order_s},
-        "sluice": {"source": "replay of the same Parquet files, one file per batch", "partitions": n_cores},
+        "sluice": {"source": f"the same Parquet files, one file a batch: a {args.sluice_source} source"
+                             + (" (available_now)" if args.sluice_source == "directory" else ""),
+                   "partitions": n_cores},
         "events": {"count": events_n, "files": cfg.files, "event_rate": cfg.event_rate,
                    "out_of_order_s": cfg.out_of_order_s, "seed": cfg.seed},
         "rate": "events / processing time (first batch start to last batch end) / cores; best of "
