@@ -130,3 +130,36 @@ def test_a_postgres_value_of_the_wrong_type_is_a_dead_letter_and_bytea_reads_as_
         assert rejects == {} and [r["b"] for r in rows] == [b"\x00\xff\x10", b"", b"\xde\xad\xbe\xef"]
     finally:
         pg(f"DROP TABLE IF EXISTS {table}")
+
+
+def test_a_large_batch_is_read_by_several_tasks_each_its_own_slice(tmp_path, monkeypatch):
+    """A connector batch is not read whole by one task: JetStream sequence ranges are cut
+    into one slice per task, and together the slices read every message once, in order."""
+    require("NATS")
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from sluice.runtime.connectors import reader as reader_module
+    from sluice.runtime.sources.datasource import reader_type, stream_schema
+
+    monkeypatch.setattr(reader_module, "MIN_SPLIT_ROWS", 100)
+    stream = unique("split")
+    nats_stream(stream)
+    try:
+        nats_publish(stream, [json.dumps({"id": i, "name": "x", "v": i / 2}).encode() for i in range(1000)])
+        spec = sources.nats(stream, SCHEMA)
+        reader = reader_type(spec)(spec, "src", str(tmp_path), from_arrow_schema(stream_schema(spec)), 4)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(10_000))
+        spans = reader.partitions(start, end)
+        assert len(spans) == 4 and [s.part for s in spans] == [0, 1, 2, 3]
+        ids = []
+        for span in spans:
+            parsed = reader.fetch(span)[0]
+            assert 0 < parsed.table.num_rows < 1000
+            ids += parsed.table.column("id").to_pylist()
+        assert ids == list(range(1000))
+        one = reader_type(spec)(spec, "src", str(tmp_path), from_arrow_schema(stream_schema(spec)), 1)
+        assert len(one.partitions(start, end)) == 1  # one task: one span
+    finally:
+        nats_delete(stream)

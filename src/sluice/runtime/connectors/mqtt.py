@@ -212,6 +212,7 @@ def session_for(spec: MqttSource, directory: str) -> Session:
 
 class MqttStreamReader(ConnectorStreamReader):
     spec: MqttSource
+    splittable = True
 
     def _journal_dir(self) -> str:
         return journal_dir(self.control_dir, self.name)

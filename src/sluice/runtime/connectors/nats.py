@@ -99,6 +99,7 @@ class Connection:
 
 class NatsStreamReader(ConnectorStreamReader):
     spec: NatsSource
+    splittable = True
 
     def _connection(self) -> Connection:
         if getattr(self, "_conn", None) is None:
@@ -144,6 +145,8 @@ class NatsStreamReader(ConnectorStreamReader):
                     got.extend(m for m in batch if m.metadata.sequence.stream <= span.end)
                     if batch and batch[-1].metadata.num_pending == 0:
                         break  # messages up to the end were deleted: nothing more will come
+                    if batch and batch[-1].metadata.sequence.stream >= span.end:
+                        break  # past the slice's end (its last messages were deleted)
             finally:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()

@@ -31,6 +31,7 @@ with a ``SourceError`` naming the broker and its address.
 from __future__ import annotations
 
 import base64
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,6 +51,8 @@ from sluice.runtime.sources.admission import admission_cap, default_read_limit
 from sluice.runtime.sources.control import BacklogReporter
 
 RETRY_S = 0.5  # seconds between tries while a broker is unreachable
+MIN_SPLIT_ROWS = 20_000
+"""Messages below which a batch is read by one task (a task's start costs more than it saves)."""
 INGEST_FIELD = pa.field(INGEST_TS, TIMESTAMP)
 
 
@@ -228,10 +231,23 @@ class ConnectorStreamReader(DataSourceStreamReader):
 
     # --- reading -----------------------------------------------------------------------------------
 
+    splittable = False
+    """Positions are integers a batch's range can be cut at (a JetStream sequence, a journal
+    index): the batch is then read by several tasks, each its own slice."""
+
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        if end["rows"] == start["rows"]:  # e.g. the first batch, planned before any message
+        rows = end["rows"] - start["rows"]
+        if rows == 0:  # e.g. the first batch, planned before any message
             return []
-        return [Span(start["position"], end["position"], end["rows"] - start["rows"], end.get("at_us", 0))]
+        at_us = end.get("at_us", 0)
+        parts = min(self.parallelism, -(-rows // MIN_SPLIT_ROWS)) if self.splittable else 1
+        if parts <= 1:
+            return [Span(start["position"], end["position"], rows, at_us)]
+        # equal slices of the position range (a deleted message makes its slice a little short)
+        lo, hi = int(start["position"]), int(end["position"])
+        cuts = [lo + (hi - lo) * i // parts for i in range(parts + 1)]
+        return [Span(a, b, max(1, rows // parts), at_us, part=i) for i, (a, b) in enumerate(itertools.pairwise(cuts))
+                if b > a]
 
     def read(self, span: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(span, Span)  # what partitions() made
