@@ -79,12 +79,20 @@ def table_schema(dsn: str, table: str) -> pa.Schema:
         raise SourceError(f"PostgreSQL table {table!r}: {e}") from None
     with conn:
         rows = conn.execute(
-            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s"
-            " AND table_schema = coalesce(nullif(%s, ''), current_schema()) ORDER BY ordinal_position",
+            "SELECT column_name, data_type, numeric_precision, numeric_scale FROM information_schema.columns"
+            " WHERE table_name = %s AND table_schema = coalesce(nullif(%s, ''), current_schema()) ORDER BY ordinal_position",
             (name, schema)).fetchall()
     if not rows:
         raise SourceError(f"PostgreSQL at {redact(repr(dsn))}: no table {table!r} (pass schema= to read a view)")
-    return spark_compatible(pa.schema([(c, _PG_TO_ARROW.get(t, pa.string())) for c, t in rows]))
+    return spark_compatible(pa.schema([(c, _arrow_type(t, p, s)) for c, t, p, s in rows]))
+
+
+def _arrow_type(pg_type: str, precision: int | None, scale: int | None) -> pa.DataType:
+    """A column's Arrow type: ``numeric(p, s)`` stays exact as a decimal (money keeps its
+    cents); a ``numeric`` of no declared precision has no exact Arrow type and is read as double."""
+    if pg_type == "numeric" and precision is not None and 1 <= precision <= 38:
+        return pa.decimal128(precision, scale or 0)
+    return _PG_TO_ARROW.get(pg_type, pa.string())
 
 
 class PostgresTableReader(ConnectorStreamReader):
