@@ -163,3 +163,47 @@ def test_a_large_batch_is_read_by_several_tasks_each_its_own_slice(tmp_path, mon
         assert len(one.partitions(start, end)) == 1  # one task: one span
     finally:
         nats_delete(stream)
+
+
+@pytest.mark.parametrize("kind", ["nats", "redis"])
+def test_a_batch_of_large_messages_is_bounded_by_bytes_as_well_as_rows(tmp_path, kind):
+    """Messages of 20 KB with a 200 KB byte limit: a batch admits about 10, not the 1,000 its
+    row limit allows."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from sluice.runtime.sources.datasource import reader_type, stream_schema
+
+    big = "x" * 20_000
+    name = unique("bytes")
+    if kind == "nats":
+        require("NATS")
+        nats_stream(name)
+        nats_publish(name, [json.dumps({"id": i, "name": big, "v": 1}).encode() for i in range(200)])
+        spec = sources.nats(name, SCHEMA, max_rows_per_batch=1000, max_bytes_per_batch=200_000)
+    else:
+        require("Redis")
+        r = redis_client()
+        for i in range(200):
+            r.xadd(name, {"id": str(i), "name": big, "v": "1"})
+        spec = sources.redis(name, SCHEMA, url=REDIS_URL, max_rows_per_batch=1000, max_bytes_per_batch=200_000)
+    try:
+        reader = reader_type(spec)(spec, "src", str(tmp_path), from_arrow_schema(stream_schema(spec)), 1)
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadMaxRows(1 << 62))
+        assert 5 <= end["rows"] - start["rows"] <= 10
+    finally:
+        if kind == "nats":
+            nats_delete(name)
+        else:
+            r.delete(name)
+
+
+def test_max_bytes_per_batch_is_checked():
+    from sluice.errors import SourceError
+
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(SourceError, match="max_bytes_per_batch"):
+            sources.nats("s", SCHEMA, max_bytes_per_batch=bad)
+    assert sources.nats("s", SCHEMA).max_bytes_per_batch == 256 << 20
+    assert sources.nats("s", SCHEMA, max_bytes_per_batch=None).max_bytes_per_batch is None

@@ -41,6 +41,9 @@ from sluice.graph.sources import SourceSpec, _check_column_names, spark_compatib
 
 DEFAULT_PATIENCE_S = 30.0
 """How long a connector waits for its broker to come back before the job fails."""
+DEFAULT_MAX_BYTES_PER_BATCH = 256 << 20
+"""Bytes of messages a connector batch admits at most: with large messages a cap by rows
+alone could make a batch of gigabytes (read, parsed and copied several times over)."""
 
 
 def _declared_schema(where: str, schema) -> pa.Schema:
@@ -112,6 +115,8 @@ class ConnectorSource(SourceSpec):
 
     schema_: pa.Schema
     patience_s: float = DEFAULT_PATIENCE_S
+    # messages' bytes a batch admits at most, besides its rows (None: rows alone)
+    max_bytes_per_batch: int | None = None
     # columns declared ``nullable=False``: a message without a value for one is a dead letter
     required: tuple = ()
 
@@ -133,6 +138,11 @@ class ConnectorSource(SourceSpec):
         self._validate_event_time(where, self.schema_)
         if not self.patience_s > 0:
             raise SourceError(f"{where}: patience_s must be positive, got {self.patience_s!r}")
+        if self.max_bytes_per_batch is not None and (
+                isinstance(self.max_bytes_per_batch, bool) or not isinstance(self.max_bytes_per_batch, int)
+                or self.max_bytes_per_batch < 1):
+            raise SourceError(f"{where}: max_bytes_per_batch must be a positive integer (bytes) or None, "
+                              f"got {self.max_bytes_per_batch!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,13 +162,14 @@ class NatsSource(ConnectorSource):
     def __init__(self, stream: str, schema: pa.Schema, *, url: str = "nats://127.0.0.1:4222",
                  auth: NatsAuth | None = None,
                  event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S):
+                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S,
+                 max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH):
         where = f"NatsSource({stream!r})"
         _text(where, "stream", stream)
         _auth(where, auth, NatsAuth)
         self._init(where, schema, stream=stream, url=url, auth=auth, event_time=event_time,
                    watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch,
-                   patience_s=patience_s)
+                   patience_s=patience_s, max_bytes_per_batch=max_bytes_per_batch)
 
     @property
     def broker(self) -> str:
@@ -180,12 +191,13 @@ class RedisStreamSource(ConnectorSource):
 
     def __init__(self, key: str, schema: pa.Schema, *, url: str = "redis://127.0.0.1:6379/0",
                  event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S):
+                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S,
+                 max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH):
         where = f"RedisStreamSource({key!r})"
         _text(where, "key", key)
         self._init(where, schema, key=key, url=url, event_time=event_time,
                    watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch,
-                   patience_s=patience_s)
+                   patience_s=patience_s, max_bytes_per_batch=max_bytes_per_batch)
 
     @property
     def broker(self) -> str:
@@ -213,7 +225,8 @@ class MqttSource(ConnectorSource):
     def __init__(self, topics, schema: pa.Schema, *, client_id: str, host: str = "127.0.0.1",
                  port: int = 1883, auth: MqttAuth | None = None,
                  event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S):
+                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S,
+                 max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH):
         topics = (topics,) if isinstance(topics, str) else tuple(topics)
         where = f"MqttSource({list(topics)!r})"
         if not topics:
@@ -224,7 +237,7 @@ class MqttSource(ConnectorSource):
         _auth(where, auth, MqttAuth)
         self._init(where, schema, topics=topics, client_id=client_id, host=host, port=int(port), auth=auth,
                    event_time=event_time, watermark_delay=watermark_delay,
-                   max_rows_per_batch=max_rows_per_batch, patience_s=patience_s)
+                   max_rows_per_batch=max_rows_per_batch, patience_s=patience_s, max_bytes_per_batch=max_bytes_per_batch)
 
     @property
     def broker(self) -> str:
@@ -243,7 +256,8 @@ class PostgresTableSource(ConnectorSource):
 
     def __init__(self, dsn: str, table: str, column: str, schema: pa.Schema, *,
                  event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S):
+                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S,
+                 max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH):
         where = f"PostgresTableSource({table!r})"
         for name, value in (("dsn", dsn), ("table", table), ("column", column)):
             _text(where, name, value)
@@ -252,7 +266,7 @@ class PostgresTableSource(ConnectorSource):
                               f"read {schema.names}")
         self._init(where, schema, dsn=dsn, table=table, column=column, event_time=event_time,
                    watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch,
-                   patience_s=patience_s)
+                   patience_s=patience_s, max_bytes_per_batch=max_bytes_per_batch)
 
     @property
     def broker(self) -> str:

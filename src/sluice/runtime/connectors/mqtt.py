@@ -120,6 +120,7 @@ class Session:
         self.connected = False
         self.last_error: str | None = "not connected yet"
         self.journal_error: str | None = None  # why the last journal write failed (None: it did not)
+        self.payload_bytes = self.journaled_here = 0  # bytes and messages this session journaled (mean size)
         self.journal_failing_since: float | None = None
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=spec.client_id,
                                   protocol=mqtt.MQTTv5, manual_ack=True)
@@ -179,7 +180,9 @@ class Session:
                 time.sleep(JOURNAL_RETRY_S)
                 continue
             self.journal_error = self.journal_failing_since = None
+            self.payload_bytes += sum(len(p) for p in payloads)
             self.next_index += len(taken)
+            self.journaled_here += len(taken)
             for mid, qos in zip(mids, qoss):  # journaled: now the broker may forget them
                 if qos > 0:
                     self.client.ack(mid, qos)
@@ -219,6 +222,10 @@ class MqttStreamReader(ConnectorStreamReader):
 
     def first_position(self) -> int:
         return 0
+
+    def message_bytes(self) -> float | None:
+        session = session_for(self.spec, self._journal_dir())
+        return session.payload_bytes / session.journaled_here if session.journaled_here else None
 
     def plan(self, start: dict, cap: int | None) -> Plan:
         session = session_for(self.spec, self._journal_dir())

@@ -118,6 +118,13 @@ class NatsStreamReader(ConnectorStreamReader):
     def first_position(self) -> int:
         return 0
 
+    def message_bytes(self) -> float | None:
+        async def state(js):
+            return (await js.stream_info(self.spec.stream)).state
+
+        found = self._run(state)
+        return found.bytes / found.messages if found.messages else None
+
     def plan(self, start: dict, cap: int | None) -> Plan:
         after = start["position"]
 

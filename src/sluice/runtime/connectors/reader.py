@@ -160,6 +160,11 @@ class ConnectorStreamReader(DataSourceStreamReader):
         Raises BrokerDown if the broker cannot be reached."""
         raise NotImplementedError
 
+    def message_bytes(self) -> float | None:
+        """The broker's mean size of a message, in bytes, for ``max_bytes_per_batch`` (None:
+        unknown, the batch is bounded by rows alone)."""
+        return None
+
     def fetch(self, span: Span) -> tuple[Parsed, np.ndarray, list[str], list[bytes]]:
         """The span's messages: parsed rows, their ingest times (micros, one per kept row),
         and per input message its position (for dead letters) and raw payload."""
@@ -181,6 +186,7 @@ class ConnectorStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         cap = admission_cap(limit, self.control_dir, self.name, self.spec.max_rows_per_batch)
         try:
+            cap = self._bytes_cap(cap)
             plan = self.plan(start, cap)
             self._down_since = None
         except BrokerDown as e:
@@ -196,6 +202,15 @@ class ConnectorStreamReader(DataSourceStreamReader):
         rows = start["rows"] + plan.admitted
         self._last = {"source": self.name, "position": plan.end, "rows": rows, "at_us": now_us()}
         return self._last
+
+    def _bytes_cap(self, cap: int | None) -> int | None:
+        """``cap`` lowered so the batch's messages stay within ``max_bytes_per_batch``, by the
+        broker's mean message size. No cap (Spark asked for all available) stays none."""
+        limit = getattr(self.spec, "max_bytes_per_batch", None)
+        if cap is None or not limit:
+            return cap
+        size = self.message_bytes()
+        return cap if not size else max(1, min(cap, int(limit // size)))
 
     def reportLatestOffset(self) -> dict | None:
         """Spark's progress shows it beside the end offset: backlog = rows here - there."""

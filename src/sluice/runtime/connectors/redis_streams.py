@@ -66,6 +66,13 @@ class RedisStreamReader(ConnectorStreamReader):
     def first_position(self) -> str:
         return "0-0"
 
+    def message_bytes(self) -> float | None:
+        def work(r):
+            length = r.xlen(self.spec.key)
+            return r.memory_usage(self.spec.key, samples=100) / length if length else None
+
+        return self._call(work)
+
     def plan(self, start: dict, cap: int | None) -> Plan:
         def work(r):
             count, last = self._conn_end_of_range(keys=[self.spec.key],
