@@ -53,3 +53,25 @@ def test_decimals_from_given_batches_to_parquet_stay_exact(tmp_path):
     testing.run(p, source, str(tmp_path / "ckpt"))
     latest = sinks.read_latest(str(tmp_path / "out"), keys="k").to_pylist()
     assert latest == [{"k": "a", "total": decimal.Decimal("57977.60")}]
+
+
+@pytest.mark.spark
+def test_window_sums_of_decimals_are_exact(tmp_path):
+    import datetime
+
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    rows = [{"k": "a", "amount": decimal.Decimal(a), "ts": t0 + datetime.timedelta(seconds=s)}
+            for a, s in (("0.10", 1), ("0.20", 2), ("57976.99", 3), ("-0.30", 4), ("5.55", 70))]
+    source = testing.Source([rows[:2], rows[2:]], schema={"k": "string", "amount": "decimal(12, 2)", "ts": "timestamp"},
+                            event_time="ts")
+    out = testing.Sink()
+    p = sluice.Pipeline("window_exact")
+    p.source(source.spec).key_by("k").window(sluice.windows.tumbling("1m")).aggregate(
+        total=agg.sum("amount"), low=agg.min("amount"), high=agg.max("amount"), avg=agg.mean("amount"),
+        name="w").sink(out.spec)
+    testing.run(p, source, str(tmp_path / "ckpt"))
+    (first,) = [r for r in out.rows() if r["window_start"] == t0]  # the minute the watermark passed
+    assert (first["total"], first["low"], first["high"]) == (decimal.Decimal("57976.99"), decimal.Decimal("-0.30"),
+                                                              decimal.Decimal("57976.99"))
+    assert out.table().schema.field("total").type == pa.decimal128(38, 2)
+    assert first["avg"] == pytest.approx(57976.99 / 4)

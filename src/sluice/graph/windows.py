@@ -412,6 +412,11 @@ def value_kind(column: str, dtype: pa.DataType, what: str) -> str:
         return "float"
     if what in ("min", "max") and (pa.types.is_timestamp(dtype) or pa.types.is_duration(dtype)):
         return "int"
+    if pa.types.is_decimal(dtype):
+        if dtype.precision <= 18:  # held exactly as unscaled int64 (cents for a decimal(12, 2))
+            return "int"
+        raise SchemaError(f"window aggregate {what}({column!r}): {dtype} has more than 18 digits, which a window "
+                          f"does not hold exactly; cast it to decimal(18, {dtype.scale}) or to double before")
     raise SchemaError(
         f"window aggregate {what}({column!r}): column type {dtype} is not supported "
         "(numeric columns, and timestamps for min/max)"
@@ -438,6 +443,8 @@ def aggregate_output_type(agg: Aggregate, input_schema: pa.Schema) -> pa.DataTyp
     dtype = input_schema.field(agg.column).type
     kind = value_kind(agg.column, dtype, agg.kind)
     if agg.kind == "sum":
+        if pa.types.is_decimal(dtype):
+            return pa.decimal128(38, dtype.scale)
         return pa.int64() if kind == "int" else pa.float64()
     return dtype
 

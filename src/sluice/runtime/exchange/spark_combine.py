@@ -77,6 +77,8 @@ def supports_native_combine(kernel: KeyedKernel, in_schema: pa.Schema) -> TypeGu
     for f in kernel.layout(kernel.record_schema(in_schema)).fields:
         if f.kind == "udaf":
             return False
+        if f.column is not None and pa.types.is_decimal(in_schema.field(f.column).type):
+            return False  # the kernel holds decimals as unscaled integers; Spark's sums are decimals
         if f.kind in ("min", "max"):
             dtype = in_schema.field(f.column).type
             if pa.types.is_duration(dtype) or (pa.types.is_timestamp(dtype) and not _native_time(dtype)):

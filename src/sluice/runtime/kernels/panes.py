@@ -140,7 +140,9 @@ class PartialLayout:
             return np.asarray(pc.is_valid(col), dtype=np.int64) if col.null_count else np.ones(rows.num_rows, np.int64)
         dtype = self.numpy_dtype(f)
         arrow_type = col.type
-        if not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)):
+        if pa.types.is_decimal(arrow_type):  # exactly, as unscaled integers (value_kind: precision <= 18)
+            col = pc.cast(pc.multiply(col, pa.scalar(10**arrow_type.scale, pa.int64())), pa.int64())
+        elif not (pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)):
             col = pc.cast(col, pa.int64()) if not pa.types.is_boolean(arrow_type) else pc.cast(col, pa.int8())
         col = pc.cast(col, pa.int64() if dtype is np.int64 else pa.float64())
         if col.null_count:
@@ -371,18 +373,32 @@ def finalize(
         return pa.array(results, type=agg.output_type(layout.input_schema.field(agg.column).type))
     n = combined[f"n:{agg.column}"]
     empty = n == 0
+    original = layout.input_schema.field(agg.column).type
     if agg.kind == "mean":
         total = combined[f"sum:{agg.column}"].astype(np.float64)
+        if pa.types.is_decimal(original):
+            total = total / 10**original.scale
         with np.errstate(divide="ignore", invalid="ignore"):
             return pa.array(total / np.where(empty, 1, n), pa.float64(), mask=empty)
     kind = "sum" if agg.kind == "sum" else agg.kind
     values = combined[f"{kind}:{agg.column}"]
+    if pa.types.is_decimal(original):
+        out_type = pa.decimal128(38, original.scale) if agg.kind == "sum" else original
+        return decimal_from_unscaled(values, empty, out_type)
     array = pa.array(values, mask=empty)
-    if agg.kind in ("min", "max"):
-        original = layout.input_schema.field(agg.column).type
-        if original != array.type:
-            array = pc.cast(array, original) if not pa.types.is_boolean(original) else pc.not_equal(array, 0)
+    if agg.kind in ("min", "max") and original != array.type:
+        array = pc.cast(array, original) if not pa.types.is_boolean(original) else pc.not_equal(array, 0)
     return array
+
+
+def decimal_from_unscaled(values: np.ndarray, null: np.ndarray, dtype: pa.Decimal128Type) -> pa.Array:
+    """Decimals of ``dtype`` from their unscaled int64 values, without a Python loop: a
+    decimal128 is a 16-byte little-endian two's complement integer, the int64 and its sign."""
+    words = np.empty(2 * len(values), np.int64)
+    words[0::2] = values
+    words[1::2] = values >> 63
+    array = pa.Array.from_buffers(dtype, len(values), [None, pa.py_buffer(words)])
+    return pc.if_else(pa.array(null), pa.scalar(None, dtype), array) if null.any() else array
 
 
 # ---------------------------------------------------------------------------------------
