@@ -3,7 +3,8 @@ Structured Streaming (SQL expressions and DataFrames) and Sluice's API.
 
 The queries follow Nexmark's definitions as published with Flink's Nexmark
 (``nexmark-flink/src/main/resources/queries``); where a definition leaves something open it
-is fixed here and the same in all three. Every query has:
+is fixed here and the same in all three (e.g. q18's last bid: of two bids at the same
+microsecond, the higher price; q9's winning bid: of equal prices, the earliest). Every query has:
 
 - ``columns``: its output columns, the same in every engine;
 - ``mode``: how an engine's output stream is compared with the reference: ``rows`` (the
@@ -179,7 +180,8 @@ REFERENCE = {
               min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price, sum(price) AS sum_price
               FROM (SELECT *, strftime(dateTime, '%Y-%m-%d') AS day FROM bid) GROUP BY auction, day""",
     "q18": """SELECT auction, bidder, price, channel, url, dateTime, extra FROM (
-              SELECT *, row_number() OVER (PARTITION BY bidder, auction ORDER BY dateTime DESC) AS rn FROM bid)
+              SELECT *, row_number() OVER (PARTITION BY bidder, auction ORDER BY dateTime DESC, price DESC) AS rn
+              FROM bid)
               WHERE rn = 1""",
     "q19": """SELECT auction, bidder, price, dateTime, rank_number FROM (
               SELECT *, row_number() OVER (PARTITION BY auction ORDER BY price DESC, dateTime ASC) AS rank_number
@@ -318,7 +320,7 @@ def spark_q18(events, side):
     from pyspark.sql import functions as F
 
     last = spark_bids(events).groupBy("bidder", "auction").agg(
-        F.max_by(F.struct("price", "channel", "url", "dateTime", "extra"), "dateTime").alias("r"))
+        F.max_by(F.struct("price", "channel", "url", "dateTime", "extra"), F.struct("dateTime", "price")).alias("r"))
     return last.selectExpr("auction", "bidder", "r.price", "r.channel", "r.url", "r.dateTime", "r.extra"), "update"
 
 
@@ -643,7 +645,8 @@ def sluice_q17(events, ctx):
 
 
 def _later(acc, r):
-    return r if r["dateTime"] >= acc["dateTime"] else acc
+    """The last bid: the latest, the higher price among bids at the same time."""
+    return r if (r["dateTime"], r["price"]) >= (acc["dateTime"], acc["price"]) else acc
 
 
 def sluice_q18(events, ctx):
