@@ -2,41 +2,56 @@
 stateful groupBy (update mode).
 
     .venv/bin/python benchmarks/keyed_throughput.py [--quick] [--master URL | --cluster]
+        [--source files|generator] [--map sql|python]
 
-The same query on both, from the same generator source (100,000 keys, uniform) and the same
-rows per batch: a Python map over Arrow (the same function, a ``mapInArrow`` pass on both
-sides), a filter (Spark SQL on both), then a running count and sum per key; every batch's
-updated keys are collected to the driver (the whole output, as Arrow).
+The same query on both, over the same rows (100,000 keys, uniform) in the same rows per
+batch: a map (``wh = kwh * 1000``), a filter (Spark SQL on both), then a running count and
+sum per key; every batch's updated keys are collected to the driver (the whole output, as
+Arrow), and the two systems' final values per key are compared (``outputs_equal``).
 
-- Sluice: ``map_batches(f).filter(sql).key_by("meter").aggregate(n=count(), total=sum("wh"))``,
-  state in the key-group store (Arrow delta files, checksummed), exactly once.
-- Spark: ``mapInArrow(f).filter(sql).groupBy("meter").agg(count, sum)``, output mode
-  ``update``, state in Spark's HDFS-backed state store, through ``foreachBatch``.
+- Sluice: ``with_columns(wh=...)`` (or ``map_batches(f)`` with ``--map python``)
+  ``.filter(sql).key_by("meter").aggregate(n=count(), total=sum("wh"))``, state in the
+  key-group store (Arrow delta files, checksummed), exactly once.
+- Spark (the anchor, ``benchmarks.measure.spark_anchor``): ``selectExpr(...)`` (or
+  ``mapInArrow(f)``) ``.filter(sql).groupBy("meter").agg(count, sum)``, output mode
+  ``update``, through ``foreachBatch``, shuffle partitions = cores, measured on both of its
+  state stores (the default HDFS-backed one and RocksDB with changelog checkpointing); the
+  faster is the anchor and both are reported.
 
-Both run with the same number of shuffle / keyed partitions (2) on local[2] (or the master
+**Source**: with ``--source files`` (the default) the rows are written once as Parquet
+files, one per batch, and both systems read them through their file source (Sluice: a
+``directory`` source with ``available_now``; Spark: ``readStream.parquet`` with
+``maxFilesPerTrigger`` 1 and ``trigger(availableNow=True)``). ``--source generator`` reads
+Sluice's generator on both (Sluice reads it by splits inside its Python worker, Spark
+through the JVM): a different path for each, labelled as such in the results.
+
+Both run with the same number of keyed partitions as cores (2) on local[2] (or the master
 given; ``--cluster`` starts a Spark standalone cluster of 2 workers x 1 core on this machine,
 ``runtime.cluster.LocalCluster``, runs there and writes keyed_throughput_cluster.json).
 
-**Max sustained rate**: the source has no rate, so every batch finds a full backlog and takes
-exactly ``rows_per_batch`` rows: the throughput of back-to-back batches of a fixed size,
-measured as the median over the batches after the warm-up of rows / batch period (a batch's
-period runs from its start to the next one's start, so the work between batches counts).
+**Max sustained rate**: every batch finds a full backlog and takes exactly
+``rows_per_batch`` rows: the throughput of back-to-back batches of a fixed size, measured as
+the median over the batches after the warm-up of rows / batch period (a batch's period runs
+from its start to the next one's start, so the work between batches counts).
 
-**Latency at half rate**: each system again (a run of a fixed number of batches), with the
-source producing rows at half its own max sustained rate; a record's latency is the end of the batch that processed it (the
-sink's write) minus its arrival at the source; p50 and p95 over every record of the steady
-batches (arrival times come from the source's offsets in Spark's offset log, which both
-systems write).
+**Latency at one offered rate**: each system again (a run of a fixed number of batches,
+from the generator), with the source producing rows at the same rate for both: half the
+slower system's max sustained rate; a record's latency is the end of the batch that
+processed it (the sink's write) minus its arrival at the source; p50 and p95 over every
+record of the steady batches (arrival times come from the source's offsets in Spark's
+offset log, which both systems write).
 
 **Profile**: where a Sluice batch's time goes, from the keyed stage's task metrics (input
 wait = the exchange's read and the Arrow transfer from the JVM: the map stage before the
-exchange, with the source, the Python map and the filter, is a Spark stage of its own; state
+exchange, with the source, the map and the filter, is a Spark stage of its own; state
 read; kernel; delta write; output), summed over tasks. docs/runtime.md, section 5, reads it.
 
-The machine is shared: the runs alternate the two systems (A B B A A B) and the best run of
-each is kept (3 each in full mode, 2 in quick). Writes docs/results/keyed_throughput.json and
-keyed_throughput.png (``_quick``, ``_cluster`` in the names of those runs); the last
-line printed is a JSON object with ``ratio`` = Sluice / Spark max sustained rate.
+The machine is shared: the runs alternate the two systems (A B B A A B; a Spark turn runs
+both state stores) and the best run of each is kept (3 each in full mode, 2 in quick).
+Writes docs/results/keyed_throughput.json and keyed_throughput.png (``_quick``,
+``_cluster`` in the names of those runs), with the anchor's configuration, the load
+average, the cores and the versions; the last line printed is a JSON object with
+``ratio`` = Sluice / Spark max sustained rate (Spark's better store).
 """
 
 from __future__ import annotations
@@ -48,6 +63,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,13 +74,26 @@ from sluice import Pipeline, agg, sinks, sources
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import alternating, anchor_source, retrying, spark_batches, sustained  # noqa: E402
+from measure import (
+    AnchorResult,
+    alternating,
+    anchor_conf,
+    anchor_source,
+    environment,
+    retrying,
+    spark_batches,
+    spark_conf,
+    sustained,
+    tables_equal,
+)
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 KEYS = 100_000
 PARTITIONS = 2
 FILTER = "wh >= 0"
 SCHEMA = {"meter": "string", "kwh": "double", "wh": "double"}
+MAP_SQL = "kwh * 1000.0"
+STORES = ("default", "rocksdb")
 
 
 def to_wh(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -79,17 +108,23 @@ def make_spec(per_batch: int, total_rows: int | None, rate: float | None, seed: 
 
 
 # ---- the two systems ----------------------------------------------------------------------------
-def run_sluice(spark, spec, workdir: str, batches: int | None) -> dict:
+def run_sluice(spark, spec, workdir: str, batches: int | None, how: Setup) -> dict:
     """Until the source ends, or ``batches`` batches."""
     checkpoint = os.path.join(workdir, "sluice")
     shutil.rmtree(checkpoint, ignore_errors=True)
     ends: dict[int, float] = {}
+    outputs: dict[int, pa.Table] = {}
 
     def collect(batch_id, table):
         ends[batch_id] = time.time()
+        if how.keep_output:
+            outputs[batch_id] = table
 
-    p = Pipeline("keyed_throughput", partitions=PARTITIONS)
-    (p.source(spec, name="readings").map_batches(to_wh, schema=SCHEMA, name="to_wh").filter(FILTER, name="valid")
+    p = Pipeline("keyed_throughput", partitions=how.partitions)
+    source = p.source(spec, name="readings")
+    mapped = (source.map_batches(to_wh, schema=SCHEMA, name="to_wh") if how.map == "python"
+              else source.with_columns(wh=MAP_SQL, name="to_wh"))
+    (mapped.filter(FILTER, name="valid")
      .key_by("meter").aggregate(n=agg.count(), total=agg.sum("wh"), name="per_meter")
      .sink(sinks.callback(collect), name="out"))
     result = p.run(checkpoint, spark=spark,
@@ -107,42 +142,87 @@ def run_sluice(spark, spec, workdir: str, batches: int | None) -> dict:
             for name, value in m.operators.get(op, {}).items():
                 chain.setdefault(op, {})[name] = chain.get(op, {}).get(name, 0.0) + value
     return {"batches": batches, "ends": ends, "offsets": os.path.join(checkpoint, "spark", "offsets"),
-            "profile": profile, "chain": chain, "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data)}
+            "profile": profile, "chain": chain, "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data),
+            "final": final_values(outputs) if how.keep_output else None}
 
 
-def run_spark(spark, spec, workdir: str, batches: int | None) -> dict:
+def run_spark(spark, spec, workdir: str, batches: int | None, how: Setup, store: str = "default") -> dict:
+    """Spark's stateful groupBy on ``store`` ("default" or "rocksdb"), shuffle partitions =
+    cores: the anchor (``benchmarks.measure``)."""
     from pyspark.sql import functions as F
 
     from sluice.runtime.schemas import to_spark
     from sluice.runtime.sources import is_exhausted
 
-    frame, controls, checkpoint = anchor_source(spark, spec, workdir)
-    schema = to_spark(pa.schema([(n, pa.string() if t == "string" else pa.float64()) for n, t in SCHEMA.items()]))
-    counts = (frame.select("meter", "kwh").mapInArrow(lambda batches: map(to_wh, batches), schema).filter(FILTER)
-              .groupBy("meter").agg(F.count(F.lit(1)).alias("n"), F.sum("wh").alias("total")))
+    if how.files is not None:
+        schema = spark.read.parquet(how.files).schema
+        frame = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(how.files)
+        controls = None
+        checkpoint = os.path.join(workdir, "spark-checkpoint")
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    else:
+        frame, controls, checkpoint = anchor_source(spark, spec, workdir)
+    if how.map == "python":
+        schema = to_spark(pa.schema([(n, pa.string() if t == "string" else pa.float64()) for n, t in SCHEMA.items()]))
+        mapped = frame.select("meter", "kwh").mapInArrow(lambda batches: map(to_wh, batches), schema)
+    else:
+        mapped = frame.selectExpr("meter", "kwh", f"{MAP_SQL} AS wh")
+    counts = mapped.filter(FILTER).groupBy("meter").agg(F.count(F.lit(1)).alias("n"), F.sum("wh").alias("total"))
     ends: dict[int, float] = {}
     rows: dict[int, int] = {}
+    outputs: dict[int, pa.Table] = {}
 
     def collect(df, batch_id):
-        rows[batch_id] = df.toArrow().num_rows
+        table = df.toArrow()
+        rows[batch_id] = table.num_rows
         ends[batch_id] = time.time()
+        if how.keep_output:
+            outputs[batch_id] = table
 
-    spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
-    query = (counts.writeStream.outputMode("update").foreachBatch(collect)
-             .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
+    with spark_conf(spark, anchor_conf(store, how.partitions)):
+        writer = (counts.writeStream.outputMode("update").foreachBatch(collect)
+                  .option("checkpointLocation", checkpoint))
+        if how.files is not None and batches is None:
+            query = writer.trigger(availableNow=True).start()
+        else:
+            query = writer.trigger(processingTime="0 seconds").start()
     try:
-        while query.isActive and not is_exhausted(controls, "readings"):
-            if batches is not None and len(ends) >= batches:
-                break
-            time.sleep(0.1)
-        if batches is None:
-            query.processAllAvailable()
+        if how.files is not None and batches is None:
+            query.awaitTermination()
+        else:
+            while query.isActive and not (controls and is_exhausted(controls, "readings")):
+                if batches is not None and len(ends) >= batches:
+                    break
+                time.sleep(0.1)
+            if batches is None:
+                query.processAllAvailable()
     finally:
         query.stop()
     if query.exception() is not None:
         raise RuntimeError(f"Spark's query failed: {query.exception()}")
     return {"batches": spark_batches(query), "ends": ends, "offsets": os.path.join(checkpoint, "offsets"),
-            "profile": {}, "output_rows": sum(rows.values())}
+            "profile": {}, "output_rows": sum(rows.values()), "store": store,
+            "final": final_values(outputs) if how.keep_output else None}
+
+
+def final_values(outputs: dict[int, pa.Table]) -> pa.Table:
+    """The last (n, total) emitted per meter: the running aggregate's final state."""
+    table = pa.concat_tables([outputs[b].select(["meter", "n", "total"]) for b in sorted(outputs)
+                              if outputs[b].num_rows])
+    table = table.append_column("_i", pa.array(np.arange(table.num_rows), type=pa.int64()))
+    last = table.group_by("meter", use_threads=False).aggregate([("_i", "max")]).column("_i_max")
+    return table.take(last).drop_columns(["_i"])
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How a run reads and maps: ``files`` (the Parquet files both read, or None: the
+    generator), ``map`` ("sql" or "python"), whether to keep the output for the comparison."""
+
+    files: str | None
+    map: str
+    partitions: int
+    keep_output: bool = True
 
 
 def combined_by_hand(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -157,13 +237,13 @@ def combined_by_hand(batch: pa.RecordBatch) -> pa.RecordBatch:
                                        grouped.column("wh_sum").combine_chunks()], names=["meter", "n", "wh"])
 
 
-def run_sluice_headroom(spark, spec, workdir: str, batches: int | None) -> dict:
+def run_sluice_headroom(spark, spec, workdir: str, batches: int | None, how: Setup) -> dict:
     """Sluice with the filter and the combine written into the Python map by hand, each task's
     rows in one Arrow batch (so the combine sees all of them): the yardstick for the fusion the
     plan does itself (docs/runtime.md section 5). Not the headline: the user wrote the plan."""
     checkpoint = os.path.join(workdir, "sluice-headroom")
     shutil.rmtree(checkpoint, ignore_errors=True)
-    p = Pipeline("keyed_throughput_headroom", partitions=PARTITIONS)
+    p = Pipeline("keyed_throughput_headroom", partitions=how.partitions)
     (p.source(spec, name="readings")
      .map_batches(combined_by_hand, schema={"meter": "string", "n": "int64", "wh": "double"}, name="to_wh")
      .key_by("meter").aggregate(n=agg.sum("n"), total=agg.sum("wh"), name="per_meter")
@@ -180,6 +260,25 @@ def run_sluice_headroom(spark, spec, workdir: str, batches: int | None) -> dict:
 
 
 RUNNERS = {"sluice": run_sluice, "spark": run_spark, "headroom": run_sluice_headroom}
+
+
+def write_files(spec, directory: str) -> str:
+    """The generator's rows as Parquet files, one per batch (``max_rows_per_batch`` rows),
+    for both systems to read through their file sources."""
+    import pyarrow.parquet as pq
+
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    table = pa.Table.from_batches(list(spec.generate(0, spec.total_rows, 0)))
+    per_file = spec.max_rows_per_batch
+    for i in range(0, table.num_rows, per_file):
+        pq.write_table(table.slice(i, per_file), os.path.join(directory, f"part-{i // per_file:05d}.parquet"))
+    return directory
+
+
+def files_spec(directory: str, per_batch: int):
+    """Sluice's source over the files: each read once, one file a batch, then the end."""
+    return sources.directory(directory, format="parquet", max_rows_per_batch=per_batch, available_now=True)
 
 
 # ---- figures ----------------------------------------------------------------------------------
@@ -271,6 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default=None,
                         help="results file name (docs/results/NAME.json; default keyed_throughput[_cluster][_quick])")
     parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
+    parser.add_argument("--source", choices=("files", "generator"), default="files",
+                        help="both read the same Parquet files (default), or the generator (Sluice by splits)")
+    parser.add_argument("--map", choices=("sql", "python"), default="sql",
+                        help="the map as SQL on both (default) or as a Python function over Arrow on both")
     parser.add_argument("--headroom", action="store_true",
                         help="also run Sluice with the filter and a combine written into the map by hand "
                              "(the yardstick for the plan's own fusion; reported beside the ratio)")
@@ -303,39 +406,68 @@ def benchmark(args: argparse.Namespace) -> int:
 
         ship_code(spark, __file__)
     workdir = tempfile.mkdtemp(prefix="sluice-keyed-")
-    print(f"keyed throughput: running count and sum over {KEYS:,} keys behind a Python map and a filter, "
-          f"{n_batches} batches of {per_batch:,} rows, {PARTITIONS} partitions on {args.master}, "
-          f"best of {repeats} ({mode} mode)", flush=True)
-    warm = make_spec(per_batch, per_batch * 2, None, seed=99)
+    by_files = args.source == "files"
+    print(f"keyed throughput: running count and sum over {KEYS:,} keys behind a {args.map} map and a filter, "
+          f"{n_batches} batches of {per_batch:,} rows from {'Parquet files' if by_files else 'the generator'}, "
+          f"{PARTITIONS} partitions on {args.master}, best of {repeats}, Spark on {' and '.join(STORES)} "
+          f"({mode} mode)", flush=True)
+
+    def setup_for(spec, name: str) -> tuple:
+        """(spec Sluice reads, Setup): the files written from ``spec``, or the generator itself."""
+        if not by_files:
+            return spec, Setup(None, args.map, PARTITIONS)
+        directory = write_files(spec, os.path.join(workdir, name))
+        return files_spec(directory, per_batch), Setup(directory, args.map, PARTITIONS)
+
+    warm_spec, warm_how = setup_for(make_spec(per_batch, per_batch * 2, None, seed=99), "warm")
+    warm_how = replace(warm_how, keep_output=False)
     systems = ["sluice", "spark"] + (["headroom"] if args.headroom else [])
     for system in systems:  # JVM code paths and Python workers warm for each
-        retrying(RUNNERS[system], spark, warm, workdir, None)
+        retrying(RUNNERS[system], spark, warm_spec, workdir, None, warm_how)
 
-    spec = make_spec(per_batch, per_batch * n_batches, None)
-    runs: dict[str, list[dict]] = {"sluice": [], "spark": []}
+    spec, how = setup_for(make_spec(per_batch, per_batch * n_batches, None), "rows")
+    runs: dict[str, list[dict]] = {"sluice": [], **{f"spark_{s}": [] for s in STORES}}
     order = alternating("sluice", "spark", repeats)
     if args.headroom:  # after each Sluice run, so it meets the same machine
         order = [s for system in order for s in ([system, "headroom"] if system == "sluice" else [system])]
     headroom: list[dict] = []
     for system in order:
-        run = retrying(RUNNERS[system], spark, spec, workdir, None)
-        run["rate"] = max_rate(run, warmup)
-        if system == "headroom":
-            headroom.append(run)
-            print(f"  {'(headroom: filter and combine in the map by hand)':<7} {run['rate']:>11,.0f} rows/s", flush=True)
-            continue
-        runs[system].append(run)
-        print(f"  {system:<7} max sustained {run['rate']:>11,.0f} rows/s ({len(run['batches'])} batches, "
-              f"{run['output_rows']:,} rows out)", flush=True)
+        for store in (STORES if system == "spark" else (None,)):
+            if store is None:
+                run = retrying(RUNNERS[system], spark, spec, workdir, None, how)
+            else:
+                run = retrying(run_spark, spark, spec, workdir, None, how, store)
+            run["rate"] = max_rate(run, warmup)
+            if system == "headroom":
+                headroom.append(run)
+                print(f"  {'(headroom: filter and combine in the map by hand)':<7} {run['rate']:>11,.0f} rows/s",
+                      flush=True)
+                continue
+            label = "sluice" if store is None else f"spark_{store}"
+            runs[label].append(run)
+            print(f"  {label:<14} max sustained {run['rate']:>11,.0f} rows/s ({len(run['batches'])} batches, "
+                  f"{run['output_rows']:,} rows out)", flush=True)
     best = {s: max(rs, key=lambda r: r["rate"]) for s, rs in runs.items()}
+    anchor = AnchorResult({s: best[f"spark_{s}"] for s in STORES}, max(STORES, key=lambda s: best[f"spark_{s}"]["rate"]),
+                          "rate", PARTITIONS)
+    best["spark"] = anchor.result
     ratio = best["sluice"]["rate"] / best["spark"]["rate"]
+    outputs_equal = all(tables_equal(best["sluice"]["final"], best[f"spark_{s}"]["final"], sort_by=["meter"])
+                        for s in STORES)
+    print(f"  anchor: Spark on its {anchor.best} store; final values per key equal on both: {outputs_equal}", flush=True)
 
+    # the same offered rate for both: half the slower one's max sustained rate
+    offered = min(best["sluice"]["rate"], best["spark"]["rate"]) / 2
     latency = {}
+    latency_how = Setup(None, args.map, PARTITIONS, keep_output=False)
     for system in alternating("sluice", "spark", 1):
-        half = best[system]["rate"] / 2
-        run = retrying(RUNNERS[system], spark, make_spec(per_batch, None, half, seed=7), workdir, latency_batches)
-        latency[system] = record_latencies(run, warmup, half)
-        print(f"  {system:<7} at {half:>11,.0f} rows/s: latency p50 {latency[system][0]:,.0f} ms, "
+        generator = make_spec(per_batch, None, offered, seed=7)
+        if system == "sluice":
+            run = retrying(run_sluice, spark, generator, workdir, latency_batches, latency_how)
+        else:
+            run = retrying(run_spark, spark, generator, workdir, latency_batches, latency_how, anchor.best)
+        latency[system] = record_latencies(run, warmup, offered)
+        print(f"  {system:<7} at {offered:>11,.0f} rows/s: latency p50 {latency[system][0]:,.0f} ms, "
               f"p95 {latency[system][1]:,.0f} ms", flush=True)
 
     steady = len(best["sluice"]["batches"])
@@ -343,17 +475,27 @@ def benchmark(args: argparse.Namespace) -> int:
                if k in PROFILE_PARTS}
     results = {
         "benchmark": "keyed_throughput", "mode": mode, "ratio": round(ratio, 3),
+        "anchor": {**anchor.to_json(), "map": f"SQL ({MAP_SQL})" if args.map == "sql" else "mapInArrow (Python)",
+                   "source": ("the same Parquet files, readStream.parquet, maxFilesPerTrigger 1, availableNow"
+                              if by_files else "Sluice's generator through the JVM (Sluice reads it by splits)")},
+        "outputs_equal": outputs_equal,
         "setup": {"keys": KEYS, "rows_per_batch": per_batch, "batches": n_batches, "warmup_batches": warmup,
                   "best_of": repeats, "partitions": PARTITIONS, "master": args.master, "filter": FILTER,
-                  "max_rate": "source without a rate (always-full backlog), fixed rows per batch; median over "
-                              "steady batches of rows / batch period",
-                  "latency": "per record: end of its batch's sink write - its arrival at the source, at half "
-                             "the system's own max rate, p50/p95 over the steady batches"},
-        **{s: {"max_rows_per_s": round(best[s]["rate"]), "runs_rows_per_s": [round(r["rate"]) for r in runs[s]],
-               "half_rate_rows_per_s": round(best[s]["rate"] / 2),
-               "latency_p50_ms": round(latency[s][0], 1), "latency_p95_ms": round(latency[s][1], 1)}
+                  "map": args.map, "source": args.source,
+                  "max_rate": "fixed rows per batch with a full backlog; median over steady batches of rows / "
+                              "batch period",
+                  "latency": "per record: end of its batch's sink write - its arrival at the source, both at "
+                             "half the slower system's max rate (the same offered rate), p50/p95 over the steady "
+                             "batches, from the generator"},
+        **{s: {"max_rows_per_s": round(best[s]["rate"]), "runs_rows_per_s": [round(r["rate"]) for r in runs[s]]}
            for s in runs},
+        **environment(spark),
     }
+    results["spark"] = {"max_rows_per_s": round(best["spark"]["rate"]), "store": anchor.best,
+                        "runs_rows_per_s": results[f"spark_{anchor.best}"]["runs_rows_per_s"]}
+    for s in ("sluice", "spark"):
+        results[s].update({"offered_rows_per_s": round(offered), "latency_p50_ms": round(latency[s][0], 1),
+                           "latency_p95_ms": round(latency[s][1], 1)})
     results["sluice"]["profile_s_per_batch"] = profile
     if headroom:
         best_headroom = max(r["rate"] for r in headroom)
@@ -371,7 +513,9 @@ def benchmark(args: argparse.Namespace) -> int:
           + ", ".join(f"{k} {v}" for k, v in profile.items()))
     print(json.dumps({"benchmark": "keyed_throughput", "ratio": round(ratio, 3), "mode": mode, "master": args.master,
                       "sluice_rows_per_s": results["sluice"]["max_rows_per_s"],
-                      "spark_rows_per_s": results["spark"]["max_rows_per_s"],
+                      "spark_rows_per_s": results["spark"]["max_rows_per_s"], "spark_store": anchor.best,
+                      **{f"spark_{s}_rows_per_s": results[f"spark_{s}"]["max_rows_per_s"] for s in STORES},
+                      "outputs_equal": outputs_equal, "load": results["load"],
                       "sluice_p95_ms": results["sluice"]["latency_p95_ms"],
                       "spark_p95_ms": results["spark"]["latency_p95_ms"],
                       **({"headroom_ratio": results["headroom"]["ratio_to_spark"]} if headroom else {})}))

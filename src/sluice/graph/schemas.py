@@ -38,12 +38,43 @@ def to_arrow_type(t, where: str = "") -> pa.DataType:
                         f"or 'decimal(precision, scale)'")
 
 
+def spark_type(t: pa.DataType) -> pa.DataType:
+    """The type a declared column has inside Spark, which holds timestamps in microseconds
+    only and no unsigned integers or half floats: ``timestamp[ms]`` (what
+    ``pyarrow.parquet.read_schema`` gives for many files) becomes ``timestamp[us]`` with the
+    same zone, unsigned integers ``int64``, ``float16`` ``float32``, and so inside lists,
+    structs and maps. A function's output is cast to the declared schema, so its values
+    keep their meaning."""
+    if pa.types.is_timestamp(t) and t.unit != "us":
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_unsigned_integer(t):
+        return pa.int64()
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(pa.field(t.value_field.name, spark_type(t.value_type), t.value_field.nullable))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, spark_type(f.type), f.nullable) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(spark_type(t.key_type), spark_type(t.item_type))
+    return t
+
+
 def as_schema(schema, where: str = "") -> pa.Schema | None:
-    """Accept None, a pyarrow.Schema or {name: type}; return a pyarrow.Schema (or None)."""
-    if schema is None or isinstance(schema, pa.Schema):
-        return schema
+    """Accept None, a pyarrow.Schema or {name: type}; return a pyarrow.Schema (or None), its
+    types the ones Spark holds (:func:`spark_type`), so a declared ``timestamp[ms]`` is cast
+    when the graph is built rather than refused inside Spark.
+
+    >>> as_schema({"ts": pa.timestamp("ms", tz="UTC"), "n": "int"}).types
+    [TimestampType(timestamp[us, tz=UTC]), DataType(int64)]
+    """
+    if schema is None:
+        return None
+    if isinstance(schema, pa.Schema):
+        return pa.schema([f.with_type(spark_type(f.type)) for f in schema], metadata=schema.metadata)
     if isinstance(schema, dict):
-        return pa.schema([pa.field(name, to_arrow_type(t, f"{where}column {name!r}: ")) for name, t in schema.items()])
+        return pa.schema([pa.field(name, spark_type(to_arrow_type(t, f"{where}column {name!r}: ")))
+                          for name, t in schema.items()])
     raise PipelineError(f"{where}schema must be a pyarrow.Schema or a dict of name -> type, got {schema!r}")
 
 
