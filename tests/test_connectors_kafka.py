@@ -225,17 +225,18 @@ def test_avro_values_round_trip_through_sink_and_source(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_with_a_sink_transaction_open_and_mid_run_leave_every_record_once(tmp_path):
-    """Driver SIGKILLs: first while a sink transaction is pending on the broker (its records
-    produced, its commit not yet complete), then at an arbitrary point of a later run; the
-    last run finishes the input. The output topic holds every input id exactly once. (The
-    kill exactly between producing and committing is the test above, without Spark.)"""
+    """Driver SIGKILLs: first between producing and committing (part of a batch's records
+    on the broker in an open transaction), then at an arbitrary point of a later run; the last
+    run finishes the input. The output topic holds every input id exactly once, and the
+    records of the transaction the kill left open are there, aborted."""
     require("Kafka")
     topic, out = unique("crash_in"), unique("crash_out")
     kafka_topic(topic, partitions=3)
     kafka_topic(out, partitions=1)
     checkpoint = str(tmp_path / "ckpt")
+    per_batch = 2000
     env = {"SLUICE_TEST_TOPIC": topic, "SLUICE_TEST_OUT": out, "SLUICE_TEST_KAFKA": KAFKA,
-           "SLUICE_TEST_PER_BATCH": "2000"}
+           "SLUICE_TEST_PER_BATCH": str(per_batch)}
     n = 36_000
     payloads = [json.dumps({"id": i, "key": f"k{i % 13}", "v": i % 100}).encode() for i in range(n)]
 
@@ -247,15 +248,17 @@ def test_sigkill_with_a_sink_transaction_open_and_mid_run_leave_every_record_onc
             return entry is not None and json.loads(entry.decode().splitlines()[2])["rows"] >= n
         return False
 
-    def transaction_open() -> bool:
-        return kafka_offsets(out, committed=False)[0] > kafka_offsets(out)[0]
+    def producing() -> bool:
+        """Part of a batch's records are on the broker, uncommitted: its transaction is open
+        and its commit has not begun (a commit sends every record first)."""
+        return 0 < kafka_offsets(out, committed=False)[0] - kafka_offsets(out)[0] < per_batch
 
     try:
-        # the first run's input spans a dozen batches: the kill comes while one of their
-        # transactions is open (about a fifth of a batch's time here)
+        # the first run's input spans a dozen batches: the kill comes while one of them is
+        # being produced
         kafka_produce(topic, payloads[:2 * n // 3])
         proc = harness.launch(kafka_crash.__file__, checkpoint, env)
-        harness.kill_when(proc, transaction_open, timeout=240)
+        harness.kill_when(proc, producing, timeout=240)
         kafka_produce(topic, payloads[2 * n // 3:])  # more arrives while it is down
         done = len(harness.done_batches(checkpoint))
         proc = harness.launch(kafka_crash.__file__, checkpoint, env)
@@ -268,5 +271,6 @@ def test_sigkill_with_a_sink_transaction_open_and_mid_run_leave_every_record_onc
         assert ids == list(range(n))  # no duplicate, no gap
         assert sorted(json.loads(v)["id"] for _, _, _, v, _ in got) == ids
         assert {k.decode() for _, _, k, _, _ in got} == {f"k{i}" for i in range(13)}
+        assert len(kafka_records(out, committed=False)) > n  # the killed transaction's records, aborted
     finally:
         kafka_delete(topic, out)
