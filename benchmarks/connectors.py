@@ -28,7 +28,10 @@ Delta Lake and Iceberg sinks (``delta_sink``, ``iceberg_sink`` in the JSON line)
 generator's N rows through ``sinks.delta`` (one delta-rs commit per batch with its
 application transaction) and ``sinks.iceberg`` (SQLite catalog, one snapshot per batch),
 against the libraries alone writing the same batches: ``write_deltalake(mode="append")``
-and pyiceberg's ``table.append``, one call per batch.
+and pyiceberg's ``table.append``, one call per batch. ``sluice_writer_rows_s``: Sluice's
+writer called on the same batches in the benchmark's process, without Spark (the sink's own
+cost: its idempotence check, casts and commit); the gap between it and ``sluice_rows_s`` is
+Spark computing and collecting each batch, which every sink's ``write_s`` includes.
 
 ``ratio`` per connector = Sluice rows/s / client rows/s; the headline ``ratio`` is their
 geometric mean (``min_ratio`` is the worst one). The machine is shared with other work while
@@ -455,6 +458,18 @@ def native_main(kind: str, topic: str, n: int, per_batch: int) -> None:
 
 # --- lakehouse sinks -------------------------------------------------------------------------------
 
+EXTRA: dict[str, dict] = {}  # more figures of a connector, merged into its entry of the JSON line
+
+
+def writer_alone(spec, batches: list, n: int) -> float:
+    """Rows/s of Sluice's writer of ``spec`` called on ``batches`` in this process, without
+    Spark: the sink's own cost (its idempotence check, casts and commit), apart from the
+    Spark job that computes and collects each batch (which ``write_s`` includes)."""
+    from sluice.runtime import connectors
+
+    job = tempfile.mkdtemp(prefix="bench-job-")
+    return n / timed(lambda: [connectors.write(spec, pa.Table.from_batches([b]), i, job) for i, b in enumerate(batches)])
+
 
 def delta_sink(spark, n, per_batch):
     """Sluice's Delta sink (one commit per batch with its txn) against bare ``write_deltalake``
@@ -469,6 +484,7 @@ def delta_sink(spark, n, per_batch):
             write_deltalake(f"{root}/theirs", pa.Table.from_batches([batch]), mode="append")
 
     client = n / timed(write_all)
+    EXTRA["delta sink"] = {"sluice_writer_rows_s": round(writer_alone(sinks.delta(f"{root}/alone"), batches, n))}
     ours = run_sink(spark, sinks.delta(f"{root}/ours"), n, per_batch)
     assert DeltaTable(f"{root}/ours").to_pyarrow_table().num_rows == n  # each row once
     return ours, client
@@ -492,6 +508,8 @@ def iceberg_sink(spark, n, per_batch):
             theirs.append(pa.Table.from_batches([batch]))
 
     client = n / timed(write_all)
+    alone = sinks.iceberg(catalog_url, "bench.alone", warehouse=warehouse)
+    EXTRA["iceberg sink"] = {"sluice_writer_rows_s": round(writer_alone(alone, batches, n))}
     ours = run_sink(spark, sinks.iceberg(catalog_url, "bench.ours", warehouse=warehouse), n, per_batch)
     assert catalog.load_table("bench.ours").scan().to_arrow().num_rows == n  # each row once
     return ours, client
@@ -528,6 +546,7 @@ def main() -> int:
             continue
         ours, client, *native = bench(spark, n, per_batch)
         results[name] = {"sluice_rows_s": round(ours), "client_rows_s": round(client), "ratio": round(ours / client, 3)}
+        results[name].update(EXTRA.get(name, {}))
         print(f"{name:16s} sluice {ours:10.0f} rows/s   client {client:10.0f} rows/s   ratio {ours / client:.3f}",
               flush=True)
         if native:
