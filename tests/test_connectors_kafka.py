@@ -274,3 +274,26 @@ def test_sigkill_with_a_sink_transaction_open_and_mid_run_leave_every_record_onc
         assert len(kafka_records(out, committed=False)) > n  # the killed transaction's records, aborted
     finally:
         kafka_delete(topic, out)
+
+
+def test_a_kafka_broker_that_is_down_is_named_by_the_source_and_the_sink(tmp_path):
+    """While the broker is away the source plans no rows (its backlog file says why); after
+    ``patience_s`` source and sink fail with an error naming it and its address."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from sluice.errors import SinkError, SluiceError
+    from sluice.graph.kafka import KafkaSink
+    from sluice.runtime.sources.datasource import stream_reader
+    from tests.connector_services import free_port
+
+    port = free_port()  # nothing listens there
+    spec = sources.kafka("nothing", SCHEMA, bootstrap=f"127.0.0.1:{port}", patience_s=1)
+    reader = stream_reader(spec, "src", str(tmp_path), 2)
+    start = reader.initialOffset()
+    with pytest.raises(SluiceError) as error:
+        for _ in range(10):
+            assert reader.latestOffset(start, ReadMaxRows(100)) == start
+            assert "unreachable" in read_backlog(str(tmp_path), "src")["error"]
+    assert f"Kafka at 127.0.0.1:{port}" in str(error.value) and "unreachable" in str(error.value)
+    with pytest.raises(SinkError, match=f"Kafka at 127.0.0.1:{port}.*unreachable"):
+        connectors.write(KafkaSink(topic="t", bootstrap=f"127.0.0.1:{port}", patience_s=1), ROWS, 0, str(tmp_path))

@@ -62,7 +62,7 @@ from sluice.runtime.connectors.reader import (
 )
 from sluice.runtime.sources.control import BacklogReporter
 
-TIMEOUT_S = 10.0  # one request to the broker
+TIMEOUT_S = 10.0  # one request to the broker, at most (never longer than the spec's patience)
 CONSUME_BATCH = 10_000  # messages per consume() call
 MIN_SPLIT = 20_000  # offsets in the smallest piece a partition's range is split into
 PRODUCE_WAIT_S = 0.05  # wait for the producer's queue to drain when it is full
@@ -70,6 +70,12 @@ PRODUCE_WAIT_S = 0.05  # wait for the producer's queue to drain when it is full
 
 def client_config(bootstrap: str, config: tuple, **settings) -> dict:
     return {"bootstrap.servers": bootstrap, **settings, **dict(config)}
+
+
+def timeout_s(spec: KafkaSource | KafkaSink) -> float:
+    """How long one request may take: a broker that is down is found out within the spec's
+    patience, not after a fixed wait."""
+    return min(TIMEOUT_S, max(1.0, spec.patience_s / 2))
 
 
 def _down(where: str, error: Exception) -> BrokerDown:
@@ -180,7 +186,7 @@ class KafkaStreamReader(ConnectorStreamReader):
             raise _down(self.spec.bootstrap, e) from None
 
     def _partitions(self, admin) -> list[tuple[str, int]]:
-        topics = admin.list_topics(timeout=TIMEOUT_S).topics
+        topics = admin.list_topics(timeout=timeout_s(self.spec)).topics
         found: list[tuple[str, int]] = []
         for topic in self.spec.topics:
             meta = topics.get(topic)
@@ -196,7 +202,7 @@ class KafkaStreamReader(ConnectorStreamReader):
             return np.zeros(0, np.int64)
         spec = OffsetSpec.latest() if which == "latest" else OffsetSpec.earliest()
         futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=TIMEOUT_S)
+                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s(self.spec))
         by_key = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         return np.array([by_key[tp] for tp in partitions], np.int64)
 
@@ -394,10 +400,10 @@ class KafkaWriter:
         name = f"sluice.{job}.{self.spec.topic}"
         producer = Producer(client_config(self.spec.bootstrap, self.spec.config, **{
             "transactional.id": name, "linger.ms": 5, "transaction.timeout.ms": 60_000}))
-        producer.init_transactions(TIMEOUT_S)
+        producer.init_transactions(timeout_s(self.spec))
         group = Consumer(client_config(self.spec.bootstrap, self.spec.config, **{
             "group.id": name, "enable.auto.commit": False, "isolation.level": "read_committed"}))
-        committed = group.committed([TopicPartition(self.spec.topic, 0)], timeout=TIMEOUT_S)[0].offset
+        committed = group.committed([TopicPartition(self.spec.topic, 0)], timeout=timeout_s(self.spec))[0].offset
         self.producer, self.group, self.job = producer, group, job
         self.last_batch = committed - 1 if committed >= 0 else -1
 
