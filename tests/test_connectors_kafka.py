@@ -24,6 +24,7 @@ import pytest
 from tests import crash_harness as harness
 from tests.connector_services import (
     KAFKA,
+    free_port,
     kafka_add_partitions,
     kafka_delete,
     kafka_offsets,
@@ -284,7 +285,6 @@ def test_a_kafka_broker_that_is_down_is_named_by_the_source_and_the_sink(tmp_pat
     from sluice.errors import SinkError, SluiceError
     from sluice.graph.kafka import KafkaSink
     from sluice.runtime.sources.datasource import stream_reader
-    from tests.connector_services import free_port
 
     port = free_port()  # nothing listens there
     spec = sources.kafka("nothing", SCHEMA, bootstrap=f"127.0.0.1:{port}", patience_s=1)
