@@ -113,7 +113,14 @@ def test_configurable_by_name():
     ce, plasticc = build_policies({"policies": [{"elastic_ce": {"price_per_hour": 2.0, "interval_s": 30}},
                                                 {"elastic_plasticc": {}}]})
     assert (ce.name, ce.price_per_hour, ce.interval_s) == ("elastic_ce", 2.0, 30)
-    assert plasticc.name == "elastic_plasticc" and plasticc.forecaster is None
+    # from YAML PLAStiCC gets a forecaster learned from the job's own arrivals
+    from sluice.control.forecast import HoltWinters, SeasonalMovingAverage
+
+    assert plasticc.name == "elastic_plasticc" and isinstance(plasticc.forecaster, HoltWinters)
+    (seasonal,) = build_policies([{"elastic_plasticc": {"forecaster": {"seasonal_average": {"season_s": 600}}}}])
+    assert isinstance(seasonal.forecaster, SeasonalMovingAverage) and seasonal.forecaster.season_s == 600
+    (none,) = build_policies([{"elastic_plasticc": {"forecaster": None}}])
+    assert none.forecaster is None
 
 
 def test_a_simulated_executor_bills_from_its_request_and_takes_tasks_once_it_joins():

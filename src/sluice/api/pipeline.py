@@ -113,6 +113,50 @@ class Pipeline:
         self.graph.constraints.append(make_constraint(label, latency, path=ends, over=over, p95=p95))
         return self
 
+    def goals(self, latency=None, *, percentile: int | str = 95, path: tuple | None = None, over="30s",
+              keep_up: bool = True, max_executors: int | None = None, price_per_hour: float | None = None,
+              favour: str = "latency") -> Pipeline:
+        """State what the job must achieve, and let Sluice keep it while the job runs.
+
+        ``latency``: a bound on the latency of the records on ``path`` at ``percentile``
+        (95, the default, or ``"mean"``) over any ``over`` seconds; ``keep_up``: the backlog
+        at the sources stays bounded; ``max_executors``: on a standalone cluster, the most
+        executors the job may hold; ``price_per_hour``: one executor's price (the cost the
+        job reports); ``favour``: ``"latency"`` or ``"cost"``, what wins when they conflict.
+
+        With goals and no ``policies`` given to ``run``, the job runs the autopilot: batch
+        sizing, DS2 scaling of keyed stages (and of executors on a cluster), key-group
+        balancing (traffic-aware between stages keyed differently), dynamic chaining and
+        alternates by load, coordinated by one arbiter that keeps them from undoing each
+        other (docs/control.md). Named policies replace it.
+
+        >>> import sluice
+        >>> from sluice import sources as S
+        >>> p = sluice.Pipeline("example")
+        >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
+        >>> out = readings.key_by("meter").aggregate(n=sluice.agg.count()).sink(sluice.sinks.memory("n"))
+        >>> p.goals(latency="2s").graph.goals.describe()
+        'p95 latency <= 2000 ms over 30 s (every source to every sink); keep up with the input; favour latency'
+        """
+        from sluice.control.goals import GOAL_CONSTRAINT, make_goals
+
+        ends: tuple[str, str] | None = None
+        if path is not None:
+            if not isinstance(path, (tuple, list)) or len(path) != 2:
+                raise PipelineError(f"goals: path must be (from_stream, to_stream) or None, got {path!r}")
+            first, last = (end.op.id if hasattr(end, "op") else str(end) for end in path)
+            ends = (first, last)
+        goals = make_goals(latency, percentile=percentile, over=over, path=ends, keep_up=keep_up,
+                           max_executors=max_executors, price_per_hour=price_per_hour, favour=favour)
+        self.graph.constraints = [c for c in self.graph.constraints if c.name != GOAL_CONSTRAINT]
+        constraint = goals.constraint()
+        if constraint is not None:
+            self.graph.constraints.append(constraint)
+        self.graph.goals = goals
+        if price_per_hour is not None and self.graph.economics is None:
+            self.economics(price_per_hour=price_per_hour)
+        return self
+
     def economics(self, *, price_per_hour: float = 1.0, billing: str = "second",
                   break_even_best: float | None = None, break_even_worst: float | None = None,
                   min_omega: float = 0.8) -> Pipeline:
@@ -170,7 +214,8 @@ class Pipeline:
         ``ship`` (the pipeline's file: modules beside it are sent to the executors), ``ui``
         (False: no Spark UI),
         ``policies`` (the control policies: a list of ``sluice.control.Policy``, a dict or a
-        YAML file; default: adaptive batch sizing when the pipeline has a constraint),
+        YAML file; default: the autopilot when the pipeline has goals, adaptive batch sizing
+        when it has only constraints),
         ``on_control`` (callback with the controller's state after each batch),
         ``reset_state`` (ids of stateful operators whose state in the checkpoint to drop, when
         a changed pipeline no longer fits it: see docs/operations.md),

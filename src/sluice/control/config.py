@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sluice.control.alternates import AlternatesByLoad
+from sluice.control.autopilot import Autopilot
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
@@ -23,7 +24,7 @@ from sluice.control.collocation import CollocationBalancing
 from sluice.control.elastic import ce_policy, ga_policy, plasticc_policy
 from sluice.control.guards import Guards
 from sluice.control.policy import Policy
-from sluice.control.scaling import IncrementalScaling, OneStepScaling
+from sluice.control.scaling import FlinkLikeScaling, IncrementalScaling, OneStepScaling
 from sluice.errors import ConfigError
 
 REGISTRY: dict[str, Callable[..., Policy]] = {
@@ -39,6 +40,8 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
     IncrementalScaling.name: IncrementalScaling,
     Guards.name: Guards,
     AlternatesByLoad.name: AlternatesByLoad,
+    Autopilot.name: Autopilot,
+    FlinkLikeScaling.name: FlinkLikeScaling,
     "elastic_ce": ce_policy,
     "elastic_ga": ga_policy,
     "elastic_plasticc": plasticc_policy,
@@ -49,18 +52,23 @@ def register(name: str, factory: Callable[..., Policy]) -> None:
     REGISTRY[name] = factory
 
 
-def default_policies() -> list[Policy]:
-    """What a constrained job runs when the user names none."""
+def default_policies(graph=None) -> list[Policy]:
+    """What a job runs when the user names no policies: the autopilot when it states goals
+    (``Pipeline.goals``), else adaptive batch sizing for its latency constraints."""
+    goals = getattr(graph, "goals", None)
+    if goals is not None:
+        return [Autopilot(goals)]
     return [ModelBatchSizing()]
 
 
-def build_policies(spec) -> list[Policy]:
+def build_policies(spec, graph=None) -> list[Policy]:
     """Policies from a list of Policy objects, of {name: {kwargs}} or names, a
-    {"policies": [...]} dict, or a YAML file's path."""
+    {"policies": [...]} dict, or a YAML file's path; None: ``default_policies(graph)``.
+    An ``autopilot`` entry without goals of its own keeps the graph's."""
     if spec is None:
-        return default_policies()
+        return default_policies(graph)
     if isinstance(spec, str):
-        return load_policies(spec)
+        return load_policies(spec, graph)
     if isinstance(spec, dict):
         if "policies" not in spec:
             raise ConfigError(f"a policies mapping needs a 'policies' list, got keys {sorted(spec)}")
@@ -82,6 +90,8 @@ def build_policies(spec) -> list[Policy]:
             raise ConfigError(f"policies[{i}]: expected a policy name or {{name: {{options}}}}, got {entry!r}")
         if name not in REGISTRY:
             raise ConfigError(f"policies[{i}]: unknown policy {name!r}; known: {sorted(REGISTRY)}")
+        if name == Autopilot.name and "goals" not in kwargs and getattr(graph, "goals", None) is not None:
+            kwargs = {**kwargs, "goals": graph.goals}
         try:
             out.append(REGISTRY[name](**kwargs))
         except (TypeError, ValueError, ConfigError) as e:
@@ -89,17 +99,17 @@ def build_policies(spec) -> list[Policy]:
     return out
 
 
-def load_policies(path: str) -> list[Policy]:
+def load_policies(path: str, graph=None) -> list[Policy]:
     """Policies from a YAML file (see the module's docstring)."""
     import os
 
     if not os.path.exists(path):
         raise ConfigError(f"no such policies file: {path}")
     with open(path) as f:
-        return parse_policies(f.read(), path)
+        return parse_policies(f.read(), path, graph)
 
 
-def parse_policies(text: str, where: str) -> list[Policy]:
+def parse_policies(text: str, where: str, graph=None) -> list[Policy]:
     """Policies from YAML text (``where``: the file it came from, for errors)."""
     import yaml
 
@@ -112,6 +122,6 @@ def parse_policies(text: str, where: str) -> list[Policy]:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with a 'policies' list")
     try:
-        return build_policies(data)
+        return build_policies(data, graph)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None

@@ -350,9 +350,15 @@ def ce_policy(**options) -> ElasticPolicy:
     return ElasticPolicy(GreedyScheduler(centralized=True), **options)
 
 
-def plasticc_policy(forecaster: Forecaster | None = None, **options) -> ElasticPolicy:
+def plasticc_policy(forecaster: Forecaster | str | dict | None = "holt_winters", **options) -> ElasticPolicy:
+    """PLAStiCC over a forecast of the input rate: by default Holt-Winters learned from the
+    job's own arrivals (``control.forecast``); a name or ``{name: {options}}`` from YAML, or
+    any ``forecaster(view, now_s, steps, step_s)``; None: no forecast (it then plans like CE)."""
+    from sluice.control.forecast import make_forecaster
     from sluice.plan.elastic.plasticc import PlasticcScheduler
 
+    if isinstance(forecaster, (str, dict)):
+        forecaster = make_forecaster(forecaster)
     return ElasticPolicy(PlasticcScheduler(), forecaster=forecaster, **options)
 
 

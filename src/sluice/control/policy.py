@@ -24,6 +24,11 @@ class Policy:
     def restore(self, history: list) -> None:
         """Warm up from earlier batches' metrics (a restart); the default ignores them."""
 
+    def drain_notes(self) -> list[dict]:
+        """Proposals the policy held back since the last call, each with its reason (the
+        controller logs them as ``held`` records); the default has none."""
+        return []
+
     def describe(self) -> dict:
         """The policy's settings, for the decisions log and the docs."""
         return {"policy": self.name}

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -73,6 +74,7 @@ class OneStepScaling(Policy):
         self.window = window
         self.tolerance = tolerance
         self.max_step = max_step
+        self.balance = True  # place key groups by measured load (one MILP); False: in ranges
 
     def describe(self) -> dict:
         return {"policy": self.name, "target_utilization": self.target_utilization, "window": self.window,
@@ -92,7 +94,7 @@ class OneStepScaling(Policy):
             return []
         if not self._steady(view):
             return []  # the rate is still moving (a step inside the window): one step needs its new level
-        offered = view.offered_rate(self.window) or admitted / seconds
+        offered = self.offered(view) or admitted / seconds
         resources = view.resources
         ceiling = resources.max_cores
         actions: list[Action] = []
@@ -117,7 +119,7 @@ class OneStepScaling(Policy):
             if self.max_step is not None:
                 need = now + max(-self.max_step, min(self.max_step, need - now))
             direction = "out" if need > now else "in"
-            routing = balanced_routing(batches, ops, stage, need, plan.max_parallelism)
+            routing = balanced_routing(batches, ops, stage, need, plan.max_parallelism) if self.balance else None
             placed = "key groups by measured load" if routing is not None else "key groups in ranges"
             reason = (f"{op_id}: true rate {true_rate:,.0f} rows/s a partition (useful time, DS2), "
                       f"{needed_rate:,.0f} rows/s offered; at {self.target_utilization:.0%} utilization it needs "
@@ -139,6 +141,9 @@ class OneStepScaling(Policy):
                                       expected={"executors": executors}))
         return actions
 
+    def offered(self, view: ControlView) -> float | None:
+        """The rate to size for: what arrives at the sources over the window (None: a pull source)."""
+        return view.offered_rate(self.window)
 
     def _steady(self, view: ControlView) -> bool:
         """Whether the offered rate held still over the window: the arrival rates between
@@ -165,6 +170,76 @@ class IncrementalScaling(OneStepScaling):
 
     def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25):
         super().__init__(target_utilization, window, tolerance, max_step=1)
+
+
+class FlinkLikeScaling(OneStepScaling):
+    """A baseline in the manner of Flink's Kubernetes autoscaler (its documented defaults,
+    shortened by the caller for compressed traces): DS2's need at ``target_utilization``
+    (0.7), acted on only when the stage's utilization leaves ``target +- boundary`` (0.3);
+    no decision within ``stabilization_s`` of the start or of the last change; a scale-down
+    only once one has been recommended for ``scale_down_interval_s`` (lazy scale-down,
+    FLINK-36018), then the largest partition count recommended over that interval. Flink
+    restarts the job for each rescale; here a rescale is Sluice's, without a restart."""
+
+    name = "flink_autoscaler"
+
+    def __init__(self, target_utilization: float = 0.7, boundary: float = 0.3, stabilization_s: float = 300.0,
+                 scale_down_interval_s: float = 3600.0, window: int = 3):
+        super().__init__(target_utilization, window, tolerance=0.0)
+        if not 0 <= boundary < target_utilization or stabilization_s < 0 or scale_down_interval_s < 0:
+            raise ValueError("flink_autoscaler: 0 <= boundary < target_utilization, stabilization_s >= 0 and "
+                             "scale_down_interval_s >= 0 are required")
+        self.boundary = boundary
+        self.stabilization_s, self.scale_down_interval_s = stabilization_s, scale_down_interval_s
+        self.started: float | None = None
+        self.changed_at: float | None = None
+        self.version: int | None = None
+        self.down_since: float | None = None
+        self.down_need = 0
+
+    def describe(self) -> dict:
+        return {**super().describe(), "policy": self.name, "boundary": self.boundary,
+                "stabilization_s": self.stabilization_s, "scale_down_interval_s": self.scale_down_interval_s}
+
+    def propose(self, view: ControlView) -> list[Action]:
+        latest = view.latest
+        if latest is None:
+            return []
+        now = latest.started_at + latest.duration_s
+        self.started = now if self.started is None else self.started
+        if self.version is not None and view.plan.version != self.version:
+            self.changed_at = now
+        self.version = view.plan.version
+        quiet_since = self.started if self.changed_at is None else self.changed_at
+        if now - quiet_since < self.stabilization_s:
+            return []
+        actions = super().propose(view)
+        resize = next((a for a in actions if a.kind == PARTITIONS), None)
+        if resize is None:
+            return [a for a in actions if a.kind == EXECUTORS]
+        need = int(resize.expected["partitions"])
+        current = view.plan.keyed[resize.target].partitions
+        utilization = float(resize.expected["utilization"]) * need / max(current, 1)
+        low, high = self.target_utilization - self.boundary, self.target_utilization + self.boundary
+        if low <= utilization <= high:
+            self.down_since = None
+            return []
+        if need > current:
+            self.down_since = None
+            return actions
+        if self.down_since is None:
+            self.down_since, self.down_need = now, need
+            return []
+        self.down_need = max(self.down_need, need)
+        if now - self.down_since < self.scale_down_interval_s or self.down_need >= current:
+            return []
+        self.down_since = None
+        if need == self.down_need:
+            return actions
+        return [Action(PARTITIONS, resize.target, self.down_need,
+                       f"{resize.target}: scale in {current} -> {self.down_need}, the largest need recommended over "
+                       f"{self.scale_down_interval_s:.0f} s", expected={"partitions": self.down_need})] + \
+            [replace(a, value=executors_for(self.down_need, view.resources)) for a in actions if a.kind == EXECUTORS]
 
 
 RESCALE_SETTINGS = MilpSettings(time_limit=1.0)

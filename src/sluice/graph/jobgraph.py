@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -36,6 +37,7 @@ class JobGraph:
         self._operators: dict[str, Operator] = {}
         self.constraints: list = []  # LatencyConstraint s (graph.constraints), checked by validate
         self.economics: Economics | None = None  # prices and break-even costs (None: the defaults)
+        self.goals: Any = None  # control.goals.Goals: what the job must achieve (Pipeline.goals); None: none stated
 
     # ---- building -------------------------------------------------------------------------
     def add(self, op: Operator) -> Operator:

@@ -136,6 +136,9 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
         # and opens the sources, not in the first batch (``runtime.warmup``)
         warmup = start_python_workers(spark)
     lease.add_pids([jvm_pid(spark)])  # a standby knows the driver is gone when its JVM is too
+    goals = pipeline.graph.goals
+    if max_executors is None and goals is not None and _standalone(spark):
+        max_executors = goals.max_executors  # the goals' budget bounds the executors the job may hold
     pool = _executor_pool(spark, executors, max_executors)
     if ship is not None:  # every task from now on finds the pipeline's modules
         from sluice.runtime.shipping import ship_code
@@ -186,7 +189,8 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
         return out
 
     control = None
-    if controller is None and (graph.constraints or policies is not None or _has_alternates(graph)):
+    if controller is None and (graph.constraints or graph.goals is not None or policies is not None
+                               or _has_alternates(graph)):
         control = _controller(graph, checkpoint, controls, policies, spark, pool)
         controller = _reporting(control, on_control)
     executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
@@ -237,6 +241,12 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
                      dead_letters=sum(m.dead_letters for m in mine), late_records=sum(m.late_records for m in mine))
 
 
+def _standalone(spark) -> bool:
+    from sluice.runtime.executors import is_standalone
+
+    return is_standalone(spark.sparkContext.master)
+
+
 def _executor_pool(spark, executors: int | None, max_executors: int | None):
     """The pool of a standalone application's executors (None on local Spark), holding
     ``executors`` of them before the first batch when asked to."""
@@ -271,9 +281,10 @@ def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark, p
                  else SparkExecutors(pool))
     # a job given a policies file watches it; any job picks up `sluice control` requests
     swaps = PolicySwaps(checkpoint, watch=policies if isinstance(policies, str) else None)
-    if policies is None and not graph.constraints:
+    if policies is None and not graph.constraints and graph.goals is None:
         policies = []  # alternates only: no policy until one is put in force
-    return Controller(graph, build_policies(policies), checkpoint=checkpoint,
+    # no policies named: the autopilot for a job with goals, batch sizing for constraints
+    return Controller(graph, build_policies(policies, graph), checkpoint=checkpoint,
                       admission=SourceAdmission(controls, admitting), executors=executors,
                       history=[m for m in metrics_log.read(checkpoint) if not m.skipped], swaps=swaps)
 

@@ -64,6 +64,16 @@ class SimulatedExecutors:
         self.joining.extend([t + self.startup_s] * (n - len(self.joined) - len(self.joining)))
         self.target = n
 
+    def kill_one(self) -> None:
+        """An executor dies (the newest held): Spark asks for a replacement, which joins after
+        ``startup_s``, so the job's target stays."""
+        self._advance()
+        if not self.joined:
+            return
+        self.joined.pop()
+        self.warm.pop()
+        self.joining.append(self.now() + self.startup_s)
+
     def slots(self, begin: float) -> list[tuple[float, float]]:
         """Every task slot (executor core) a batch starting at ``begin`` may use, held and
         joining: (when Spark first offers it a task, when it can run one)."""

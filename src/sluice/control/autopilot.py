@@ -1,0 +1,593 @@
+"""The autopilot: every countermeasure a job has, coordinated to keep its goals.
+
+A job that states goals (``Pipeline.goals``, ``sluice run --latency``) and names no policies
+runs this one policy. Its members are the policies an expert would otherwise name:
+
+- ``batch_sizing``: the admission cap that holds the latency bound (``ModelBatchSizing``);
+- ``scaling``: DS2's one-step partitions of each keyed stage, and executors on a standalone
+  cluster, sized for the highest of the measured rate and the rate forecast over the time
+  a new executor takes to join (scale-ahead, ``control.forecast``);
+- ``balancing`` / ``collocation``: key groups moved off hot partitions; between two keyed
+  stages keyed differently with measured traffic, ALBIC's collocation, which balances both
+  stages itself (one owner per stage: balancing never touches a collocated pair);
+- ``chaining``: Python operators fused or split by measured work (``DynamicChaining``);
+- ``alternates_by_load``: each operator's alternate by the load (when it has alternates).
+
+Their proposals go to one arbiter (:class:`GoalArbiter`) that judges each against one model
+of the job (``control.job_model``: latency, utilization, cost) and its own memory of what
+it changed:
+
+- **hysteresis**: a scale-out needs pressure (the goal broken, the backlog growing, or the
+  utilization, measured or forecast, above ``high``); a scale-in needs the utilization
+  below ``low`` and a predicted latency inside the bound with a margin afterwards;
+- **lazy scale-down**: the utilization must stay low for ``scale_down_delay_s`` first, and
+  no scale-in follows a scale-out within ``undo_window_s``;
+- **one change at a time, measured**: no structural change while the last one is being
+  applied or measured (``measure_batches`` batches under it);
+- **no undoing another's change**: within ``undo_window_s`` a change back to what a change
+  replaced is held, and so is a routing change of a stage another member re-routed;
+- **undo what measured worse**: a change meant to add capacity whose batches then take
+  ``worse_margin`` longer than the model predicted for them before it, or a scale-in after
+  which the job falls behind, is undone, and the same change is not made again for
+  ``ban_s``.
+
+Held proposals are logged once per reason (``notes``: the controller writes them to
+``decisions.jsonl`` as ``held``). Pure: no Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sluice.control.actions import (
+    ADMISSION,
+    ALTERNATE,
+    CHAINS,
+    ESCALATE,
+    EXECUTORS,
+    PARTITIONS,
+    ROUTING,
+    STRUCTURAL,
+    THREADS,
+    Action,
+    partitions_of,
+)
+from sluice.control.alternates import AlternatesByLoad
+from sluice.control.balancing import KeyGroupBalancing
+from sluice.control.batch_sizing import LinearFit, ModelBatchSizing
+from sluice.control.chaining import DynamicChaining
+from sluice.control.collocation import CollocationBalancing
+from sluice.control.forecast import ArrivalForecaster, make_forecaster
+from sluice.control.goals import Goals
+from sluice.control.job_model import JobModel, build_model
+from sluice.control.policy import Policy
+from sluice.control.scaling import OneStepScaling, balanced_routing
+from sluice.control.view import ControlView
+
+log = logging.getLogger("sluice.control")
+
+# the utilization band by what the goals favour: (DS2's target, high, low)
+BANDS = {"latency": (0.6, 0.8, 0.3), "cost": (0.75, 0.95, 0.45)}
+
+
+class AheadScaling(OneStepScaling):
+    """DS2's one step, sized for ``ahead`` rows/s when that is above the measured rate."""
+
+    name = "scaling"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ahead: float | None = None  # set by the autopilot before each proposal
+
+    def offered(self, view: ControlView) -> float | None:
+        measured = super().offered(view)
+        if self.ahead is None or measured is None:
+            return measured
+        return max(measured, self.ahead)
+
+    def propose(self, view: ControlView) -> list[Action]:
+        """DS2's partitions of each keyed stage; on an elastic cluster, executors for the
+        whole job's work (every operator's useful task time a row, at the offered rate, at
+        the target utilization), not only for the largest keyed stage's partitions: the
+        Python steps share the executors' cores."""
+        actions = super().propose(view)
+        resources = view.resources
+        if not resources.elastic:
+            return actions
+        need = self.job_executors(view)
+        if need is None:
+            return actions
+        partitions = [partitions_of(a.value) for a in actions if a.kind == PARTITIONS]
+        most = resources.max_executors or resources.executors
+        target = min(max([need] + [math.ceil(p / max(resources.cores_per_executor, 1)) for p in partitions]), most)
+        rest = [a for a in actions if a.kind != EXECUTORS]
+        now = resources.target
+        if target > now:  # never fewer partitions while the job needs more executors
+            rest = [a for a in rest if not (a.kind == PARTITIONS and a.target in view.plan.keyed
+                                            and partitions_of(a.value) < view.plan.keyed[a.target].partitions)]
+        if target == now or (target < now and now - target <= self.tolerance * now and not rest):
+            return rest
+        reason = (f"the job's work needs {need} executor(s) at {self.target_utilization:.0%} utilization (every "
+                  f"operator's useful time a row at the offered rate): hold {target} (asked for {now})")
+        return [*rest, Action(EXECUTORS, "*", target, reason, expected={"executors": target})]
+
+    def job_executors(self, view: ControlView) -> int | None:
+        batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window:]
+        if len(batches) < self.window:
+            return None
+        rows = sum(m.rows_in for m in batches)
+        useful = sum(max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
+                     for m in batches for v in m.operators.values() if isinstance(v, dict))
+        seconds = sum(m.duration_s for m in batches)
+        rate = self.offered(view) or (rows / seconds if seconds > 0 else None)
+        if rows <= 0 or useful <= 0 or not rate:
+            return None
+        cores = rate * useful / rows / self.target_utilization
+        return max(1, math.ceil(cores / max(view.resources.cores_per_executor, 1)))
+
+    def _steady(self, view: ControlView) -> bool:
+        measured = super().offered(view)
+        if self.ahead is not None and measured is not None and self.ahead > measured * (1 + self.tolerance):
+            return True  # sized for the forecast's level, not the moving measured one
+        return super()._steady(view)
+
+
+@dataclass
+class Change:
+    """A structural change the arbiter let through: awaiting application, then its verdict."""
+
+    member: str
+    actions: tuple[Action, ...]
+    undo: tuple[Action, ...]  # what puts back what it replaced
+    intent: str  # "capacity" (out, rebalance, chains) or "cost" (in)
+    proposed_batch: int
+    proposed_version: int
+    baseline: LinearFit | None  # the model before it
+    per_row: float | None = None  # seconds a row of the batches before it (when there is no fit)
+    applied_batch: int | None = None
+    applied_at: float | None = None
+    judged: bool = False
+    revert: bool = False  # this change undoes an earlier one
+
+
+@dataclass
+class GoalArbiter:
+    """Judges the autopilot's candidates (see the module's docstring for the rules)."""
+
+    favour: str = "latency"
+    undo_window_s: float = 120.0
+    scale_down_delay_s: float = 120.0
+    ban_s: float = 600.0
+    measure_batches: int = 3
+    worse_margin: float = 0.25
+    patience: int = 10  # batches a proposed change may wait to be applied before it is dropped
+    pending: Change | None = None
+    changes: list[Change] = field(default_factory=list)  # applied, newest last
+    banned: dict[tuple, float] = field(default_factory=dict)  # (kind, target, value key) -> until (s)
+    low_since: float | None = None
+    notes: list[dict] = field(default_factory=list)
+    _said: dict[tuple, str] = field(default_factory=dict)
+
+    @property
+    def band(self) -> tuple[float, float, float]:
+        return BANDS[self.favour]
+
+    # ---- memory -------------------------------------------------------------------------------
+    def observe(self, view: ControlView, model: JobModel, now: float) -> list[Action]:
+        """After each batch: notice a pending change applied, track the utilization, and
+        return the undo of an applied change that measured worse (or nothing)."""
+        pending = self.pending
+        if pending is not None:
+            if all(_in_force(view, a) for a in pending.actions):
+                pending.applied_batch, pending.applied_at = view.batch_id - 1, now
+                self.changes.append(pending)
+                self.changes = self.changes[-20:]
+                self.pending = None
+            elif pending.revert:
+                return list(pending.actions)  # an undo is asked for until it is applied
+            elif view.batch_id - pending.proposed_batch > self.patience:
+                self.pending = None  # never applied (deferred or rejected): forget it
+        u = model.utilization
+        low = self.band[2]
+        if u is not None and u < low and not model.behind:
+            self.low_since = now if self.low_since is None else self.low_since
+        else:
+            self.low_since = None
+        for change in self.changes:
+            if not change.judged and not change.revert:
+                undo = self._verdict(change, view, model, now)
+                if undo:
+                    return undo
+        return []
+
+    def _verdict(self, change: Change, view: ControlView, model: JobModel, now: float) -> list[Action]:
+        assert change.applied_batch is not None
+        resources = view.resources
+        if resources.executors < resources.target:
+            return []  # executors still joining: not the change's steady state yet
+        # the first batch under a change carries its transient (moved state loading)
+        after = [m for m in view.batches() if m.batch_id > change.applied_batch + 1]
+        if len(after) < self.measure_batches:
+            return []
+        change.judged = True
+        after = after[:self.measure_batches]
+        if change.intent == "cost":
+            if not model.behind:
+                return []
+            why = "the job fell behind after it"
+            self._ban(change, now, "in")
+        else:
+            if change.baseline is not None:
+                predicted = sum(change.baseline.seconds(m.rows_in) for m in after)
+            elif change.per_row is not None:  # no fit before it: its batches' mean time a row
+                predicted = sum(change.per_row * m.rows_in for m in after)
+            else:
+                return []
+            measured = sum(m.duration_s for m in after)
+            if predicted <= 0 or measured <= predicted * (1 + self.worse_margin):
+                return []
+            why = (f"its batches took {measured / predicted:.2f}x what the model predicted for them before it "
+                   f"({measured * 1000 / len(after):.0f} ms against {predicted * 1000 / len(after):.0f} ms)")
+            self._ban(change, now, None)
+        undo = tuple(replace(a, reason=f"undo {change.member}'s {a.kind} change of {a.target}: {why}; not "
+                                          f"retried for {self.ban_s:.0f} s") for a in change.undo)
+        self.pending = Change(change.member, undo, (), "capacity", view.batch_id, view.plan.version, None, revert=True)
+        return list(undo)
+
+    def _ban(self, change: Change, now: float, direction: str | None) -> None:
+        for a in change.actions:
+            self.banned[(a.kind, a.target, direction or _key(a.value))] = now + self.ban_s
+
+    def _banned(self, action: Action, direction: str | None, now: float) -> bool:
+        for key in ((action.kind, action.target, _key(action.value)), (action.kind, action.target, direction)):
+            until = self.banned.get(key)
+            if until is not None and now < until:
+                return True
+        return False
+
+    # ---- judging ------------------------------------------------------------------------------
+    def judge(self, candidates: list[tuple[str, Action]], view: ControlView, model: JobModel,
+              now: float) -> list[Action]:
+        """The candidates (member, action) that pass; the rest are noted with why."""
+        out: list[Action] = []
+        structural = [(m, a) for m, a in candidates if a.kind in STRUCTURAL]
+        scaling_out = any(self._direction(view, a) == "out" for _, a in structural)
+        for member, action in candidates:
+            if action.kind == ADMISSION or action.kind == ALTERNATE:
+                out.append(action)
+            elif action.kind == ESCALATE:
+                if scaling_out or self._capacity_in_flight():
+                    self._note(view, member, action, "held: scaling is tried first")
+                else:
+                    out.append(action)
+        # one structural change (with the executors that go with it) a batch, by priority
+        groups: dict[str, list[Action]] = {}
+        for member, action in structural:
+            groups.setdefault(member, []).append(action)
+        ranked = sorted(groups.items(), key=lambda item: self._priority(view, model, item[1]))
+        for member, actions in ranked:
+            why = self._why_not(member, actions, view, model, now)
+            if why is not None:
+                for action in actions:
+                    self._note(view, member, action, why)
+                continue
+            intent = "cost" if any(self._direction(view, a) == "in" for a in actions) else "capacity"
+            before = view.batches(5)
+            rows = sum(m.rows_in for m in before)
+            self.pending = Change(member, tuple(actions), tuple(_undo(view, a) for a in actions), intent,
+                                  view.batch_id, view.plan.version, model.fit,
+                                  sum(m.duration_s for m in before) / rows if rows else None)
+            out.extend(actions)
+            break
+        return out
+
+    def _priority(self, view: ControlView, model: JobModel, actions: list[Action]) -> int:
+        directions = {self._direction(view, a) for a in actions}
+        if "out" in directions:
+            return 0 if model.behind else 1
+        if any(a.kind == ROUTING for a in actions):
+            return 2
+        if any(a.kind in (CHAINS, THREADS) for a in actions):
+            return 3
+        return 4  # scale-in last
+
+    def _why_not(self, member: str, actions: list[Action], view: ControlView, model: JobModel,
+                 now: float) -> str | None:
+        if self.pending is not None:
+            what = "the undo of " if self.pending.revert else ""
+            return f"held: {what}{self.pending.member}'s change is being applied"
+        last = self.changes[-1] if self.changes else None
+        if last is not None and not last.judged and not last.revert:
+            return f"held: measuring {last.member}'s change (applied after batch {last.applied_batch})"
+        for action in actions:
+            direction = self._direction(view, action)
+            if self._banned(action, direction, now):
+                return "held: the same change measured worse not long ago"
+            undoing = self._undoes(member, action, now)
+            if undoing is not None:
+                return f"held: it would undo {undoing}'s change within {self.undo_window_s:.0f} s"
+        directions = {self._direction(view, a) for a in actions}
+        high, low = self.band[1], self.band[2]
+        u = model.utilization
+        if "out" in directions:
+            ahead = model.utilization_at(model.ahead)
+            rate = max(model.rate or 0.0, model.ahead or 0.0)
+            latency = model.latency_s(rate) if rate > 0 else None
+            near = latency is not None and model.bound_s is not None and latency > 0.9 * model.bound_s
+            pressed = model.behind or near or (u is not None and u > high) or (ahead is not None and ahead > high)
+            if not pressed and u is not None:
+                return f"held: no pressure to scale out (utilization {u:.2f} within the band, goal kept)"
+        if "in" in directions:
+            if model.behind:
+                return "held: no scale-in while the job is behind its goal"
+            if self.low_since is None or now - self.low_since < self.scale_down_delay_s:
+                return (f"held: lazy scale-down (utilization under {low:.2f} for "
+                        f"{0 if self.low_since is None else now - self.low_since:.0f} of {self.scale_down_delay_s:.0f} s)")
+            recent_out = [c for c in self.changes if c.applied_at is not None and now - c.applied_at < self.undo_window_s
+                          and c.intent == "capacity" and any(a.kind in (PARTITIONS, EXECUTORS) for a in c.actions)]
+            if recent_out:
+                return f"held: a scale-out {now - recent_out[-1].applied_at:.0f} s ago"  # type: ignore[operator]
+            speedup = min((self._speedup(view, a) for a in actions), default=1.0)
+            after = model.utilization_at(max(model.rate or 0.0, model.ahead or 0.0), speedup)
+            latency = model.latency_s(max(model.rate or 0.0, model.ahead or 0.0), speedup) if model.rate else None
+            if after is not None and after > high:
+                return f"held: the model predicts utilization {after:.2f} after it (band top {high:.2f})"
+            if latency is not None and model.bound_s is not None and latency > 0.8 * model.bound_s:
+                return (f"held: the model predicts {latency * 1000:.0f} ms after it, over 80 % of the "
+                        f"{model.bound_s * 1000:.0f} ms bound")
+        return None
+
+    def _undoes(self, member: str, action: Action, now: float) -> str | None:
+        """Who made the change within the window that ``action`` would undo, if any."""
+        for change in reversed(self.changes):
+            if change.applied_at is None or now - change.applied_at >= self.undo_window_s or change.revert:
+                continue
+            for done, undo in zip(change.actions, change.undo):
+                if action.kind == ROUTING and done.kind == ROUTING and change.member != member \
+                        and _stages(action) & _stages(done):
+                    return change.member
+                if done.kind == action.kind and done.target == action.target and _key(undo.value) == _key(action.value):
+                    return change.member
+        return None
+
+    def busy(self) -> bool:
+        """A structural change is being applied or measured (nothing else structural passes)."""
+        if self.pending is not None:
+            return True
+        last = self.changes[-1] if self.changes else None
+        return last is not None and not last.judged and not last.revert
+
+    def _capacity_in_flight(self) -> bool:
+        if self.pending is not None and self.pending.intent == "capacity":
+            return True
+        last = self.changes[-1] if self.changes else None
+        return last is not None and not last.judged and last.intent == "capacity"
+
+    @staticmethod
+    def _direction(view: ControlView, action: Action) -> str | None:
+        if action.kind == PARTITIONS and action.target in view.plan.keyed:
+            now, new = view.plan.keyed[action.target].partitions, partitions_of(action.value)
+        elif action.kind == EXECUTORS:
+            now, new = view.resources.target, int(action.value)
+        elif action.kind == THREADS:
+            now, new = view.plan.threads.get(action.target, 1), int(action.value)
+        else:
+            return None
+        return "out" if new > now else "in" if new < now else None
+
+    @staticmethod
+    def _speedup(view: ControlView, action: Action) -> float:
+        """How much faster a row goes after a scale change (conservative: all of a row's
+        work scales with the partitions, so a scale-in slows it by their ratio)."""
+        if action.kind == PARTITIONS and action.target in view.plan.keyed:
+            return partitions_of(action.value) / max(view.plan.keyed[action.target].partitions, 1)
+        if action.kind == EXECUTORS:
+            return int(action.value) / max(view.resources.target, 1)
+        return 1.0
+
+    def _note(self, view: ControlView, member: str, action: Action, why: str) -> None:
+        key = (member, action.kind, action.target)
+        gist = re.sub(r"[\d.,]+", "#", why)  # said once until the reason itself changes, not its figures
+        if self._said.get(key) == gist:
+            return
+        self._said[key] = gist
+        self.notes.append({"batch_id": view.batch_id, "member": member, "kind": action.kind,
+                           "target": action.target, "reason": why, "proposal": action.reason})
+
+
+def _key(value: Any) -> str:
+    """A comparable form of an action's value (routing tables are lists, chains tuples)."""
+    if isinstance(value, dict) and "partitions" in value:
+        return f"partitions={int(value['partitions'])}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"partitions={value}"
+    return repr(value)
+
+
+def _stages(action: Action) -> set[str]:
+    return set(action.value) if isinstance(action.value, dict) else {action.target}
+
+
+def _in_force(view: ControlView, action: Action) -> bool:
+    plan = view.plan
+    if action.kind == PARTITIONS:
+        stage = plan.keyed.get(action.target)
+        return stage is not None and stage.partitions == partitions_of(action.value)
+    if action.kind == ROUTING:
+        tables = action.value if isinstance(action.value, dict) else {action.target: action.value}
+        return all(op in plan.keyed and list(plan.keyed[op].routing) == [int(p) for p in t] for op, t in tables.items())
+    if action.kind == CHAINS:
+        chains = action.value["chains"] if isinstance(action.value, dict) else action.value
+        return tuple(tuple(c) for c in plan.chains) == tuple(tuple(c) for c in chains)
+    if action.kind == EXECUTORS:
+        return view.resources.target == int(action.value)
+    if action.kind == THREADS:
+        return plan.threads.get(action.target, 1) == int(action.value)
+    return True
+
+
+def _undo(view: ControlView, action: Action) -> Action:
+    """The action that puts back what ``action`` replaces (read from the Plan in force)."""
+    plan = view.plan
+    if action.kind == PARTITIONS:
+        stage = plan.keyed[action.target]
+        value: Any = {"partitions": stage.partitions, "routing": [int(p) for p in stage.routing]}
+    elif action.kind == ROUTING:
+        ops = action.value if isinstance(action.value, dict) else {action.target: None}
+        tables = {op: [int(p) for p in plan.keyed[op].routing] for op in ops}
+        value = tables if isinstance(action.value, dict) else tables[action.target]
+    elif action.kind == CHAINS:
+        value = {"chains": plan.chains, "rebalance": dict(plan.rebalance)}
+    elif action.kind == EXECUTORS:
+        value = view.resources.target
+    elif action.kind == THREADS:
+        value = plan.threads.get(action.target, 1)
+    else:
+        value = action.value
+    return Action(action.kind, action.target, value, "undo", {})
+
+
+class Autopilot(Policy):
+    """Keep a job's goals with every countermeasure it has (see the module's docstring).
+
+    ``goals``: what to keep (default: keep up, favour latency); ``forecaster``: how the
+    scale-ahead forecasts the arrivals (a ``control.forecast`` forecaster, its name, or
+    ``{name: {options}}``; None: measured rates only); ``startup_s``: how far ahead it
+    looks (what a new executor takes to join). The arbiter's settings
+    (``undo_window_s``, ``scale_down_delay_s``, ``ban_s``, ``measure_batches``,
+    ``worse_margin``) are described in :class:`GoalArbiter`.
+    """
+
+    name = "autopilot"
+
+    def __init__(self, goals: Goals | dict | None = None, *, forecaster: Any = "holt_winters",
+                 startup_s: float = 30.0, undo_window_s: float = 120.0, scale_down_delay_s: float = 120.0,
+                 ban_s: float = 600.0, measure_batches: int = 3, worse_margin: float = 0.25,
+                 members: list[Policy] | None = None):
+        from sluice.errors import ConfigError
+
+        if isinstance(goals, dict):
+            from sluice.control.goals import make_goals
+
+            goals = make_goals(**goals)
+        self.goals = goals or Goals()
+        if min(undo_window_s, scale_down_delay_s, ban_s, startup_s) < 0 or measure_batches < 1 or worse_margin <= 0:
+            raise ConfigError("autopilot: the windows and delays must be >= 0, measure_batches >= 1 and "
+                              "worse_margin > 0")
+        target = BANDS[self.goals.favour][0]
+        self.scaling = AheadScaling(target_utilization=target)
+        # key groups are placed by load (a MILP) only for a rescale the arbiter lets through
+        self.scaling.balance = False
+        self.members: list[Policy] = members if members is not None else [
+            ModelBatchSizing(scaling=None), self.scaling, CollocationBalancing(), KeyGroupBalancing(),
+            DynamicChaining(), AlternatesByLoad()]
+        self.forecaster: ArrivalForecaster | None = make_forecaster(forecaster) if forecaster else None
+        self.startup_s = startup_s
+        self.arbiter = GoalArbiter(self.goals.favour, undo_window_s, scale_down_delay_s, ban_s, measure_batches,
+                                   worse_margin)
+
+    def describe(self) -> dict:
+        a = self.arbiter
+        return {"policy": self.name, "goals": self.goals.to_dict(), "members": [m.describe() for m in self.members],
+                "forecaster": None if self.forecaster is None else self.forecaster.describe(),
+                "undo_window_s": a.undo_window_s, "scale_down_delay_s": a.scale_down_delay_s, "ban_s": a.ban_s,
+                "measure_batches": a.measure_batches, "worse_margin": a.worse_margin}
+
+    def restore(self, history: list) -> None:
+        for member in self.members:
+            member.restore(history)
+
+    def drain_notes(self) -> list[dict]:
+        """What the arbiter held since the last call, and why (the controller logs them)."""
+        notes, self.arbiter.notes = self.arbiter.notes, []
+        return notes
+
+    def propose(self, view: ControlView) -> list[Action]:
+        latest = view.latest
+        if latest is None:
+            return []
+        now = latest.started_at + latest.duration_s
+        ahead = None
+        if self.forecaster is not None:
+            self.forecaster.observe(view)
+            ahead = self.forecaster.peak(now, self.startup_s)
+        self.scaling.ahead = ahead
+        model = build_model(view, ahead=ahead)
+        # the utilization DS2 sizes for: the band's target, or lower when the goal needs it
+        # (the batches' cycle (a + gap) / (1 - u) times k must stay within 80 % of the bound)
+        target = BANDS[self.goals.favour][0]
+        if model.fit is not None and model.bound_s is not None:
+            target = min(target, max(1 - model.k * (model.fit.a + model.gap_s) / (0.8 * model.bound_s), 0.3))
+        self.scaling.target_utilization = target
+        undo = self.arbiter.observe(view, model, now)
+        if undo:
+            return undo
+        paired = _collocated_stages(view)
+        busy = self.arbiter.busy()
+        candidates: list[tuple[str, Action]] = []
+        for member in self.members:
+            if isinstance(member, AlternatesByLoad) and not view.plan.alternates:
+                continue
+            if busy and not isinstance(member, (ModelBatchSizing, AlternatesByLoad)):
+                continue  # a structural change is being applied or measured: nothing else structural yet
+            for action in member.propose(view):
+                if type(member) is KeyGroupBalancing and action.kind == ROUTING and action.target in paired:
+                    continue  # collocation owns this stage: it balances the pair itself
+                candidates.append((member.name, replace(action, reason=f"{member.name}: {action.reason}")))
+        accepted = [self._placed(view, a) for a in self.arbiter.judge(candidates, view, model, now)]
+        return self._keeping_up(view, model, accepted)
+
+    def _keeping_up(self, view: ControlView, model: JobModel, actions: list[Action]) -> list[Action]:
+        """With the keep-up goal, after an outage or a surge: when more than the bound's
+        worth of input waits, admission takes all of it (those rows are late whatever the
+        batch size; smaller batches would only keep them waiting and the backlog growing)."""
+        latest = view.latest
+        backlog = model.backlog
+        if not self.goals.keep_up or backlog is None or latest is None or model.rate is None:
+            return actions
+        if backlog <= max(model.rate * (model.bound_s or 1.0), latest.rows_in):
+            return actions
+        rows = backlog + latest.rows_in
+        sized = [a for a in actions if a.kind == ADMISSION]
+        current = view.admission_total
+        if current is None and not sized:
+            return actions  # uncapped: it admits what waits already
+        if all(int(a.value) >= rows for a in sized) and sized:
+            return actions
+        if not sized and current is not None and current >= rows:
+            return actions
+        reason = (f"keep up: {backlog:,} rows wait, more than the bound's worth of input; admit them all "
+                  f"({rows:,} rows) rather than keep them waiting")
+        return [a for a in actions if a.kind != ADMISSION] + [Action(ADMISSION, "*", rows, reason, {"rows": rows})]
+
+    def _placed(self, view: ControlView, action: Action) -> Action:
+        """A rescale let through, with its key groups placed by their measured loads."""
+        if action.kind != PARTITIONS or isinstance(action.value, dict) or action.target not in view.plan.keyed:
+            return action
+        plan = view.plan
+        ops = next((ops for ops in plan.keyed_stages() if action.target in ops), (action.target,))
+        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.scaling.window:]
+        routing = balanced_routing(batches, ops, plan.keyed[action.target], int(action.value), plan.max_parallelism)
+        if routing is None:
+            return action
+        placed = replace(action, value={"partitions": int(action.value), "routing": routing},
+                         reason=action.reason.replace("key groups in ranges", "key groups by measured load"))
+        if self.arbiter.pending is not None:
+            self.arbiter.pending.actions = tuple(placed if a is action else a for a in self.arbiter.pending.actions)
+        return placed
+
+
+def _collocated_stages(view: ControlView) -> set[str]:
+    """Keyed operators fed by a keyed operator keyed differently, with measured traffic, and
+    those operators: the stages collocation owns."""
+    latest = view.latest
+    out: set[str] = set()
+    for op_id, traffic in ((getattr(latest, "traffic", None) or {}).items() if latest is not None else ()):
+        upstream = traffic.get("upstream") if isinstance(traffic, dict) else None
+        if upstream in view.plan.keyed and op_id in view.plan.keyed:
+            out.update((op_id, upstream))
+    return out
