@@ -182,9 +182,10 @@ def approx_count_distinct(column: str, precision: int = 12) -> Aggregate:
 
 def approx_percentile(column: str, q: float, relative_accuracy: float = 0.01) -> Aggregate:
     """Approximate ``q`` quantile (0 <= q <= 1; 0.95 is the 95th percentile) of the non-null
-    values of a numeric ``column``, as float64 (DDSketch): the value of rank
-    floor(q * (n - 1)) within ``relative_accuracy`` (1 % by default) of it, whatever the
-    distribution. Sketches merge across batches, panes and restarts.
+    values of a numeric ``column``, as float64 (DDSketch): the smallest value with at least
+    ``q`` of the values at or below it (SQL's ``percentile_disc``), within
+    ``relative_accuracy`` (1 % by default) of it, whatever the distribution. Sketches merge
+    across batches, panes and restarts.
 
     >>> from sluice import agg
     >>> agg.approx_percentile("latency_ms", 0.99).kind

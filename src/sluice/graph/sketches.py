@@ -199,11 +199,13 @@ def ddsketch_merge(a: DDSketch, b: DDSketch) -> DDSketch:
 
 
 def ddsketch_quantile(acc: DDSketch, q: float) -> float | None:
-    """The value of rank floor(q * (n - 1)) among the n values, within the relative accuracy."""
+    """The smallest value with at least ``q`` of the n values at or below it (the nearest
+    rank, ceil(q * n), as SQL's ``percentile_disc`` and Spark's ``percentile_approx`` define
+    it), within the relative accuracy."""
     n = acc.count
     if n == 0:
         return None
-    rank = math.floor(q * (n - 1))
+    rank = max(math.ceil(q * n) - 1, 0)  # 0-based
     gamma = acc.gamma
     # buckets from the most negative value up: negatives by decreasing index, zeros, positives
     negative = sorted(acc.negative.items(), key=lambda kv: -kv[0])
