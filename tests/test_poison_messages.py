@@ -207,3 +207,35 @@ def test_max_bytes_per_batch_is_checked():
             sources.nats("s", SCHEMA, max_bytes_per_batch=bad)
     assert sources.nats("s", SCHEMA).max_bytes_per_batch == 256 << 20
     assert sources.nats("s", SCHEMA, max_bytes_per_batch=None).max_bytes_per_batch is None
+
+
+def test_a_redis_sink_upserts_a_large_batch_in_several_transactions(tmp_path, monkeypatch):
+    """Hashes upserted by key go in transactions of UPSERT_CHUNK rows (the batch id with the
+    last), not one MULTI/EXEC for the whole batch; a replay changes nothing."""
+    require("Redis")
+    from sluice.runtime import connectors
+    from sluice.runtime.connectors import redis_streams
+
+    monkeypatch.setattr(redis_streams, "UPSERT_CHUNK", 1000)
+    r = redis_client()
+    prefix = unique("chunks")
+    table = pa.table({"k": [f"k{i}" for i in range(4500)], "n": list(range(4500))})
+    spec = sinks.redis(prefix, key="k", url=REDIS_URL)
+
+    def execs() -> int:
+        return int(r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+
+    try:
+        before = execs()
+        connectors.write(spec, table, 7, str(tmp_path / "ckpt"))
+        assert execs() - before >= 5  # 4,500 rows in transactions of 1,000 (other clients may add more)
+        assert len(r.keys(f"{prefix}:*")) == 4500 and r.hgetall(f"{prefix}:k4499")[b"n"] == b"4499"
+        marker = r.hgetall(f"sluice:batches:{prefix}")
+        assert list(marker.values()) == [b"7"]
+        connectors.write(spec, table.slice(0, 10), 7, str(tmp_path / "ckpt"))  # a replay: skipped
+        assert r.hgetall(f"{prefix}:k0")[b"n"] == b"0"
+    finally:
+        keys = r.keys(f"{prefix}:*")
+        for i in range(0, len(keys), 1000):
+            r.delete(*keys[i:i + 1000])
+        r.delete(f"sluice:batches:{prefix}")

@@ -25,6 +25,8 @@ from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, 
 UNCAPPED_BATCH = 100_000
 """Entries a batch admits when no limit is set (one server-side XRANGE must stay short)."""
 FETCH_COUNT = 10_000
+UPSERT_CHUNK = 10_000
+"""Hashes a sink's transaction upserts at most (``RedisWriter``)."""
 SOCKET_TIMEOUT_S = 10
 
 _END_OF_RANGE = """
@@ -148,13 +150,29 @@ class _Payloads(Sequence[bytes]):
 
 
 class RedisWriter:
-    """Writes a batch in one MULTI/EXEC with the batch id in hash ``sluice:batches:<name>``
-    (field = job): a batch at or below the recorded id is skipped."""
+    """Writes a batch with the batch id in hash ``sluice:batches:<name>`` (field = job): a
+    batch at or below the recorded id is skipped.
+
+    Stream entries go in one MULTI/EXEC with the id (an entry added twice would be a
+    duplicate). Hashes upserted by key go in transactions of ``UPSERT_CHUNK`` rows, the id
+    with the last: a batch is never one huge transaction that blocks the server, and a
+    replay after a crash between chunks writes the same values again."""
 
     def __init__(self, spec: RedisSink):
         self.spec = spec
         self.r = client(spec.url)
         self.marker = f"sluice:batches:{spec.name}"
+
+    def _upsert(self, table: pa.Table, batch_id: int, job: str) -> None:
+        for first in range(0, max(table.num_rows, 1), UPSERT_CHUNK):
+            pipe = self.r.pipeline(transaction=True)
+            for row in rows_as_text(table.slice(first, UPSERT_CHUNK)):
+                name = ":".join([self.spec.name] + [row.get(k, "") for k in self.spec.key])
+                pipe.delete(name)
+                pipe.hset(name, mapping=row)
+            if first + UPSERT_CHUNK >= table.num_rows:
+                pipe.hset(self.marker, job, batch_id)
+            pipe.execute()
 
     def write(self, table: pa.Table, batch_id: int, job: str) -> None:
         import redis
@@ -163,16 +181,13 @@ class RedisWriter:
             done = self.r.hget(self.marker, job)
             if done is not None and int(done) >= batch_id:
                 return  # a replay of a batch already written
-            rows = rows_as_text(table)
-            pipe = self.r.pipeline(transaction=True)
             if self.spec.key:
-                for row in rows:
-                    name = ":".join([self.spec.name] + [row.get(k, "") for k in self.spec.key])
-                    pipe.delete(name)
-                    pipe.hset(name, mapping=row)
-            else:
-                for row in rows:
-                    pipe.xadd(self.spec.name, row or {"": ""})
+                self._upsert(table, batch_id, job)
+                return
+            # stream entries: one transaction with the id, so a replay cannot add them twice
+            pipe = self.r.pipeline(transaction=True)
+            for row in rows_as_text(table):
+                pipe.xadd(self.spec.name, row or {"": ""})
             pipe.hset(self.marker, job, batch_id)
             pipe.execute()
         except (redis.ConnectionError, redis.TimeoutError) as e:
