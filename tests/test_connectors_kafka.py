@@ -297,3 +297,40 @@ def test_a_kafka_broker_that_is_down_is_named_by_the_source_and_the_sink(tmp_pat
     assert f"Kafka at 127.0.0.1:{port}" in str(error.value) and "unreachable" in str(error.value)
     with pytest.raises(SinkError, match=f"Kafka at 127.0.0.1:{port}.*unreachable"):
         connectors.write(KafkaSink(topic="t", bootstrap=f"127.0.0.1:{port}", patience_s=1), ROWS, 0, str(tmp_path))
+
+
+@pytest.mark.spark
+def test_an_idle_partition_does_not_hold_back_windows_on_the_kafka_timestamp(spark, tmp_path):
+    """Event time from the Kafka timestamp; one partition never receives a record: the
+    source's watermark follows the partition that does, and its windows close."""
+    from confluent_kafka import Producer
+
+    from sluice import agg, windows
+
+    require("Kafka")
+    topic = unique("idle")
+    kafka_topic(topic, partitions=2)
+    try:
+        producer = Producer({"bootstrap.servers": KAFKA})
+        base_ms = 1_700_000_000_000
+        for i in range(40):  # 0.25 s apart in Kafka time, all to partition 0
+            producer.produce(topic, json.dumps({"id": i}).encode(), partition=0, timestamp=base_ms + 250 * i)
+        producer.flush()
+        clear_memory()
+        p = sluice.Pipeline("kafka_idle")
+        spec = sources.kafka(topic, pa.schema([("id", pa.int64())]), metadata=("timestamp", "partition"),
+                             event_time="kafka_timestamp", max_rows_per_batch=10)
+        p.source(spec).key_by("kafka_partition").window(windows.tumbling("1s")).aggregate(n=agg.count()) \
+            .sink(sinks.memory("idle_windows"))
+
+        def closed(_):
+            table = memory_table("idle_windows")
+            return table is not None and table.num_rows >= 9
+
+        p.run(str(tmp_path / "ckpt"), spark=spark, duration=120, stop_when=closed)
+        got = memory_table("idle_windows").sort_by("window_start")
+        # the first nine seconds, closed while partition 1 is empty
+        assert got["n"].to_pylist()[:9] == [4] * 9
+        assert got["window_start"][0].as_py().timestamp() == base_ms / 1000
+    finally:
+        kafka_delete(topic)
