@@ -78,11 +78,16 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
     event = view.event_time()
     if event:
         wm = event.get("watermark_us")
-        text = f"watermark {_clock(wm / 1e6)}, {event['lag_s']:,.1f} s behind" if wm is not None else "no watermark yet"
+        if event.get("ended"):
+            text = "the input ended: the last batch closed every window"
+        elif wm is not None:
+            text = (f"watermark {_clock(wm / 1e6)}, {event['lag_s']:,.1f} s behind "
+                    f"(one watermark for every stateful operator)")
+        else:
+            text = "no watermark yet"
         per_source = "; ".join(f"{s} latest event {_clock(v['max_event_us'] / 1e6)} ({v['lag_s']:,.1f} s behind)"
                                for s, v in event["sources"].items())
-        lines.append(f"  event time         {text} (one watermark for every stateful operator)"
-                     + (f"; {per_source}" if per_source else ""))
+        lines.append(f"  event time         {text}" + (f"; {per_source}" if per_source else ""))
     by_operator: dict[str, int] = {}
     for b in batches:
         for op, n in b["dead_letters_by_operator"].items():

@@ -324,10 +324,11 @@ class JobView:
             if isinstance(us, (int, float)) and 0 < us < FAR_FUTURE_US:
                 sources[str(name)] = {"max_event_us": int(us), "lag_s": round(max(started - us / 1e6, 0.0), 3)}
         wm = last.get("watermark")
-        if not sources and not (isinstance(wm, (int, float)) and 0 < wm < FAR_FUTURE_US):
+        ended = isinstance(wm, (int, float)) and wm >= FAR_FUTURE_US  # the end-of-input batch's end of time
+        if not sources and not ended and not (isinstance(wm, (int, float)) and 0 < wm < FAR_FUTURE_US):
             return {}
         return {"watermark_us": wm if isinstance(wm, (int, float)) and 0 < wm < FAR_FUTURE_US else None,
-                "lag_s": last.get("event_lag_s"), "sources": sources}
+                "lag_s": last.get("event_lag_s"), "sources": sources, "ended": ended}
 
     def stateful_operators(self) -> list[str]:
         """The stateful operators the checkpoint records (``pipeline.json``), else those

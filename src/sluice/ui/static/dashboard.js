@@ -126,7 +126,7 @@ function renderEventTime(bs, axis, event) {
       points: bs.filter(b => b.event_lag_s !== null && b.event_lag_s !== undefined).map(b => [b.t - axis.t0, b.event_lag_s]) },
   ], { ...axis, left: "seconds" });
   const sources = Object.entries(event.sources || {});
-  $("event-note").textContent = !event.watermark_us ? "no event time"
+  $("event-note").textContent = event.ended ? "the input ended: every window closed" : !event.watermark_us ? "no event time"
     : `watermark ${new Date(event.watermark_us / 1000).toLocaleString()}` + (sources.length ? " · " + sources.map(
       ([s, v]) => `${s} latest event ${fmt(v.lag_s)} s behind`).join(", ") : "");
 }
