@@ -317,3 +317,44 @@ def test_values_a_delta_table_cannot_hold_reach_the_dead_letter_sink(spark, tmp_
     assert {json.loads(x["record"])["code"] for x in letters} == {"x"}
     assert all("column 'code': 'x' cannot be stored as int64" in x["error"] for x in letters)
     assert sorted(table["id"].to_pylist() + [json.loads(x["record"])["id"] for x in letters]) == list(range(600))
+
+
+def test_a_delta_data_file_that_cannot_be_read_is_named(tmp_path):
+    """Outside a Sluice job there is no dead-letter channel: the error names the file (inside
+    one, the file is a dead letter and the other files of the batch are read)."""
+    uri = str(tmp_path / "t")
+    for v in range(2):
+        write_deltalake(uri, pa.table({"id": pa.array([v], pa.int64())}), mode="append")
+    broken = DeltaTable(uri).file_uris()[0]
+    with open(broken, "r+b") as f:
+        f.truncate(10)
+    reader = _reader(sources.delta(uri), tmp_path)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxRows(1 << 62))
+    with pytest.raises(SourceError, match=r"file .*\.parquet: cannot be read"):
+        _read(reader, start, end)
+
+
+@pytest.mark.spark
+def test_an_unreadable_delta_data_file_is_a_dead_letter_and_the_rest_is_read(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    for v in range(3):
+        write_deltalake(uri, pa.table({"id": pa.array([v * 10, v * 10 + 1], pa.int64())}), mode="append")
+    broken = sorted(DeltaTable(uri).file_uris())[0]
+    with open(broken, "r+b") as f:
+        f.truncate(10)
+    clear_memory("unreadable_out")
+    clear_memory("unreadable_dead")
+    p = sluice.Pipeline("unreadable")
+    p.source(sources.delta(uri), name="t").sink(sinks.memory("unreadable_out"))
+    p.dead_letter(sinks.memory("unreadable_dead"))
+
+    def done(_) -> bool:
+        out = memory_table("unreadable_out")
+        return out is not None and out.num_rows >= 4 and memory_table("unreadable_dead") is not None
+
+    p.run(str(tmp_path / "ckpt"), spark=spark, duration=90, stop_when=done)
+    assert memory_table("unreadable_out").num_rows == 4
+    letters = memory_table("unreadable_dead").to_pylist()
+    assert len(letters) == 1 and broken.rsplit("/", 1)[1] in letters[0]["location"]
+    assert "cannot be read" in letters[0]["error"]
