@@ -251,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.queries.split(",")) if args.queries else None
     # the Python workers Spark starts import the queries' functions from this checkout
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     data_dir = Path(args.data or os.path.join(tempfile.gettempdir(), f"nexmark-{events_n}"))
     t0 = time.time()
     events, side = prepare(cfg, data_dir)
@@ -337,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         "outputs_equal": all(r.get("correct") for row in out.values() for e, r in row.items()
                              if e in engines and r.get("expressed")),
         **environment(spark),
+        "load_at_start": load_at_start,
     }
     text = json.dumps(summary)
     if args.out:
