@@ -1,9 +1,10 @@
 """Sinks for ``Stream.sink(...)``: ``files``, ``console``, ``memory``, ``callback``, and the
-connectors ``postgres``, ``redis``, ``nats`` and ``kafka``; and readers of what a file sink wrote:
-``read_files`` (every batch's records) and ``read_latest`` (the current row per key).
+connectors ``postgres``, ``redis``, ``nats`` and ``kafka``, the lakehouse tables ``delta`` and
+``iceberg``; and readers of what a file sink wrote: ``read_files`` (every batch's records) and
+``read_latest`` (the current row per key).
 
 Connector sinks are idempotent per batch id: a batch replayed after a crash writes nothing
-twice (``sluice.graph.connectors`` says how each one does it). Any sink can also take the
+twice (``sluice.graph.connectors`` and ``sluice.graph.lakehouse`` say how each one does it). Any sink can also take the
 dead letters (``Pipeline.dead_letter``) or the late records of windows (``Pipeline.late_data``).
 """
 
