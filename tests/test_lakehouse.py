@@ -32,6 +32,7 @@ from sluice.runtime import connectors
 from sluice.runtime.connectors.iceberg import open_catalog
 from sluice.runtime.side_outputs import read_side_output
 from sluice.runtime.sinks import clear_memory, memory_table
+from sluice.runtime.sources import read_backlog
 from sluice.runtime.sources.datasource import reader_type, stream_schema
 
 ROWS = pa.table({"k": ["a", "b", "a", "c"], "n": [1, 2, 3, 4],
@@ -281,6 +282,8 @@ def test_a_delta_bronze_table_feeds_a_silver_aggregate_job(spark, tmp_path):
     p2.run(checkpoint, spark=spark, duration=120, stop_when=silver_rows(n + 500))
     want = duck_delta(bronze, "SELECT key, count(*), sum(id) FROM t GROUP BY key ORDER BY key")
     assert duck_delta(silver, "SELECT key, n, total FROM t ORDER BY key") == want
+    status = read_backlog(f"{checkpoint}/sources", "bronze")
+    assert status["planned_rows"] == n + 500 and status["backlog"] == 0
     assert memory_table("silver_dead") is None
 
 
