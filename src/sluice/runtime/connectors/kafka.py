@@ -156,7 +156,11 @@ def _consumer(spec: KafkaSource):
             consumer = _CONSUMERS[key] = Consumer(client_config(
                 spec.bootstrap, spec.config, **{"group.id": "sluice-reader", "enable.auto.commit": False,
                                                 "enable.auto.offset.store": False, "isolation.level": "read_committed",
-                                                "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
+                                                "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                                                # a range is read to its end and the partition let go: a
+                                                # fetch that waits for more (500 ms by default) only
+                                                # delays the next range's first fetch behind it
+                                                "fetch.wait.max.ms": 10}))
         return consumer
 
 
