@@ -32,6 +32,9 @@ SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
     f"cannot connect to 'postgresql://app:{SECRET}@db:1/x': connection refused",
     f"s3://bucket/ckpt?access_key=AKIA&secret_key={SECRET}",
     f"NatsAuth(user='app', password='{SECRET}', token='{SECRET}')",
+    f"{{'user': 'app', 'password': '{SECRET}'}}",
+    f'{{"sasl.password": "{SECRET}", "bootstrap.servers": "k:9092"}}',
+    f"sasl.password={SECRET} security.protocol=SASL_SSL",
 ])
 def test_redact_masks_every_kind_of_credential(text):
     out = redact(text)
