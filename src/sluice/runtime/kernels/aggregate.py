@@ -112,7 +112,7 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
             else:
                 specs.append((agg.column, "list"))
                 labels.append(f"{name}__values")
-                if getattr(agg, "by", None):  # arg_max / arg_min: the by values alongside
+                if isinstance(agg, UserAggregate) and agg.by:  # arg_max / arg_min: the by values alongside
                     specs.append((agg.by, "list"))
                     labels.append(f"{name}__by")
         return specs, labels
@@ -173,7 +173,7 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
     def input_columns(self, input_schema: pa.Schema) -> list[str]:
         """The keys and the aggregated columns, in the input's order."""
         read = set(self.key_columns) | {agg.column for agg in self.aggregates.values() if agg.column}
-        read |= {agg.by for agg in self.aggregates.values() if getattr(agg, "by", None)}
+        read |= {agg.by for agg in self.aggregates.values() if isinstance(agg, UserAggregate) and agg.by}
         return [name for name in input_schema.names if name in read]
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
