@@ -60,14 +60,13 @@ def test_load_step_makes_the_controller_shrink_the_batch_and_the_bound_holds_aga
     # exactly once, whatever the batch sizes
     assert sum(len(r) for r in batch_rows(out, "raw").values()) == ROWS
     assert _final_counts(out) == _expected_counts(ROWS)
-    # the bound holds again at the end: the window meets it. On a machine so busy that a
-    # batch's fixed cost (scheduling, driver work) alone is near the bound, no batch size
-    # can meet it and the controller escalates instead; that is checked, not this.
-    fixed_ms = sorted(m.paths["bound"]["rest"] for m in metrics)[len(metrics) // 2]
+    # the bound holds again at the end (the window meets it), or, on a machine so busy that
+    # a batch's fixed cost alone is near the bound, the controller said so: an escalation
+    # naming the bottleneck operator on the constrained path
     state = result.control["constraints"]["bound"]["state"]
-    if fixed_ms > 1000:
-        pytest.skip(f"the machine is too busy to hold a 4 s bound: a batch's fixed cost is {fixed_ms:.0f} ms")
-    assert state == "met"
+    escalations = [r for r in decisions if r["type"] == "escalation" and r["state"] == "started"]
+    named = [r for r in escalations if (r.get("details") or {}).get("bottleneck") in ("readings", "costly", "counts")]
+    assert state == "met" or named, f"bound not met ({state}) and no escalation named a bottleneck: {escalations}"
 
 
 @pytest.mark.slow

@@ -38,7 +38,6 @@ Held proposals are logged once per reason (``notes``: the controller writes them
 from __future__ import annotations
 
 import logging
-import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -79,8 +78,8 @@ class AheadScaling(OneStepScaling):
 
     name = "scaling"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25):
+        super().__init__(target_utilization, window, tolerance, whole_job=True)
         self.ahead: float | None = None  # set by the autopilot before each proposal
 
     def offered(self, view: ControlView) -> float | None:
@@ -88,46 +87,6 @@ class AheadScaling(OneStepScaling):
         if self.ahead is None or measured is None:
             return measured
         return max(measured, self.ahead)
-
-    def propose(self, view: ControlView) -> list[Action]:
-        """DS2's partitions of each keyed stage; on an elastic cluster, executors for the
-        whole job's work (every operator's useful task time a row, at the offered rate, at
-        the target utilization), not only for the largest keyed stage's partitions: the
-        Python steps share the executors' cores."""
-        actions = super().propose(view)
-        resources = view.resources
-        if not resources.elastic:
-            return actions
-        need = self.job_executors(view)
-        if need is None:
-            return actions
-        partitions = [partitions_of(a.value) for a in actions if a.kind == PARTITIONS]
-        most = resources.max_executors or resources.executors
-        target = min(max([need] + [math.ceil(p / max(resources.cores_per_executor, 1)) for p in partitions]), most)
-        rest = [a for a in actions if a.kind != EXECUTORS]
-        now = resources.target
-        if target > now:  # never fewer partitions while the job needs more executors
-            rest = [a for a in rest if not (a.kind == PARTITIONS and a.target in view.plan.keyed
-                                            and partitions_of(a.value) < view.plan.keyed[a.target].partitions)]
-        if target == now or (target < now and now - target <= self.tolerance * now and not rest):
-            return rest
-        reason = (f"the job's work needs {need} executor(s) at {self.target_utilization:.0%} utilization (every "
-                  f"operator's useful time a row at the offered rate): hold {target} (asked for {now})")
-        return [*rest, Action(EXECUTORS, "*", target, reason, expected={"executors": target})]
-
-    def job_executors(self, view: ControlView) -> int | None:
-        batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window:]
-        if len(batches) < self.window:
-            return None
-        rows = sum(m.rows_in for m in batches)
-        useful = sum(max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
-                     for m in batches for v in m.operators.values() if isinstance(v, dict))
-        seconds = sum(m.duration_s for m in batches)
-        rate = self.offered(view) or (rows / seconds if seconds > 0 else None)
-        if rows <= 0 or useful <= 0 or not rate:
-            return None
-        cores = rate * useful / rows / self.target_utilization
-        return max(1, math.ceil(cores / max(view.resources.cores_per_executor, 1)))
 
     def _steady(self, view: ControlView) -> bool:
         measured = super().offered(view)

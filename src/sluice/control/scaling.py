@@ -37,7 +37,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from sluice.control.actions import EXECUTORS, PARTITIONS, Action
+from sluice.control.actions import EXECUTORS, PARTITIONS, Action, partitions_of
 from sluice.control.keygroups import balancing_problem, key_group_stats
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView, Resources
@@ -66,7 +66,7 @@ class OneStepScaling(Policy):
     name = "scaling"
 
     def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25,
-                 max_step: int | None = None):
+                 max_step: int | None = None, whole_job: bool = False):
         if not 0 < target_utilization <= 1 or window < 1 or tolerance < 0 or (max_step is not None and max_step < 1):
             raise ValueError("scaling: 0 < target_utilization <= 1, window >= 1, tolerance >= 0 and max_step >= 1 "
                              "are required")
@@ -75,10 +75,11 @@ class OneStepScaling(Policy):
         self.tolerance = tolerance
         self.max_step = max_step
         self.balance = True  # place key groups by measured load (one MILP); False: in ranges
+        self.whole_job = whole_job
 
     def describe(self) -> dict:
         return {"policy": self.name, "target_utilization": self.target_utilization, "window": self.window,
-                "max_step": self.max_step}
+                "max_step": self.max_step, "whole_job": self.whole_job}
 
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
@@ -139,7 +140,46 @@ class OneStepScaling(Policy):
                                       f"core(s) an executor: hold {executors} executors (held {resources.executors}, "
                                       f"asked for {resources.target})",
                                       expected={"executors": executors}))
-        return actions
+        return self._whole_job(view, actions) if self.whole_job else actions
+
+    def _whole_job(self, view: ControlView, actions: list[Action]) -> list[Action]:
+        """With ``whole_job``: DS2's partitions of each keyed stage; on an elastic cluster, executors for the
+        whole job's work (every operator's useful task time a row, at the offered rate, at
+        the target utilization), not only for the largest keyed stage's partitions: the
+        Python steps share the executors' cores."""
+        resources = view.resources
+        if not resources.elastic:
+            return actions
+        need = self.job_executors(view)
+        if need is None:
+            return actions
+        partitions = [partitions_of(a.value) for a in actions if a.kind == PARTITIONS]
+        most = resources.max_executors or resources.executors
+        target = min(max([need] + [math.ceil(p / max(resources.cores_per_executor, 1)) for p in partitions]), most)
+        rest = [a for a in actions if a.kind != EXECUTORS]
+        now = resources.target
+        if target > now:  # never fewer partitions while the job needs more executors
+            rest = [a for a in rest if not (a.kind == PARTITIONS and a.target in view.plan.keyed
+                                            and partitions_of(a.value) < view.plan.keyed[a.target].partitions)]
+        if target == now or (target < now and now - target <= self.tolerance * now and not rest):
+            return rest
+        reason = (f"the job's work needs {need} executor(s) at {self.target_utilization:.0%} utilization (every "
+                  f"operator's useful time a row at the offered rate): hold {target} (asked for {now})")
+        return [*rest, Action(EXECUTORS, "*", target, reason, expected={"executors": target})]
+
+    def job_executors(self, view: ControlView) -> int | None:
+        batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window:]
+        if len(batches) < self.window:
+            return None
+        rows = sum(m.rows_in for m in batches)
+        useful = sum(max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
+                     for m in batches for v in m.operators.values() if isinstance(v, dict))
+        seconds = sum(m.duration_s for m in batches)
+        rate = self.offered(view) or (rows / seconds if seconds > 0 else None)
+        if rows <= 0 or useful <= 0 or not rate:
+            return None
+        cores = rate * useful / rows / self.target_utilization
+        return max(1, math.ceil(cores / max(view.resources.cores_per_executor, 1)))
 
     def offered(self, view: ControlView) -> float | None:
         """The rate to size for: what arrives at the sources over the window (None: a pull source)."""
@@ -184,8 +224,8 @@ class FlinkLikeScaling(OneStepScaling):
     name = "flink_autoscaler"
 
     def __init__(self, target_utilization: float = 0.7, boundary: float = 0.3, stabilization_s: float = 300.0,
-                 scale_down_interval_s: float = 3600.0, window: int = 3):
-        super().__init__(target_utilization, window, tolerance=0.0)
+                 scale_down_interval_s: float = 3600.0, window: int = 3, whole_job: bool = False):
+        super().__init__(target_utilization, window, tolerance=0.0, whole_job=whole_job)
         if not 0 <= boundary < target_utilization or stabilization_s < 0 or scale_down_interval_s < 0:
             raise ValueError("flink_autoscaler: 0 <= boundary < target_utilization, stabilization_s >= 0 and "
                              "scale_down_interval_s >= 0 are required")
