@@ -22,8 +22,10 @@ started by the benchmark from the pyspark wheel):
 - ``static_peak``: the executors the peak needs with the accurate alternate, held throughout;
 - ``static_average``: the executors the mean rate needs, held throughout;
 - ``ce``: ``control.elastic.ce_policy`` (reactive: the last interval's rate);
-- ``plasticc``: ``control.elastic.plasticc_policy`` with ``TraceForecast`` of the trace (the
-  thesis's evaluation of look-ahead: the true future rate under a 10 % mean error).
+- ``plasticc``: ``control.elastic.plasticc_policy`` with a forecaster learned from the job's
+  own measured arrivals (``control.forecast.HoltWinters``, damped trend, 2 s bins): no policy
+  is handed the trace. (Earlier runs gave it the true future rate with 10 % noise, the
+  thesis's evaluation; that is an oracle no user has.)
 
 Before the runs the benchmark measures how long a requested executor takes to become useful
 on this cluster, on the application's own executors as it starts (one a worker, what static
@@ -53,7 +55,8 @@ median over its live batches of duration less work over cores). Targets (issue 1
 reactive's profit, both meeting Omega-hat (or PLAStiCC meeting it and CE not), and live
 within 20 % of the simulator's prediction (each figure's deviation is reported). Writes
 docs/results/elastic_live.json and .png; the last line is one JSON object whose ``ratio`` is
-PLAStiCC's live profit over static-peak's, with every run's figures live and simulated.
+PLAStiCC's live profit over the best static configuration's (peak or average, whichever
+earned more live), with every run's figures live and simulated.
 ``--resimulate`` runs the simulator again against
 the live results on file (no cluster).
 """
@@ -150,15 +153,13 @@ def policies(phases, phase_s: float, startup: tuple[float, float]):
     """The runs' policy factories (fresh objects per run: a policy keeps state), with the
     executors' start-up as measured on the cluster: (to register, then for its Python workers)."""
     from sluice.control.elastic import ce_policy, plasticc_policy
-    from sluice.plan.elastic.forecast import TraceForecast
+    from sluice.control.forecast import HoltWinters
 
     startup_s = sum(startup)
     options = {"price_per_hour": ECONOMICS["price_per_hour"], "interval_s": INTERVAL_S, "startup_s": startup_s,
                "warmup_s": startup[1], "horizon": horizon_steps(startup_s)}
     return {"ce": lambda start: ce_policy(**options),
-            "plasticc": lambda start: plasticc_policy(TraceForecast(rate_at(phases, phase_s), t0=start, mean_error=0.1,
-                                                                    seed=3),
-                                                      **options)}
+            "plasticc": lambda start: plasticc_policy(HoltWinters(bin_s=2.0), **options)}
 
 
 def excursion_seconds(batches, rate, t0: float) -> float:
@@ -426,9 +427,11 @@ def main() -> None:
         x, y = where[a]["profit"], where[b]["profit"]
         return round(x / y, 3) if x is not None and y else None
 
-    ratio = over("plasticc", "static_peak", live)
+    best_static = max(("static_peak", "static_average"), key=lambda n: live[n]["profit"] or float("-inf"))
+    ratio = over("plasticc", best_static, live)
     out = {"benchmark": "elastic_live", "quick": args.quick, "ratio": ratio,
-           "ratio_is": "PLAStiCC live profit over static-peak live profit",
+           "ratio_is": f"PLAStiCC live profit over the best static configuration's live profit ({best_static})",
+           "plasticc_over_static_peak_live": over("plasticc", "static_peak", live),
            "plasticc_over_ce_live": over("plasticc", "ce", live),
            "plasticc_over_ce_simulated": over("plasticc", "ce", simulated),
            "targets": {"plasticc_over_ce_live >= 1.1": (over("plasticc", "ce", live) or 0) >= 1.1,
