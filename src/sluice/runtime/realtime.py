@@ -1,0 +1,159 @@
+"""A pipeline in Spark's real-time mode (``plan.mode``): one Spark query, no per-batch protocol.
+
+The pipeline's graph becomes Spark's own operators: Spark's Kafka source (``from_json`` of
+the values with the source's schema, its metadata columns as Sluice names them), native
+filters and projections, Spark's ``groupBy().agg()`` for the one aggregation, and Spark's
+Kafka sink (the row as a JSON value, the key columns as the record key), in update mode
+with ``trigger(realTime=...)``. Spark checkpoints offsets and state under
+``<checkpoint>/realtime`` every batch duration; what that guarantees is
+``plan.mode.GUARANTEE_REAL_TIME``. Needs Spark's JVM Kafka connector on the session
+(``plan.mode.SPARK_KAFKA_PACKAGE`` in ``spark.jars.packages``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.errors import ConfigError
+from sluice.graph import JobGraph
+from sluice.plan.mode import REAL_TIME_BATCH, SPARK_KAFKA_PACKAGE, ModeDecision, real_time_misfits
+from sluice.runtime.checkpoint import Checkpoint
+
+REALTIME_DIR = "realtime"
+
+
+def _aggregate(agg, F):
+    column = agg.column
+    if agg.kind == "count":
+        return F.count(F.lit(1)) if column is None else F.count(F.col(column))
+    return {"sum": F.sum, "min": F.min, "max": F.max, "mean": F.avg}[agg.kind](F.col(column))
+
+
+def _source_frame(spark, spec):
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from sluice.graph.kafka import METADATA
+
+    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)
+              .option("subscribe", ",".join(spec.topics)).option("startingOffsets", spec.starting_offsets))
+    for key, value in spec.config:  # the client's own settings (security, ...)
+        reader = reader.option(f"kafka.{key}", value)
+    raw = reader.load()
+    if spec.format == "raw":
+        columns = [F.col("value")]
+    else:
+        assert spec.value_schema is not None  # set by KafkaSource
+        parsed = F.from_json(F.col("value").cast("string"), from_arrow_schema(spec.value_schema))
+        columns = [parsed.getField(name).alias(name) for name in spec.value_schema.names]
+    for name in spec.metadata:
+        columns.append(F.col(name).alias(METADATA[name].name))
+    return raw.select(*columns)
+
+
+def build_query(spark, graph: JobGraph, checkpoint: str | Checkpoint, batch: str = REAL_TIME_BATCH):
+    """The pipeline as one started Spark query in real-time mode (raises ConfigError naming
+    what does not fit)."""
+    from pyspark.sql import functions as F
+
+    misfits = real_time_misfits(graph)
+    if misfits:
+        raise ConfigError("the pipeline cannot run in real-time mode: " + "; ".join(misfits))
+    sinks = graph.sinks()
+    if len(sinks) != 1:
+        raise ConfigError(f"real-time mode runs one query with one sink; the pipeline has {len(sinks)}")
+    frames: dict[str, Any] = {}
+    for op in graph.topological_order():
+        kind = op.kind
+        inputs = [frames[i] for i in op.inputs]
+        if kind == "source":
+            frames[op.id] = _source_frame(spark, op.params["spec"])
+        elif kind == "filter_expr":
+            frames[op.id] = inputs[0].filter(op.params["expr"])
+        elif kind == "select":
+            frames[op.id] = inputs[0].selectExpr(*op.params["exprs"])
+        elif kind == "with_columns":
+            frames[op.id] = inputs[0].withColumns({n: F.expr(e) for n, e in op.params["columns"].items()})
+        elif kind == "key_by":
+            frames[op.id] = inputs[0]
+        elif kind == "union":
+            out = inputs[0]
+            for other in inputs[1:]:
+                out = out.unionByName(other)
+            frames[op.id] = out
+        elif kind == "aggregate":
+            aggs = [_aggregate(a, F).alias(name) for name, a in op.params["aggregates"].items()]
+            frames[op.id] = inputs[0].groupBy(*op.params["keys"]).agg(*aggs)
+        elif kind == "sink":
+            frames[op.id] = inputs[0]
+    sink = sinks[0]
+    spec = sink.params["spec"]
+    frame = frames[sink.id]
+    key = None
+    if len(spec.key) == 1:
+        key = F.col(spec.key[0]).cast("string")
+    elif spec.key:
+        key = F.to_json(F.array(*[F.col(c).cast("string") for c in spec.key]))
+    out = frame.select(*([key.alias("key")] if key is not None else []),
+                       F.to_json(F.struct(*[F.col(c) for c in frame.columns])).alias("value"))
+    location = Checkpoint.of(checkpoint).location(REALTIME_DIR)
+    writer = (out.writeStream.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)
+              .option("topic", spec.topic).option("checkpointLocation", location).outputMode("update"))
+    for k, v in spec.config:
+        writer = writer.option(f"kafka.{k}", v)
+    return writer.queryName(f"sluice_rt_{graph.name}_{int(time.time() * 1000)}").trigger(realTime=batch).start()
+
+
+@dataclass
+class RealTimeResult:
+    """What a real-time run did: the rows Spark read, and its decision."""
+
+    checkpoint: str
+    rows_in: int
+    elapsed_s: float
+    decision: ModeDecision
+
+
+def has_kafka_connector(spark) -> bool:
+    """Whether the session can load Spark's Kafka source (its jar is on the classpath)."""
+    jvm = spark.sparkContext._jvm
+    try:
+        jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider", True,
+                                    jvm.Thread.currentThread().getContextClassLoader())
+        return True
+    except Exception:  # py4j wraps the ClassNotFoundException
+        return False
+
+
+def run_realtime(pipeline, checkpoint: str | Checkpoint, decision: ModeDecision, *, spark=None,
+                 duration: float | None = None, stop_when=None) -> RealTimeResult:
+    """Run ``pipeline`` in real-time mode until ``duration`` passes or ``stop_when()``."""
+    from sluice.control.decisions import DecisionLog
+    from sluice.runtime.session import spark_session
+
+    checkpoint = Checkpoint.of(checkpoint)
+    if spark is None:
+        spark = spark_session(conf={"spark.jars.packages": SPARK_KAFKA_PACKAGE})
+    if not has_kafka_connector(spark):
+        raise ConfigError(f"real-time mode needs Spark's Kafka connector on the session: create it with "
+                          f"spark.jars.packages={SPARK_KAFKA_PACKAGE} (sluice run --packages)")
+    DecisionLog(checkpoint).append({**decision.record(), "batch_id": -1, "time": time.time()})
+    print(f"sluice: {decision.describe()}", flush=True)
+    started = time.time()
+    query = build_query(spark, pipeline.graph, checkpoint, decision.real_time_batch or REAL_TIME_BATCH)
+    try:
+        while query.isActive and query.exception() is None:
+            if duration is not None and time.time() - started >= duration:
+                break
+            if stop_when is not None and stop_when():
+                break
+            time.sleep(0.1)
+    finally:
+        error = query.exception()
+        rows = sum(int(p.get("numInputRows", 0)) for p in query.recentProgress or [])
+        query.stop()
+    if error is not None:
+        raise ConfigError(f"the real-time query failed: {str(error).splitlines()[0]}")
+    return RealTimeResult(checkpoint.uri, rows, time.time() - started, decision)
