@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from sluice.credentials import redact, redacted_repr
 from sluice.errors import PipelineError, SourceError
+from sluice.graph.schemas import as_schema
 from sluice.graph.sinks import SinkSpec
 from sluice.graph.sources import SourceSpec, _check_column_names, spark_compatible
 
@@ -48,7 +49,8 @@ alone could make a batch of gigabytes (read, parsed and copied several times ove
 
 def _declared_schema(where: str, schema) -> pa.Schema:
     if not isinstance(schema, pa.Schema) or len(schema) == 0:
-        raise SourceError(f"{where}: schema= must be a pyarrow.Schema with at least one column "
+        raise SourceError(f"{where}: schema= must be a dict of column to type name or a pyarrow.Schema, with at "
+                          f"least one column "
                           f"(messages carry no schema of their own), got {schema!r}")
     _check_column_names(where, schema.names)
     return spark_compatible(schema)
@@ -132,6 +134,8 @@ class ConnectorSource(SourceSpec):
         set_ = functools.partial(object.__setattr__, self)
         for name, value in values.items():
             set_(name, value)
+        if isinstance(schema, dict):  # {"meter": "string", "kwh": "double"}, as schema= takes everywhere
+            schema = as_schema(schema, f"{where}: ")
         set_("schema_", _declared_schema(where, schema))
         set_("required", tuple(f.name for f in schema if not f.nullable))
         self._validate_common(where)

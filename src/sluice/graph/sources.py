@@ -633,9 +633,14 @@ def _file_spec_schema(where: str, path: str, fmt: str, schema: pa.Schema | None,
                       files: list[str]) -> pa.Schema:
     if fmt not in FILE_FORMATS:
         raise SourceError(f"{where}: unknown format {fmt!r} (use one of {', '.join(FILE_FORMATS)})")
+    if isinstance(schema, dict):  # {"meter": "string", "kwh": "double"}, as schema= takes everywhere
+        from sluice.graph.schemas import as_schema
+
+        schema = as_schema(schema, f"{where}: ")
     if schema is not None:
         if not isinstance(schema, pa.Schema):
-            raise SourceError(f"{where}: schema must be a pyarrow.Schema, got {type(schema)}")
+            raise SourceError(f"{where}: schema must be a dict of column to type name or a pyarrow.Schema, "
+                              f"got {type(schema)}")
         given = schema
     elif files:
         given = read_file_schema(files[0], fmt)
