@@ -5,9 +5,9 @@ Every operator becomes a task with its id, selectivity and performance model:
 * sources and sinks get the paper's fixed source / sink allocation (Sec. 8.3);
 * operators Spark runs natively (filters, projections, key_by, union) need no threads of their
   own: they become "native" tasks that pass their rate on;
-* built-in keyed aggregates and windows get a default model measured on Sluice's own
-  benchmarks (``builtin_aggregate``, ``builtin_window`` in the model library) unless they
-  name their own;
+* built-in keyed aggregates, windows and joins get a default model measured on Sluice's
+  own benchmarks (``builtin_aggregate``, ``builtin_window``, ``builtin_join`` in the model
+  library) unless they name their own;
 * other Python and keyed operators need a performance model (``perf_model=`` in the API: a library
   name or a path to a model JSON, relative paths resolved against ``base_dir``). One without a
   model is a ModelError naming the operator and its line, unless ``unmodelled="native"``, which
@@ -24,7 +24,7 @@ from sluice.models.performance import load_model
 from sluice.plan.allocation import Dag, Task
 
 # built-in operators' measured default models (sluice/models/library/*.json)
-DEFAULT_MODELS = {"aggregate": "builtin_aggregate", "window": "builtin_window"}
+DEFAULT_MODELS = {"aggregate": "builtin_aggregate", "window": "builtin_window", "join": "builtin_join"}
 
 
 def dag_from_graph(
