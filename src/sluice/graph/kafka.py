@@ -101,7 +101,7 @@ class KafkaSource(ConnectorSource):
     starting_offsets: str = "earliest"
     config: tuple = ()
 
-    def __init__(self, topics, schema: pa.Schema | None = None, *, format: str = "json",
+    def __init__(self, topics, schema: pa.Schema | dict | None = None, *, format: str = "json",
                  bootstrap: str = "127.0.0.1:9092", avro=None, metadata=(), starting_offsets: str = "earliest",
                  config: Mapping[str, str] | None = None, event_time: str | None = None,
                  watermark_delay: float = 0.0, max_rows_per_batch: int | None = None,
@@ -125,8 +125,13 @@ class KafkaSource(ConnectorSource):
             raise SourceError(f"{where}: unknown metadata {unknown} (choose from {list(METADATA)})")
         if starting_offsets not in ("earliest", "latest"):
             raise SourceError(f"{where}: starting_offsets must be 'earliest' or 'latest', got {starting_offsets!r}")
+        if isinstance(schema, dict):  # {"meter": "string", "kwh": "double"}, as schema= takes everywhere
+            from sluice.graph.schemas import as_schema
+
+            schema = as_schema(schema, f"{where}: ")
         if not isinstance(schema, pa.Schema):
-            raise SourceError(f"{where}: schema= must be a pyarrow.Schema, got {schema!r}")
+            raise SourceError(f"{where}: schema= must be a dict of column to type name or a pyarrow.Schema, "
+                              f"got {schema!r}")
         clash = [METADATA[m].name for m in meta if METADATA[m].name in schema.names]
         if clash:
             raise SourceError(f"{where}: columns {clash} are both in the schema and metadata")
