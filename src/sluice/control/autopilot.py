@@ -416,7 +416,8 @@ class Autopilot(Policy):
     ``goals``: what to keep (default: keep up, favour latency); ``forecaster``: how the
     scale-ahead forecasts the arrivals (a ``control.forecast`` forecaster, its name, or
     ``{name: {options}}``; None: measured rates only); ``startup_s``: how far ahead it
-    looks (what a new executor takes to join). The arbiter's settings
+    looks (what a new executor takes to join); ``catch_up_s``: with ``keep_up``, a backlog of
+    more than the bound's worth of input is sized to drain within it. The arbiter's settings
     (``undo_window_s``, ``scale_down_delay_s``, ``ban_s``, ``measure_batches``,
     ``worse_margin``) are described in :class:`GoalArbiter`.
     """
@@ -424,8 +425,8 @@ class Autopilot(Policy):
     name = "autopilot"
 
     def __init__(self, goals: Goals | dict | None = None, *, forecaster: Any = "holt_winters",
-                 startup_s: float = 30.0, undo_window_s: float = 120.0, scale_down_delay_s: float = 120.0,
-                 ban_s: float = 600.0, measure_batches: int = 3, worse_margin: float = 0.25,
+                 startup_s: float = 30.0, catch_up_s: float = 60.0, undo_window_s: float = 120.0,
+                 scale_down_delay_s: float = 120.0, ban_s: float = 600.0, measure_batches: int = 3, worse_margin: float = 0.25,
                  members: list[Policy] | None = None):
         from sluice.errors import ConfigError
 
@@ -434,7 +435,8 @@ class Autopilot(Policy):
 
             goals = make_goals(**goals)
         self.goals = goals or Goals()
-        if min(undo_window_s, scale_down_delay_s, ban_s, startup_s) < 0 or measure_batches < 1 or worse_margin <= 0:
+        if min(undo_window_s, scale_down_delay_s, ban_s, startup_s) < 0 or catch_up_s <= 0 or measure_batches < 1 \
+                or worse_margin <= 0:
             raise ConfigError("autopilot: the windows and delays must be >= 0, measure_batches >= 1 and "
                               "worse_margin > 0")
         target = BANDS[self.goals.favour][0]
@@ -446,6 +448,7 @@ class Autopilot(Policy):
             DynamicChaining(), AlternatesByLoad()]
         self.forecaster: ArrivalForecaster | None = make_forecaster(forecaster) if forecaster else None
         self.startup_s = startup_s
+        self.catch_up_s = catch_up_s  # a backlog over the bound's worth of input is to drain within this
         self.arbiter = GoalArbiter(self.goals.favour, undo_window_s, scale_down_delay_s, ban_s, measure_batches,
                                    worse_margin)
 
@@ -474,6 +477,10 @@ class Autopilot(Policy):
         if self.forecaster is not None:
             self.forecaster.observe(view)
             ahead = self.forecaster.peak(now, self.startup_s)
+        backlog, rate = view.backlog(), view.offered_rate()
+        if self.goals.keep_up and backlog is not None and rate and backlog > rate * (self.goals.latency_s or 1.0):
+            # catch up: size for the arrivals plus the backlog drained within catch_up_s
+            ahead = max(ahead or 0.0, rate + backlog / self.catch_up_s)
         self.scaling.ahead = ahead
         model = build_model(view, ahead=ahead)
         # the utilization DS2 sizes for: the band's target, or lower when the goal needs it
