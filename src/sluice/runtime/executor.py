@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 
 import numpy as np
@@ -101,6 +102,8 @@ class BatchExecutor:
         self.batches_done = 0
         self._compaction: Future | None = None  # the running background compaction
         self._economics: EconomicsMeter | None = None  # made at the first batch
+        # each recent batch's time by phase of ``_run`` (seconds), for profiling (docs/latency.md)
+        self.phases: deque[dict] = deque(maxlen=1000)
 
     # ---- persistence of batch records -----------------------------------------------------
     def _read_record(self, batch_id: int, what: str) -> dict | None:
@@ -191,6 +194,7 @@ class BatchExecutor:
     def _run(self, df, batch_id: int) -> None:
         """docs/runtime.md, section 3, step by step."""
         started = time.time()
+        lap = PhaseClock(started)
         self.fence()
         # 1. the Plan for this batch, and its time and watermark (fixed for any replay)
         plan = self.plan_log.plan_for(batch_id)
@@ -207,25 +211,30 @@ class BatchExecutor:
         context = BatchContext(batch_id, 0, start["watermark"], start["processing_time"])
         clear_side_output(self.checkpoint, DEAD_LETTER, batch_id)
         self.accumulator.value = {}
+        lap("plan")
 
         # 2. the batch's lineage: named stages over the state the batch reads
         state = StateTransaction(self.stores, batch_id)
         if plan.keyed:  # Spark's combines route through its hash exchange: as many partitions as needed
             prepare_hash_exchange(df.sparkSession, max(stage.partitions for stage in plan.keyed.values()))
         frames, lineage = self._build(df, batch_id, plan, context, state)
+        lap("build")
 
         # 3. every sink, idempotently for batch_id (this runs the batch's Spark job)
         self.fence()  # a driver another has replaced writes nothing more
         sink_stats = {op.id: self._write_sink(op, frames[op.inputs[0]], batch_id, started) for op in self.graph.sinks()}
+        lap("spark_job_and_sinks")
         lineage.finish(self.accumulator)  # the stages' driver-side work: late records fetched
         dead = self._forward_dead_letters(batch_id, replay)
         self._forward_late_records(batch_id, replay)
         check_budget(self.graph, batch_id, dead, split_metrics(self.accumulator.value), self.dead_letter_budget,
                      self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"))
 
+        lap("side_outputs")
         # 4. commit the key-group state, then record the batch as done with its metrics
         self.fence()
         state.commit()
+        lap("state_commit")
         per_op = split_metrics(self.accumulator.value)
         observed = lineage.source_statistics(per_op)
         m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context, state)
@@ -233,13 +242,17 @@ class BatchExecutor:
         self.clock.watermark = start["watermark"]
         self._timers_due = {op_id: -int(values[NEXT_TIMER_NEG]) for op_id, values in per_op.items()
                             if isinstance(values, dict) and values.get(NEXT_TIMER_NEG) is not None}
+        lap("metrics")
         self._write_record(batch_id, "done", {"max_event_us": observed_event_us, **self.clock.to_record(),
                                               "rows_by_source": m.rows_by_source, "timers_due": self._timers_due})
+        lap("done_record")
         self._request_tick(batch_id, state)
         metrics_log.append(self.checkpoint, m)
+        lap("metrics_log")
         self._compact(batch_id, state)
         self._roll_files(batch_id)
         lineage.release()
+        lap("housekeeping")
         self.last_batch = m
         self.batches_done += 1
         if self.after_first_commit is not None:
@@ -251,8 +264,11 @@ class BatchExecutor:
             new_plan = self.controller(m, plan)
             if new_plan is not None:
                 self.plan_log.write(_as_version(new_plan, batch_id + 1))
+        lap("controller")
         if self.on_batch:
             self.on_batch(m)
+        lap("on_batch")
+        self.phases.append({"batch_id": batch_id, "rows": m.rows_in, **lap.seconds})
 
     def _build(self, df, batch_id: int, plan: Plan, context: BatchContext,
                state: StateTransaction | None = None) -> tuple[dict, BatchLineage]:
@@ -405,6 +421,9 @@ class BatchExecutor:
                 due.append(at)
             if op.id in self._timers_due:  # a processing-time timer of ``process``
                 due.append(max(self._timers_due[op.id], now_us))
+            ttl = getattr(self.kernel(op), "ttl", None)
+            if ttl is not None and ttl.time == "processing":  # what is held now has expired by then
+                due.append(now_us + ttl.ttl_us)
         return min(due) if due else None
 
     def _has_state(self, op_id: str, batch_id: int, state: StateTransaction | None) -> bool:
@@ -496,6 +515,20 @@ class BatchExecutor:
         keyed = {op.id for op in self.graph.operators if op.is_keyed}
         out["alternates"] = measured_costs(per_op, plan.alternates, keyed)
         return out
+
+
+class PhaseClock:
+    """Seconds spent in each named phase of a batch: ``lap(name)`` closes the phase that
+    ran since the previous lap."""
+
+    def __init__(self, started: float):
+        self.last = started
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str) -> None:
+        now = time.time()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self.last, 5)
+        self.last = now
 
 
 class StopRequested(Exception):
