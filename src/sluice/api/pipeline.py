@@ -235,4 +235,33 @@ class Pipeline:
         """
         from sluice.runtime.job import run_pipeline
 
+        mode = options.pop("mode", "auto")
+        if mode not in ("auto", "micro-batch"):
+            raise PipelineError(f"run: mode must be 'auto' or 'micro-batch', got {mode!r}")
+        if self.graph.goals is not None and self.graph.goals.latency_s is not None and mode == "auto":
+            decision = self._mode_decision(checkpoint)
+            if decision.real_time and not options.get("standby"):
+                from sluice.runtime.realtime import run_realtime
+
+                return run_realtime(self, checkpoint, decision, spark=options.get("spark"),
+                                    duration=options.get("duration"), stop_when=options.get("stop_when"),
+                                    spark_conf=options.get("spark_conf"))
         return run_pipeline(self, checkpoint, **options)
+
+    def _mode_decision(self, checkpoint: str):
+        """The mode a job with a latency goal runs in (``plan.mode``). A goal below the
+        micro-batch floor that stays in micro-batches (the pipeline does not fit real-time
+        mode) is said and logged here with the reasons, a real-time decision by the
+        real-time run."""
+        from sluice.plan.mode import choose_mode
+
+        decision = choose_mode(self.graph)
+        assert decision.goal_s is not None  # called for a job with a latency goal
+        if not decision.real_time and decision.goal_s < decision.floor_s:
+            import time
+
+            from sluice.control.decisions import DecisionLog
+
+            DecisionLog(checkpoint).append({**decision.record(), "batch_id": -1, "time": time.time()})
+            print(f"sluice: {decision.describe()}", flush=True)
+        return decision

@@ -27,7 +27,7 @@ from sluice.graph.kinds import KEYED, NATIVE, PYTHON, SINK, SOURCE
 MICRO_BATCH = "micro-batch"
 REAL_TIME = "real-time"
 
-MICROBATCH_FLOOR_S = 0.6
+MICROBATCH_FLOOR_S = 1.0
 """The lowest p95 latency Sluice's micro-batches reach on the reference 2-core machine for
 a small keyed aggregation over Kafka (``docs/latency.md``): a goal below it needs real-time
 mode. ``SLUICE_MICROBATCH_FLOOR_S`` overrides it (another machine, another floor)."""

@@ -12,8 +12,8 @@ with ``trigger(realTime=...)``. Spark checkpoints offsets and state under
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sluice.errors import ConfigError
@@ -106,16 +106,6 @@ def build_query(spark, graph: JobGraph, checkpoint: str | Checkpoint, batch: str
     return writer.queryName(f"sluice_rt_{graph.name}_{int(time.time() * 1000)}").trigger(realTime=batch).start()
 
 
-@dataclass
-class RealTimeResult:
-    """What a real-time run did: the rows Spark read, and its decision."""
-
-    checkpoint: str
-    rows_in: int
-    elapsed_s: float
-    decision: ModeDecision
-
-
 def has_kafka_connector(spark) -> bool:
     """Whether the session can load Spark's Kafka source (its jar is on the classpath)."""
     jvm = spark.sparkContext._jvm
@@ -128,32 +118,50 @@ def has_kafka_connector(spark) -> bool:
 
 
 def run_realtime(pipeline, checkpoint: str | Checkpoint, decision: ModeDecision, *, spark=None,
-                 duration: float | None = None, stop_when=None) -> RealTimeResult:
-    """Run ``pipeline`` in real-time mode until ``duration`` passes or ``stop_when()``."""
+                 duration: float | None = None, stop_when=None, spark_conf: dict[str, str] | None = None):
+    """Run ``pipeline`` in real-time mode until ``duration`` passes or ``stop_when(query)``
+    says so, holding the checkpoint's lease (``runtime.lease``) as a micro-batch run does.
+    The decision goes to the job's decision log first. Returns a ``JobResult`` (no
+    per-batch metrics: real-time mode has no Sluice batches)."""
     from sluice.control.decisions import DecisionLog
+    from sluice.runtime.job import JobResult
+    from sluice.runtime.lease import Lease
     from sluice.runtime.session import spark_session
 
     checkpoint = Checkpoint.of(checkpoint)
-    if spark is None:
-        spark = spark_session(conf={"spark.jars.packages": SPARK_KAFKA_PACKAGE})
-    if not has_kafka_connector(spark):
-        raise ConfigError(f"real-time mode needs Spark's Kafka connector on the session: create it with "
-                          f"spark.jars.packages={SPARK_KAFKA_PACKAGE} (sluice run --packages)")
-    DecisionLog(checkpoint).append({**decision.record(), "batch_id": -1, "time": time.time()})
-    print(f"sluice: {decision.describe()}", flush=True)
-    started = time.time()
-    query = build_query(spark, pipeline.graph, checkpoint, decision.real_time_batch or REAL_TIME_BATCH)
+    lease = Lease(checkpoint)
+    lease.acquire(wait=True, timeout_s=lease.ttl + lease.grace + 1.0)
+    lease.start_heartbeat()
     try:
-        while query.isActive and query.exception() is None:
-            if duration is not None and time.time() - started >= duration:
-                break
-            if stop_when is not None and stop_when():
-                break
-            time.sleep(0.1)
+        if spark is None:
+            conf = dict(spark_conf or {})
+            packages = [p for p in conf.get("spark.jars.packages", "").split(",") if p]
+            conf["spark.jars.packages"] = ",".join(dict.fromkeys([*packages, *decision.packages]))
+            # every source partition and every shuffle partition holds a task slot for the
+            # whole batch duration (Spark refuses the query with fewer): task threads, not cores
+            cores = os.cpu_count() or 2
+            spark = spark_session(master=os.environ.get("SLUICE_MASTER", f"local[{2 * cores}]"), conf=conf)
+        if not has_kafka_connector(spark):
+            raise ConfigError(f"real-time mode needs Spark's Kafka connector on the session: create it with "
+                              f"spark.jars.packages={SPARK_KAFKA_PACKAGE} (sluice run --packages)")
+        DecisionLog(checkpoint).append({**decision.record(), "batch_id": -1, "time": time.time()})
+        print(f"sluice: {decision.describe()}", flush=True)
+        started = time.time()
+        query = build_query(spark, pipeline.graph, checkpoint, decision.real_time_batch or REAL_TIME_BATCH)
+        try:
+            while query.isActive and query.exception() is None:
+                if duration is not None and time.time() - started >= duration:
+                    break
+                if stop_when is not None and stop_when(query):
+                    break
+                lease.check()
+                time.sleep(0.1)
+        finally:
+            error = query.exception()
+            rows = sum(int(p.get("numInputRows", 0)) for p in query.recentProgress or [])
+            query.stop()
     finally:
-        error = query.exception()
-        rows = sum(int(p.get("numInputRows", 0)) for p in query.recentProgress or [])
-        query.stop()
+        lease.release()
     if error is not None:
         raise ConfigError(f"the real-time query failed: {str(error).splitlines()[0]}")
-    return RealTimeResult(checkpoint.uri, rows, time.time() - started, decision)
+    return JobResult(checkpoint.uri, 0, rows, time.time() - started)
