@@ -245,7 +245,7 @@ class Pipeline:
 
                 return run_realtime(self, checkpoint, decision, spark=options.get("spark"),
                                     duration=options.get("duration"), stop_when=options.get("stop_when"),
-                                    spark_conf=options.get("spark_conf"))
+                                    spark_conf=options.get("spark_conf"), master=options.get("master"))
         return run_pipeline(self, checkpoint, **options)
 
     def _mode_decision(self, checkpoint: str):

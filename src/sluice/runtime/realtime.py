@@ -118,7 +118,8 @@ def has_kafka_connector(spark) -> bool:
 
 
 def run_realtime(pipeline, checkpoint: str | Checkpoint, decision: ModeDecision, *, spark=None,
-                 duration: float | None = None, stop_when=None, spark_conf: dict[str, str] | None = None):
+                 duration: float | None = None, stop_when=None, spark_conf: dict[str, str] | None = None,
+                 master: str | None = None):
     """Run ``pipeline`` in real-time mode until ``duration`` passes or ``stop_when(query)``
     says so, holding the checkpoint's lease (``runtime.lease``) as a micro-batch run does.
     The decision goes to the job's decision log first. Returns a ``JobResult`` (no
@@ -140,7 +141,8 @@ def run_realtime(pipeline, checkpoint: str | Checkpoint, decision: ModeDecision,
             # every source partition and every shuffle partition holds a task slot for the
             # whole batch duration (Spark refuses the query with fewer): task threads, not cores
             cores = os.cpu_count() or 2
-            spark = spark_session(master=os.environ.get("SLUICE_MASTER", f"local[{2 * cores}]"), conf=conf)
+            conf.setdefault("spark.sql.shuffle.partitions", str(cores))
+            spark = spark_session(master=master or os.environ.get("SLUICE_MASTER", f"local[{2 * cores}]"), conf=conf)
         if not has_kafka_connector(spark):
             raise ConfigError(f"real-time mode needs Spark's Kafka connector on the session: create it with "
                               f"spark.jars.packages={SPARK_KAFKA_PACKAGE} (sluice run --packages)")
