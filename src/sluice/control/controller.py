@@ -37,7 +37,7 @@ from sluice.control.view import ControlView, Resources
 from sluice.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sluice.runtime.checkpoint import Checkpoint
+    from sluice.core.checkpoint import Checkpoint
 
 log = logging.getLogger("sluice.control")
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 
-from sluice.runtime import jsonlines
-from sluice.runtime.checkpoint import Checkpoint
+from sluice.core import jsonlines
+from sluice.core.checkpoint import Checkpoint
 
 FILE = "decisions.jsonl"
 

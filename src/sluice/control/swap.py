@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from sluice.control.config import parse_policies
 from sluice.control.policy import Policy
+from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError
-from sluice.runtime.checkpoint import Checkpoint
 
 REQUEST = "control/policies.request.yaml"
 

@@ -32,10 +32,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from sluice.control.view import Resources
+from sluice.core.resources import Resources, held_executors
 from sluice.errors import ConfigError
-
-DRIVER = "driver"
 
 
 def executor_infos(spark) -> list[dict]:
@@ -83,11 +81,6 @@ def _executor_infos_by_call(spark) -> list[dict]:
     return [{"id": str(s.id()), "host": str(s.hostPort()), "cores": int(s.totalCores()),
              "since": round(s.addTime().getTime() / 1000.0, 3), "tasks": int(s.totalTasks()),
              "storage_mb": round(s.memoryUsed() / 2**20, 1)} for s in summaries]
-
-
-def held_executors(infos: list[dict]) -> list[dict]:
-    """The executors proper (not the driver) among ``executor_infos``."""
-    return [e for e in infos if e.get("id") not in (None, DRIVER)]
 
 
 def is_standalone(master: str) -> bool:

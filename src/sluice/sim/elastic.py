@@ -27,13 +27,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sluice.core.metrics import BatchMetrics
+from sluice.core.resources import held_executors
 from sluice.graph.alternates import alternates_of, application_value, value_bounds
 from sluice.graph.economics import Economics
 from sluice.models.economics import BatchFacts, EconomicsMeter
 from sluice.models.economics import profit as run_profit
 from sluice.plan.physical import Plan
-from sluice.runtime.executors import held_executors
-from sluice.runtime.metrics import BatchMetrics
 from sluice.sim.executors import SimulatedExecutors
 
 

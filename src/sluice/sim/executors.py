@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sluice.control.view import Resources
+from sluice.core.resources import Resources
 from sluice.errors import ConfigError
 
 
