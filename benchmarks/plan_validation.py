@@ -9,7 +9,7 @@
    thread, pipelined slots, one core of CPU per slot).
 3. Run each mapping on ``local[2]`` Spark, one long-lived task per slot hosting the mapped
    groups of threads, each fed the share of the input rate the mapping routes to it (see
-   ``sluice.control.profiler``), and find the highest stable input rate (the latency-slope
+   ``sluice.runtime.profiler``), and find the highest stable input rate (the latency-slope
    test of Algorithm 1) by geometric bisection over [predicted / 3, 3 x predicted], so the
    search is not anchored at the prediction; repeated 3 times, the *measured* rate is the median.
    (Tuples do not travel between slots: each group gets its routed load directly, so transfer
@@ -70,7 +70,7 @@ CASES = [
 
 
 def operator_spec(model: str, blob_url: str):
-    from sluice.control.profiler import OperatorSpec
+    from sluice.runtime.profiler import OperatorSpec
 
     target, _ = OPERATORS[model]
     kwargs = {"url": blob_url} if model == "blob" else {}
@@ -84,7 +84,7 @@ def profile_all(quick: bool, duration: float) -> None:
     from blob_fetch import BlobServer
     from table_lookup import ensure_table
 
-    from sluice.control.profiler import profile_on_spark
+    from sluice.runtime.profiler import profile_on_spark
     from sluice.runtime.session import spark_session
 
     ensure_table()
@@ -134,7 +134,7 @@ def planned_rate(dag, allocation: str, mapping: str, models, slots: int) -> floa
 
 
 def run_case(spark, case, models, blob_url: str, repeats: int, duration: float, steps: int) -> dict:
-    from sluice.control.profiler import SparkSlotRunner, bisect_peak_rate
+    from sluice.runtime.profiler import SparkSlotRunner, bisect_peak_rate
     from sluice.plan.allocation import Dag, Task, allocate, task_rates
     from sluice.plan.mapping import MAPPERS, Cluster
     from sluice.plan.predict import predict

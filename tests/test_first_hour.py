@@ -102,7 +102,7 @@ pipeline = Pipeline("profiled")
 
 def test_profile_takes_an_operator_of_a_pipeline_file_by_name(tmp_path):
     from sluice.cli.profile import resolve_operator
-    from sluice.control.pipeline_operator import PipelineOperator
+    from sluice.cli.pipeline_operator import PipelineOperator
     from sluice.errors import ConfigError
 
     path = tmp_path / "meters.py"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.control.profiler import (
+from sluice.runtime.profiler import (
     OperatorSpec,
     SparkSlotRunner,
     TrialResult,
@@ -49,7 +49,7 @@ def test_peak_rate_search_lands_within_resolution(guess):
 
 @pytest.mark.parametrize("capacity", [40.0, 100.0, 290.0])
 def test_bisection_is_not_anchored_at_the_bracket(capacity):
-    from sluice.control.profiler import bisect_peak_rate
+    from sluice.runtime.profiler import bisect_peak_rate
 
     best = bisect_peak_rate(fake_trial(capacity), 33.3, 300.0, steps=7)
     assert best is not None and capacity / 1.05 <= best.rate <= capacity

@@ -2,7 +2,7 @@
 
 Each operator is a class with ``setup()`` (once per worker process), a thread-safe
 ``process(key) -> object`` called once per tuple by one of the task's tau worker threads, and
-``close()``. ``sluice.control.profiler`` loads them by file path (``examples/operators/pi.py:Pi``)
+``close()``. ``sluice.runtime.profiler`` loads them by file path (``examples/operators/pi.py:Pi``)
 so Spark's Python workers can import them without this directory being a package on their path.
 
 | operator | paper task | resource |

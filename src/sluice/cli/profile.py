@@ -7,7 +7,7 @@ separate ``local[1]`` process), at rising rates and thread counts, writing the m
 NAME is an operator class of FILE.py (with ``setup()`` and ``process(tuple)``), or the name of
 a Python operator of the pipeline FILE.py defines (``sluice profile my_pipeline.py:parse``),
 which is profiled on input sampled from the pipeline's own source
-(``sluice.control.pipeline_operator``).
+(``sluice.cli.pipeline_operator``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def resolve_operator(target: str, kwargs: dict) -> tuple[str, dict, str | None]:
         return target, kwargs, None
     if "pipeline" not in namespace:
         raise ConfigError(f"{path!r} has no class {name!r} and defines no `pipeline` with such an operator")
-    from sluice.control import pipeline_operator
+    from sluice.cli import pipeline_operator
 
     pipeline_operator.PipelineOperator(str(Path(path).resolve()), name).setup()  # fail here, not in a worker
     adapter = f"{pipeline_operator.__file__}:PipelineOperator"
@@ -57,7 +57,7 @@ def resolve_operator(target: str, kwargs: dict) -> tuple[str, dict, str | None]:
 
 def main(args) -> int:
     operator, kwargs, default_name = resolve_operator(args.operator, json.loads(args.kwargs))
-    cmd = [sys.executable, "-m", "sluice.control.profiler", operator, "--out", args.out,
+    cmd = [sys.executable, "-m", "sluice.runtime.profiler", operator, "--out", args.out,
            "--kwargs", json.dumps(kwargs), "--threads", args.threads, "--duration", str(args.duration),
            "--slot-memory-mb", str(args.slot_memory_mb)]
     if args.name or default_name:

@@ -465,7 +465,7 @@ def profile_on_spark(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sluice.control.profiler FILE.py:Class --out model.json``: profile on local[1]."""
+    """``python -m sluice.runtime.profiler FILE.py:Class --out model.json``: profile on local[1]."""
     p = argparse.ArgumentParser(prog="sluice-profiler")
     p.add_argument("operator", help="FILE.py:ClassName")
     p.add_argument("--kwargs", default="{}", help="JSON keyword arguments for the operator")
@@ -497,8 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     # Run the *imported* module's main: functions shipped to Spark workers must belong to an
-    # importable module (sluice.control.profiler), not to __main__, or cloudpickle copies them
+    # importable module (sluice.runtime.profiler), not to __main__, or cloudpickle copies them
     # by value with this module's globals (locks included).
-    from sluice.control.profiler import main as _main
+    from sluice.runtime.profiler import main as _main
 
     sys.exit(_main())
