@@ -32,6 +32,7 @@ from sluice.control.actions import (
     Action,
     partitions_of,
 )
+from sluice.core.admission import get_max_rows, set_max_rows
 from sluice.errors import PlanError
 from sluice.plan.physical import Plan, range_routing
 
@@ -54,14 +55,10 @@ class SourceAdmission(MemoryAdmission):
     """Admission limits in the sources' ``<name>.admission.json`` files under ``control_dir``."""
 
     def __init__(self, control_dir: str, sources: list[str]):
-        from sluice.runtime.sources.control import get_max_rows
-
         self.control_dir = control_dir
         super().__init__(sources, {s: get_max_rows(control_dir, s) for s in sources})
 
     def set(self, source: str, rows: int) -> None:
-        from sluice.runtime.sources.control import set_max_rows
-
         set_max_rows(self.control_dir, source, rows)
         super().set(source, rows)
 

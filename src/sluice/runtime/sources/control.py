@@ -19,67 +19,12 @@ workers wherever they run.
 
 from __future__ import annotations
 
-import json
-import re
 import time
 
-from sluice.errors import ConfigError
-from sluice.runtime import files
+from sluice.core.admission import check_source_name, control_path, get_max_rows, read_json, set_max_rows, write_json_atomic
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-def check_source_name(name: str) -> str:
-    """Source names become file names: letters, digits, '_', '.', '-' only."""
-    if not isinstance(name, str) or not _SAFE_NAME.match(name) or name in (".", ".."):
-        raise ConfigError(
-            f"source name {name!r} must be letters, digits, '_', '.' or '-' (it names files)"
-        )
-    return name
-
-
-def control_path(control_dir: str, name: str, what: str) -> str:
-    """Location (path or URI) of source ``name``'s ``what`` file."""
-    return files.join(files.normalize(control_dir), f"{check_source_name(name)}.{what}.json")
-
-
-def write_json_atomic(location: str, payload: dict) -> None:
-    """Replace ``location`` with ``payload`` as JSON so that readers see the old or the new
-    file, never a partial one."""
-    fs, path = files.filesystem(location)
-    files.write_atomic(fs, path, json.dumps(payload).encode())
-
-
-def read_json(location: str) -> dict | None:
-    """The JSON object in ``location``, or None if there is none (yet)."""
-    fs, path = files.filesystem(location)
-    try:
-        return json.loads(files.read_bytes(fs, path) or b"null")
-    except json.JSONDecodeError:
-        return None
-
-
-def set_max_rows(control_dir: str, name: str, max_rows: int | None) -> None:
-    """Set source ``name``'s admission limit (rows per micro-batch) while it runs.
-
-    Takes effect the next time the source plans a batch. ``None`` goes back to the source's
-    default (its spec's ``max_rows_per_batch``).
-    """
-    if max_rows is not None and (
-        isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1
-    ):
-        raise ConfigError(f"max_rows for source {name!r} must be a positive integer or None, "
-                          f"got {max_rows!r}")
-    write_json_atomic(control_path(control_dir, name, "admission"),
-                      {"max_rows": max_rows, "time": time.time()})
-
-
-def get_max_rows(control_dir: str, name: str) -> int | None:
-    """The admission limit last set with ``set_max_rows`` (None: not set)."""
-    found = read_json(control_path(control_dir, name, "admission"))
-    value = (found or {}).get("max_rows")
-    return int(value) if isinstance(value, int) and value > 0 else None
-
+__all__ = ["BACKLOG_REFRESH_S", "BacklogReporter", "check_source_name", "control_path", "get_max_rows", "is_exhausted",
+           "read_backlog", "read_json", "set_max_rows", "write_json_atomic"]
 
 BACKLOG_REFRESH_S = 0.25
 """With nothing to admit Spark polls a source every few milliseconds; the backlog file is
