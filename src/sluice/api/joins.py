@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.location import user_location
 from sluice.errors import PipelineError
 from sluice.graph.joins import JoinSides, StreamJoin, TableLookup
 from sluice.graph.windows import Duration, EventTime, Sliding, parse_duration
@@ -60,8 +61,6 @@ def add_join(left: KeyedStream, right: KeyedStream, *, window: Sliding | None, b
              time: str | None, right_time: str | None, allowed_lateness: Duration, suffixes: tuple[str, str],
              name: str | None) -> Stream:
     """Add a windowed or interval stream-stream join (``KeyedStream.join``)."""
-    from sluice.api.stream import user_location
-
     location = user_location()
     try:
         _check_other(right, "join")
@@ -85,8 +84,6 @@ def add_join(left: KeyedStream, right: KeyedStream, *, window: Sliding | None, b
 def add_lookup(stream: KeyedStream, table: KeyedStream, *, version: str, how: str, deleted: str | None,
                suffixes: tuple[str, str], name: str | None) -> Stream:
     """Add a table lookup (``KeyedStream.lookup``)."""
-    from sluice.api.stream import user_location
-
     location = user_location()
     try:
         _check_other(table, "lookup")

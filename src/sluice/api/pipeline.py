@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sluice.api.stream import Stream, user_location
+from sluice.core.decisions import DecisionLog
 from sluice.errors import PipelineError
 from sluice.graph import JobGraph, Operator
 from sluice.graph.sinks import SinkSpec
@@ -259,8 +260,6 @@ class Pipeline:
         assert decision.goal_s is not None  # called for a job with a latency goal
         if not decision.real_time and decision.goal_s < decision.floor_s:
             import time
-
-            from sluice.control.decisions import DecisionLog
 
             DecisionLog(checkpoint).append({**decision.record(), "batch_id": -1, "time": time.time()})
             print(f"sluice: {decision.describe()}", flush=True)

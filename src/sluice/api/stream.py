@@ -7,12 +7,10 @@ line, rather than later inside Spark.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Mapping
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.location import user_location
 from sluice.errors import PipelineError
 from sluice.graph import aggregates as agg_mod
 from sluice.graph.alternates import Alt, check_alternates
@@ -23,20 +21,6 @@ from sluice.graph.sinks import SinkSpec
 
 if TYPE_CHECKING:
     from sluice.api.pipeline import Pipeline
-
-_SLUICE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def user_location() -> str | None:
-    """'file.py:line' of the first caller outside the sluice package."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        filename = os.path.abspath(frame.f_code.co_filename)
-        if not filename.startswith(_SLUICE_DIR):
-            return f"{os.path.basename(filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
-
 
 def _require_callable(fn: Any, what: str, name: str | None) -> None:
     if not callable(fn):

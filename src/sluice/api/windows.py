@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from sluice.core.location import user_location
 from sluice.errors import PipelineError
 from sluice.graph import aggregates as agg_mod
 from sluice.graph.windows import (
@@ -84,8 +85,6 @@ class WindowedStream:
         Emits rows ``key columns, window_start, window_end, aggregates``; records too late
         for every window they belong to go to the operator's ``late`` side output.
         """
-        from sluice.api.stream import user_location
-
         if not aggregates:
             raise PipelineError("window aggregate needs at least one aggregate, e.g. n=sluice.agg.count()",
                                 name or "window", user_location())
@@ -100,7 +99,6 @@ class WindowedStream:
 def add_window_operator(keyed: KeyedStream, queries: list[WindowQuery], time: str | TimeDomain | None,
                         name: str | None, emit_keys: bool = True, ttl=None) -> Stream:
     """Add one ``window`` operator computing ``queries`` (sharing panes) after ``keyed``."""
-    from sluice.api.stream import user_location
     location = user_location()
     try:
         domain = resolve_time(keyed, time)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.core.location import user_location
 from sluice.errors import PipelineError
 
 BUILTIN = ("count", "sum", "min", "max", "mean")
@@ -135,7 +136,6 @@ def udaf(
     >>> spread.kind, spread.column
     ('udaf', 'kwh')
     """
-    from sluice.api.stream import user_location
     from sluice.graph.schemas import to_arrow_type
 
     where = f"agg.udaf over {column!r} at {user_location()}"

@@ -6,6 +6,7 @@ replaces what it wrote before instead of adding to it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,8 +95,6 @@ def files(path: str, format: str = "parquet", target_file_size: int | str | None
     >>> sinks.files("out/per_meter", format="json").format
     'json'
     """
-    from sluice.runtime.file_rolling import parse_size
-
     return FileSink(path=str(path), format=format,
                     target_file_bytes=parse_size(target_file_size, f"files sink {str(path)!r}"))
 
@@ -141,3 +140,19 @@ def callback(fn: Callable, format: str = "arrow") -> CallbackSink:
     'arrow'
     """
     return CallbackSink(fn=fn, format=format)
+
+
+def parse_size(value: int | str | None, where: str) -> int | None:
+    """``"64MB"``, ``"1GiB"``, ``"500KB"`` or bytes, as bytes."""
+    if value is None:
+        return None
+    if isinstance(value, int) and value > 0:
+        return value
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*", str(value).lower())
+    if not m:
+        raise PipelineError(f"{where}: target_file_size must be bytes or a size such as '64MB', got {value!r}")
+    unit = (m.group(2) or "b")[0]
+    size = int(float(m.group(1)) * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit])
+    if size <= 0:
+        raise PipelineError(f"{where}: target_file_size must be positive, got {value!r}")
+    return size

@@ -126,21 +126,3 @@ def _write_rolled(fs: pafs.FileSystem, base: str, group: list[OutputDir]) -> str
     for d in group:
         fs.delete_dir(d.path)
     return final
-
-
-def parse_size(value: int | str | None, where: str) -> int | None:
-    """``"64MB"``, ``"1GiB"``, ``"500KB"`` or bytes, as bytes."""
-    from sluice.errors import PipelineError
-
-    if value is None:
-        return None
-    if isinstance(value, int) and value > 0:
-        return value
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*", str(value).lower())
-    if not m:
-        raise PipelineError(f"{where}: target_file_size must be bytes or a size such as '64MB', got {value!r}")
-    unit = (m.group(2) or "b")[0]
-    size = int(float(m.group(1)) * {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[unit])
-    if size <= 0:
-        raise PipelineError(f"{where}: target_file_size must be positive, got {value!r}")
-    return size

@@ -124,7 +124,7 @@ def run_realtime(pipeline, checkpoint: str | Checkpoint, decision: ModeDecision,
     says so, holding the checkpoint's lease (``runtime.lease``) as a micro-batch run does.
     The decision goes to the job's decision log first. Returns a ``JobResult`` (no
     per-batch metrics: real-time mode has no Sluice batches)."""
-    from sluice.control.decisions import DecisionLog
+    from sluice.core.decisions import DecisionLog
     from sluice.runtime.job import JobResult
     from sluice.runtime.lease import Lease
     from sluice.runtime.session import spark_session
