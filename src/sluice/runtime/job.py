@@ -197,11 +197,11 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
                              controller=controller, on_batch=on_batch, backlog=backlog, dead_letter_budget=budget,
                              late_data_sink=getattr(pipeline, "late_data_sink", None), fence=lease.check,
                              after_first_commit=restore_admission)
+    executor.recover_ticks()  # what the last batch done left due runs without waiting for data
     writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
     if warmup is not None:
         # done before the query starts: Spark gives the Python process that plans a Python
-    executor.recover_ticks()  # what the last batch done left due runs without waiting for data
         # source 10 s to connect back, and on a loaded machine competing imports can take that
         wait([warmup], timeout=60)
     if rehearsal is not None:
@@ -415,6 +415,8 @@ def _last_committed_rows(checkpoint: Checkpoint) -> dict[str, int]:
 
 def _source_infos(graph, spark, checkpoint: Checkpoint) -> list[SourceInfo]:
     """What the executor must know about each source."""
+    from sluice.graph.sources import SparkSource
+
     infos = []
     for i, op in enumerate(graph.sources()):
         spec = op.params["spec"]
@@ -426,8 +428,6 @@ def _source_infos(graph, spark, checkpoint: Checkpoint) -> list[SourceInfo]:
         infos.append(info)
     return infos
 
-
-    from sluice.graph.sources import SparkSource
 
 def _opens_by_splits(graph, source) -> bool:
     """Whether a source is opened by splits, its records read by the Python chain after it
