@@ -8,7 +8,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench clean java browser services cluster cluster-down
+.PHONY: demo test test-fast lint bench clean java browser services cluster cluster-down
 
 java:
 	@scripts/check_java.sh
@@ -36,9 +36,13 @@ demo: $(STAMP)
 test: $(STAMP) browser services lint
 	$(PY) -m pytest $(ARGS)
 
-# ruff and mypy over src (their configuration is in pyproject.toml)
+# the tests that need no Spark (not marked spark, taking no spark fixture) and are not slow
+test-fast: $(STAMP) lint
+	$(PY) -m pytest -m "not spark and not slow" $(ARGS)
+
+# ruff over the whole repository and mypy over src (their configuration is in pyproject.toml)
 lint: $(STAMP)
-	$(PY) -m ruff check src
+	$(PY) -m ruff check src tests benchmarks examples
 	$(PY) -m mypy
 
 # a Spark standalone cluster on this machine (2 workers x 1 core): sluice run --master <its URL>

@@ -26,8 +26,20 @@ from pathlib import Path
 import numpy as np
 
 from sluice.plan.balancing import (
-    AlbicSettings, MigrationBudget, MilpSettings, NoScaling, adapt, albic, cola, collocation_factor, flux,
-    load_distance, non_integrated_scale_in, potc, release_drained_nodes, solve_milp,
+    AlbicSettings,
+    MigrationBudget,
+    MilpSettings,
+    NoScaling,
+    adapt,
+    albic,
+    cola,
+    collocation_factor,
+    flux,
+    load_distance,
+    non_integrated_scale_in,
+    potc,
+    release_drained_nodes,
+    solve_milp,
 )
 from sluice.sim.balancing_workloads import collocation_workload, scale_in_workload, solver_workload
 

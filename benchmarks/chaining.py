@@ -34,7 +34,7 @@ from sluice.runtime.planlog import PlanLog
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import alternating, sustained  # noqa: E402
+from measure import alternating, sustained
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 

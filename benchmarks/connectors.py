@@ -61,9 +61,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "docs" / "results"
 
-import sluice  # noqa: E402
-from sluice import sinks, sources  # noqa: E402
-from sluice.runtime import metrics as metrics_log  # noqa: E402
 from tests.connector_services import (  # noqa: E402
     KAFKA,
     MQTT_HOST,
@@ -82,6 +79,10 @@ from tests.connector_services import (  # noqa: E402
     pg,
     redis_client,
 )
+
+import sluice  # noqa: E402
+from sluice import sinks, sources  # noqa: E402
+from sluice.runtime import metrics as metrics_log  # noqa: E402
 
 SCHEMA = pa.schema([("id", pa.int64()), ("key", pa.string()), ("v", pa.float64())])
 

@@ -330,7 +330,7 @@ def notes(res: dict) -> list[str]:
         "process (queue_intervals = 0): Omega is capped at 1 in quiet periods and a symmetric walk around the planned "
         "mean averages out. Carrying queues over instead makes any deployment planned for Omega-hat = 0.8 build an "
         "unbounded backlog (Omega -> 0), so the benchmark does not.",
-        f"* (b) With run-time adaptation the mean Omega stays >= 0.75 at every rate (minimum over rates: "
+        "* (b) With run-time adaptation the mean Omega stays >= 0.75 at every rate (minimum over rates: "
         + ", ".join(f"{k} {v:.3f}" for k, v in om.items())
         + "); the reactive CE/SH hover around Omega-hat, so they sit just below 0.8 at high rates where the thesis "
         "reports >= 0.8, and about a third of their steps fall below 0.75 (they react one step after the rate or the "

@@ -64,7 +64,7 @@ from sluice.graph.rates import RateSchedule
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import retrying  # noqa: E402
+from measure import retrying
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -434,7 +434,7 @@ def main() -> None:
             "targets": goals,
             "simulated": simulated,
             "simulated_ratio": round(simulated["sluice"]["within_share"]
-                                     / max(max(simulated[t]["within_share"] for t in fixed), 1e-9), 3)
+                                     / max(*(simulated[t]["within_share"] for t in fixed), 1e-9), 3)
             if simulated else None,
             "elapsed_s": round(time.time() - started, 1),
             # a shared machine makes every absolute figure slower: say how busy it was

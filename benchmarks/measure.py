@@ -72,7 +72,7 @@ def retrying(run, *args, attempts: int = 3):
     for attempt in range(1, attempts + 1):
         try:
             return run(*args)
-        except Exception as exc:  # noqa: BLE001 - only the known transient failures are retried
+        except Exception as exc:
             transient = "failed to connect back" in str(exc) or "CANNOT_OPEN_SOCKET" in str(exc)
             if not transient or attempt == attempts:
                 raise

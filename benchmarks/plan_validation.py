@@ -134,10 +134,10 @@ def planned_rate(dag, allocation: str, mapping: str, models, slots: int) -> floa
 
 
 def run_case(spark, case, models, blob_url: str, repeats: int, duration: float, steps: int) -> dict:
-    from sluice.runtime.profiler import SparkSlotRunner, bisect_peak_rate
     from sluice.plan.allocation import Dag, Task, allocate, task_rates
     from sluice.plan.mapping import MAPPERS, Cluster
     from sluice.plan.predict import predict
+    from sluice.runtime.profiler import SparkSlotRunner, bisect_peak_rate
 
     name, chain, allocation, mapping, n_slots = case
     dag = Dag(tuple(Task(t, models[m]) for t, m in chain),
@@ -150,9 +150,9 @@ def run_case(spark, case, models, blob_url: str, repeats: int, duration: float, 
 
     gain = task_rates(dag, 1.0)
     slots = []
-    for l in range(n_slots):
+    for slot in range(n_slots):
         groups = []
-        for tid, k in placed.threads_per_slot().get((0, l), {}).items():
+        for tid, k in placed.threads_per_slot().get((0, slot), {}).items():
             share = gain[tid] * k / alloc.tasks[tid].threads  # even routing: k of the q_i threads
             groups.append((operator_spec(dict(chain)[tid], blob_url), k, share))
         slots.append(groups)
@@ -165,7 +165,7 @@ def run_case(spark, case, models, blob_url: str, repeats: int, duration: float, 
         peaks.append(best.rate if best else 0.0)
         if best:
             at = predict(dag, placed, dag_models, routing="even", cpu_scope="slot", at_rate=best.rate)
-            cpu_pairs += [(at.slot_cpu[f"s1.{l + 1}"], best.slot_cpu[l]) for l in range(n_slots)]
+            cpu_pairs += [(at.slot_cpu[f"s1.{slot + 1}"], best.slot_cpu[slot]) for slot in range(n_slots)]
     measured = statistics.median(peaks)
     return {
         "case": f"{name} {allocation}+{mapping} {n_slots} slot{'s' if n_slots > 1 else ''}",

@@ -62,14 +62,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sluice import Pipeline, sinks, sources
 from sluice.control import Controller, FluxBalancing, KeyGroupBalancing, Resources, RingBalancing
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measure import retrying  # noqa: E402
+from measure import retrying
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 KEYS = 400

@@ -35,7 +35,6 @@ import time
 T0 = time.time()  # before any heavy import: the phases count from here
 
 import argparse  # noqa: E402
-import glob  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402

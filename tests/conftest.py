@@ -40,3 +40,11 @@ def spark():
     session = spark_session(master="local[2]", app_name="sluice-tests", ui=False)
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that takes the ``spark`` fixture is a Spark test whether or not it is marked, so
+    ``-m "not spark"`` (``make test-fast``) never starts a JVM for it."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)

@@ -97,15 +97,11 @@ def nats_publish(name: str, payloads: list[bytes], url: str = NATS_URL) -> None:
 
 def nats_delete(name: str, url: str = NATS_URL) -> None:
     async def work(js):
-        try:
+        with contextlib.suppress(Exception):
             await js.delete_stream(name)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
 
-    try:
+    with contextlib.suppress(Exception):
         nats_run(work, url)
-    except Exception:  # noqa: BLE001 - the server is gone: so is the stream
-        pass
 
 
 def nats_messages(name: str, url: str = NATS_URL) -> list:

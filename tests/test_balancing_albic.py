@@ -9,7 +9,6 @@ from sluice.plan.balancing.albic import Units, collocated_sets, collocation_pair
 from sluice.plan.balancing.graph import undirected_traffic
 from sluice.plan.balancing.model import collocation_factor
 from sluice.sim.balancing_workloads import collocation_workload
-
 from test_balancing_milp import check_plan
 
 

@@ -8,11 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.errors import PlanError
-from sluice.plan.balancing import BalancingProblem, MigrationBudget, cola, collocation_factor, flux, load_distance
-from sluice.plan.balancing import non_integrated_scale_in, potc
+from sluice.plan.balancing import (
+    BalancingProblem,
+    MigrationBudget,
+    cola,
+    collocation_factor,
+    flux,
+    load_distance,
+    non_integrated_scale_in,
+    potc,
+)
 from sluice.plan.balancing.baselines import lpt_pack
 from sluice.sim.balancing_workloads import collocation_workload, solver_workload
-
 from test_balancing_milp import check_plan
 
 

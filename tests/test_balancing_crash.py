@@ -9,11 +9,11 @@ import json
 import os
 
 import pytest
-
-from sluice.runtime.planlog import PlanLog
 from tests import crash_harness as harness
 from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches
 from tests.pipelines import skewed_keys
+
+from sluice.runtime.planlog import PlanLog
 
 pytestmark = pytest.mark.spark
 

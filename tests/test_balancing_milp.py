@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 
 from sluice.errors import PlanError
 from sluice.plan.balancing import (
-    BalancingProblem, MigrationBudget, MilpSettings, NoScaling, adapt, load_distance, mean_load, solve_milp,
+    BalancingProblem,
+    MigrationBudget,
+    MilpSettings,
+    NoScaling,
+    adapt,
+    load_distance,
+    mean_load,
+    solve_milp,
 )
 
 EXACT = MilpSettings(time_limit=30.0, mip_rel_gap=0.0)

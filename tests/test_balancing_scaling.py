@@ -7,8 +7,20 @@ import pytest
 
 from sluice.errors import PlanError
 from sluice.plan.balancing import (
-    BalancingProblem, MarkForRemoval, MigrationBudget, MilpSettings, ScalingDecision, Traffic, UtilizationPolicy,
-    adapt, apply_decision, collocation_factor, load_distance, mean_load, release_drained_nodes, solve_milp,
+    BalancingProblem,
+    MarkForRemoval,
+    MigrationBudget,
+    MilpSettings,
+    ScalingDecision,
+    Traffic,
+    UtilizationPolicy,
+    adapt,
+    apply_decision,
+    collocation_factor,
+    load_distance,
+    mean_load,
+    release_drained_nodes,
+    solve_milp,
 )
 
 MILP = lambda budget: (lambda p: solve_milp(p, budget, MilpSettings(time_limit=2.0)))  # noqa: E731

@@ -130,7 +130,7 @@ def test_sluice_run_with_ui_serves_while_running_and_summarizes(spark, tmp_path,
         "pipeline = Pipeline('cli_ui')\n"
         "rows = pipeline.source(sources.generator(fields={'k': sources.Keys(5)}, rate=None, total_rows=300,"
         " max_rows_per_batch=100))\n"
-        "rows.key_by('k').aggregate(n=agg.count()).sink(sinks.files(%r))\n" % str(tmp_path / "out"))
+        f"rows.key_by('k').aggregate(n=agg.count()).sink(sinks.files({str(tmp_path / 'out')!r}))\n")
     checkpoint = str(tmp_path / "checkpoint")
     assert main(["run", str(pipeline), "--checkpoint", checkpoint, "--ui", "--port", "0", "--quiet"]) == 0
     out = capsys.readouterr().out

@@ -15,7 +15,6 @@ import time
 import urllib.request
 
 import pytest
-
 from tests.crash_harness import batch_rows, done_batches, started_batches
 from tests.pipelines import __file__ as pipelines_init
 

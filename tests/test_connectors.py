@@ -12,14 +12,6 @@ import time
 import paho.mqtt.client as mqtt
 import pyarrow as pa
 import pytest
-
-import sluice
-from sluice import agg, sinks, sources
-from sluice.errors import SinkError, SluiceError
-from sluice.graph.connectors import NatsSink, PostgresSink, RedisSink
-from sluice.runtime import connectors
-from sluice.runtime.sinks import clear_memory, memory_batches, memory_table
-from sluice.runtime.sources import read_backlog
 from tests.connector_services import (
     MQTT_HOST,
     MQTT_PORT,
@@ -36,6 +28,14 @@ from tests.connector_services import (
     require,
     unique,
 )
+
+import sluice
+from sluice import agg, sinks, sources
+from sluice.errors import SinkError, SluiceError
+from sluice.graph.connectors import NatsSink, PostgresSink, RedisSink
+from sluice.runtime import connectors
+from sluice.runtime.sinks import clear_memory, memory_batches, memory_table
+from sluice.runtime.sources import read_backlog
 
 pytestmark = pytest.mark.spark
 
@@ -311,7 +311,7 @@ def test_keyed_results_upserted_into_postgres_and_dead_letters_into_redis(spark,
         def done(_):
             try:
                 return pg(f"SELECT sum(n) FROM {table}")[0][0] == 140
-            except Exception:  # noqa: BLE001 - the table appears with the first batch
+            except Exception:
                 return False
 
         p.run(str(tmp_path / "ckpt"), spark=spark, duration=180, stop_when=done)

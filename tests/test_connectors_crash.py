@@ -14,10 +14,6 @@ import time
 
 import pyarrow as pa
 import pytest
-
-import sluice
-from sluice import sinks, sources
-from sluice.runtime.sinks import clear_memory, memory_table
 from tests import crash_harness as harness
 from tests.connector_services import (
     PrivateNats,
@@ -30,6 +26,10 @@ from tests.connector_services import (
     unique,
 )
 from tests.pipelines import connectors_crash
+
+import sluice
+from sluice import sinks, sources
+from sluice.runtime.sinks import clear_memory, memory_table
 
 pytestmark = pytest.mark.slow
 KEYS = 13
@@ -60,13 +60,13 @@ def test_sigkill_and_restart_leave_postgres_equal_to_an_uninterrupted_run(tmp_pa
     def raw_rows() -> int:
         try:
             return pg(f"SELECT count(*) FROM {table}_raw")[0][0]
-        except Exception:  # noqa: BLE001 - the table appears with the first batch
+        except Exception:
             return 0
 
     def written(sink: str, batch: int) -> bool:
         try:
             return bool(pg("SELECT 1 FROM sluice_batches WHERE sink = %s AND batch_id = %s", (sink, batch)))
-        except Exception:  # noqa: BLE001 - the table appears with the first batch
+        except Exception:
             return False
 
     try:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from control_helpers import batch, constrained_graph
 
+from control_helpers import batch, constrained_graph
 from sluice.control import Action, Controller, EscalationWarning, Policy, read_decisions
 from sluice.control.arbiter import Arbiter
 from sluice.control.qos import QoSManager

@@ -9,7 +9,7 @@ import sluice
 from sluice import agg, sinks, sources
 from sluice.control import Controller, KeyGroupBalancing, Resources, build_policies
 from sluice.control.actuators import plan_change
-from sluice.control.keygroups import DEFAULT_LOAD_S_PER_BYTE, balancing_problem, key_group_stats, routing_of
+from sluice.control.keygroups import DEFAULT_LOAD_S_PER_BYTE, balancing_problem, key_group_stats
 from sluice.plan.balancing import load_distance, node_loads
 from sluice.plan.physical import KeyedStagePlan, Plan, range_routing
 from sluice.runtime.metrics import BatchMetrics
@@ -59,7 +59,7 @@ def test_problem_round_trip_moves_hot_key_groups_to_the_idle_partition():
 
 
 def test_a_balanced_stage_is_left_alone():
-    even = {kg: 100 for kg in range(K)}
+    even = dict.fromkeys(range(K), 100)
     assert KeyGroupBalancing(window=2).propose(_view([batch(i, even) for i in range(2)], plan_with(range_routing(K, 2)))) == []
 
 

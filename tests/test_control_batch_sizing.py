@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from control_helpers import constrained_graph
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from control_helpers import constrained_graph
 from sluice.control import Controller, EscalationWarning, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.batch_sizing import fit_batch_time
 from sluice.plan.physical import initial_plan

@@ -4,8 +4,6 @@ escalates only when that is not possible or not enough. Simulated engine, no Spa
 
 from __future__ import annotations
 
-from sluice.control.actions import partitions_of
-
 import warnings
 
 import pytest
@@ -13,6 +11,7 @@ import pytest
 import sluice
 from sluice import agg, sinks, sources
 from sluice.control import Controller, EscalationWarning, ModelBatchSizing, Resources
+from sluice.control.actions import partitions_of
 from sluice.plan.physical import initial_plan
 from sluice.sim.microbatch import MicroBatchEngine, run_controlled
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from control_helpers import batch, constrained_graph
 from hypothesis import given
 from hypothesis import strategies as st
 
+from control_helpers import batch, constrained_graph
 from sluice.control import QoSManager
 from sluice.graph.constraints import make_constraint
 

@@ -4,17 +4,16 @@ following its key groups), and escalate only after that was applied and measured
 
 from __future__ import annotations
 
-from sluice.control.actions import partitions_of
-
 import os
 import time
 
 import pytest
+from tests.test_control_spark import _final_counts
 
 import sluice
 from sluice import sinks, sources
 from sluice.control import ModelBatchSizing, OneStepScaling, read_decisions
-from tests.test_control_spark import _final_counts
+from sluice.control.actions import partitions_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::sluice.control.EscalationWarning")]
 

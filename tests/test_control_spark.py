@@ -7,11 +7,11 @@ import os
 from collections import Counter
 
 import pytest
-
-from sluice.control import read_decisions
 from tests import crash_harness as harness
 from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches
 from tests.pipelines import constrained
+
+from sluice.control import read_decisions
 
 pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings("ignore::sluice.control.EscalationWarning")]
 

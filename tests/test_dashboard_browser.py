@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import threading
-import time
 
 import pytest
 
@@ -49,7 +48,7 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
             # the real control loop, with a policy that surely acts: cap admission at 4,000 rows a batch
             pipeline.run(checkpoint, spark=spark, policies=[FixedAdmission(4000)], stop_when=lambda _: stop.is_set(),
                          duration=900)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+        except BaseException as exc:
             errors.append(exc)
 
     # a screenshot for the docs waits for a fuller picture than the test needs

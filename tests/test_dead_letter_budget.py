@@ -11,14 +11,13 @@ import re
 import pytest
 
 import sluice
+from crash_harness import done_batches
 from sluice import sinks, sources
 from sluice.cli import main as cli_main
 from sluice.errors import ConfigError, DeadLetterBudgetExceeded
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
 from sluice.runtime.sinks import clear_memory, memory_table
-
-from crash_harness import done_batches
 
 ROWS, PER_BATCH = 2000, 1000
 

@@ -8,10 +8,10 @@ import decimal
 
 import pyarrow as pa
 import pytest
+from tests.connector_services import PG_DSN, pg, require, unique
 
 import sluice
 from sluice import agg, sinks, sources, testing
-from tests.connector_services import PG_DSN, pg, require, unique
 
 
 @pytest.mark.spark
@@ -59,7 +59,7 @@ def test_decimals_from_given_batches_to_parquet_stay_exact(tmp_path):
 def test_window_sums_of_decimals_are_exact(tmp_path):
     import datetime
 
-    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    t0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     rows = [{"k": "a", "amount": decimal.Decimal(a), "ts": t0 + datetime.timedelta(seconds=s)}
             for a, s in (("0.10", 1), ("0.20", 2), ("57976.99", 3), ("-0.30", 4), ("5.55", 70))]
     source = testing.Source([rows[:2], rows[2:]], schema={"k": "string", "amount": "decimal(12, 2)", "ts": "timestamp"},

@@ -9,7 +9,7 @@ from sluice.errors import ConfigError
 from sluice.models.dynamic import ec2_m1_classes
 from sluice.plan.elastic.base import Decision
 from sluice.sim.cloud import Cloud
-from sluice.sim.scenario import Scenario, build_rates, build_dataflow, simulate
+from sluice.sim.scenario import Scenario, build_dataflow, build_rates, simulate
 from sluice.sim.traces import VMTraces, random_walk_rates, sinusoid_rates
 
 

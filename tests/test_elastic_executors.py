@@ -13,11 +13,11 @@ import sys
 
 import pyarrow as pa
 import pytest
+from tests.crash_harness import batch_rows
+from tests.pipelines import __file__ as pipelines_init
 
 from sluice.control import Action, Controller, Policy, read_decisions
 from sluice.runtime import metrics as metrics_log
-from tests.crash_harness import batch_rows
-from tests.pipelines import __file__ as pipelines_init
 
 PIPELINE = os.path.join(os.path.dirname(pipelines_init), "elastic_executors.py")
 
@@ -29,8 +29,9 @@ def held(m) -> dict[str, dict]:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_executors_join_and_leave_between_batches_and_output_stays_exactly_once(tmp_path):
-    from sluice.runtime.cluster import LocalCluster
     from tests.pipelines.elastic_executors import spec
+
+    from sluice.runtime.cluster import LocalCluster
 
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
     with LocalCluster(workers=2, cores=1, memory="1g", root=str(tmp_path / "cluster")) as cluster:
@@ -82,9 +83,10 @@ class AskForExecutors(Policy):
 
 
 def test_on_local_resources_an_executors_action_is_rejected_with_the_reason(tmp_path):
+    from tests.pipelines.elastic_executors import build
+
     from sluice.plan.physical import Plan
     from sluice.runtime.metrics import BatchMetrics
-    from tests.pipelines.elastic_executors import build
 
     graph = build(str(tmp_path / "out")).graph
     controller = Controller(graph, [AskForExecutors()], checkpoint=str(tmp_path))

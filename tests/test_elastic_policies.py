@@ -11,10 +11,10 @@ import sluice
 from sluice import Alt, sinks, sources
 from sluice.control import Controller, read_decisions
 from sluice.control.elastic import ce_policy, plasticc_policy
+from sluice.graph.economics import Economics
 from sluice.models.dynamic import ProfitModel
 from sluice.plan.elastic.forecast import TraceForecast
 from sluice.plan.physical import initial_plan
-from sluice.graph.economics import Economics
 from sluice.sim.elastic import ElasticEngine, figures, run
 from sluice.sim.executors import SimulatedExecutors
 

@@ -23,7 +23,8 @@ def split_words(record: dict):
 
 
 def test_windows_agg_sinks_and_sources_come_with_import_sluice():
-    code = "import sluice; print(sluice.windows.tumbling('1m').size, sluice.agg.count().kind, sluice.sinks.files, sluice.sources.generator)"
+    code = ("import sluice; print(sluice.windows.tumbling('1m').size, sluice.agg.count().kind, sluice.sinks.files,"
+            " sluice.sources.generator)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("60")
@@ -101,8 +102,8 @@ pipeline = Pipeline("profiled")
 
 
 def test_profile_takes_an_operator_of_a_pipeline_file_by_name(tmp_path):
-    from sluice.cli.profile import resolve_operator
     from sluice.cli.pipeline_operator import PipelineOperator
+    from sluice.cli.profile import resolve_operator
     from sluice.errors import ConfigError
 
     path = tmp_path / "meters.py"

@@ -242,7 +242,7 @@ def test_keyed_dead_letters_on_spark_across_a_restart(spark, tmp_path):
 
     def final(sink: str) -> dict:
         out = {}
-        for b, batch in sorted(memory_batches(sink).items()):
+        for _b, batch in sorted(memory_batches(sink).items()):
             for row in batch.to_pylist():
                 out[row["k"]] = row
         return out

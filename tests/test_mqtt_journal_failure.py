@@ -12,8 +12,8 @@ import time
 import paho.mqtt.client as mqtt
 import pyarrow as pa
 import pytest
-from connector_services import MQTT_HOST, MQTT_PORT, require, unique
 
+from connector_services import MQTT_HOST, MQTT_PORT, require, unique
 from sluice import sources
 from sluice.errors import SourceError
 from sluice.runtime.connectors import mqtt as mqtt_connector

@@ -7,7 +7,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
 from benchmarks.nexmark.generator import (
     AUCTION,
     AUCTION_ID_LEAD,

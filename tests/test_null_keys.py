@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections import defaultdict
 
 import numpy as np
 import pyarrow as pa

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -24,7 +24,7 @@ from sluice.runtime.sinks import clear_memory, memory_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 KEYS = ["a", "b", "c"]
 
 

@@ -128,12 +128,12 @@ def test_add_a_slot_retry_when_the_mapper_runs_out():
     # two tasks each needing 60 % of a slot's memory per thread cannot share a slot: rho = 2 fails
     big = pm("big", (1, 10, 0.1, 0.6))
     dag = Dag((Task("a", big), Task("b", big), Task("c", big)), (("a", "b"), ("b", "c")))
-    alloc = allocate_lsa(dag, 10, {t: big for t in "abc"})
+    alloc = allocate_lsa(dag, 10, dict.fromkeys("abc", big))
     assert alloc.slots == 2
-    result = plan_mapping(dag, alloc, "RSM", {t: big for t in "abc"}, vm_classes=(1,))
+    result = plan_mapping(dag, alloc, "RSM", dict.fromkeys("abc", big), vm_classes=(1,))
     assert result.slots == 3 and result.extra_slots == 1
     with pytest.raises(PlanError, match="insufficient resources"):
-        map_rsm(dag, alloc, Cluster((1, 1)), {t: big for t in "abc"})
+        map_rsm(dag, alloc, Cluster((1, 1)), dict.fromkeys("abc", big))
 
 
 def test_prediction_of_sam_with_capacity_routing_meets_the_plan():

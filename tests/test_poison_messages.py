@@ -8,9 +8,9 @@ import json
 
 import pyarrow as pa
 import pytest
-from connector_services import REDIS_URL, nats_publish, nats_stream, nats_delete, redis_client, require, unique
 
 import sluice
+from connector_services import REDIS_URL, nats_delete, nats_publish, nats_stream, redis_client, require, unique
 from sluice import sinks, sources
 from sluice.runtime.connectors.reader import Span, dead_letter_message, screen
 from sluice.runtime.sinks import clear_memory, memory_table

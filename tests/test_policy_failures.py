@@ -4,8 +4,8 @@ the other policies go on (no Spark)."""
 from __future__ import annotations
 
 import pytest
-from control_helpers import batch, constrained_graph
 
+from control_helpers import batch, constrained_graph
 from sluice.control import Action, Controller, Policy, read_decisions
 from sluice.control.config import parse_policies
 from sluice.control.guards import Guards

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
+from tests.test_state_ttl import drive
 
 from sluice.runtime.kernels.process import EVENT_TIMERS, KeyState, ProcessKernel, to_micros
-from tests.test_state_ttl import drive
 
 TS = pa.timestamp("us", tz="UTC")
 QUIET = 200  # microseconds of silence before the alert, in these tests' small clock

@@ -10,10 +10,10 @@ import time
 
 import pyarrow as pa
 import pytest
+from tests.test_process_timers import OUT, alert, silence_after, silence_reference
 
 from sluice import Pipeline, sinks, sources
 from sluice.runtime.sinks import clear_memory, memory_batches
-from tests.test_process_timers import OUT, alert, silence_after, silence_reference
 
 pytestmark = pytest.mark.spark
 

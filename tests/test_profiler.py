@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.errors import ConfigError
 from sluice.runtime.profiler import (
     OperatorSpec,
     SparkSlotRunner,
@@ -15,10 +16,9 @@ from sluice.runtime.profiler import (
     find_peak_rate,
     keep_adding_threads,
     latency_slope,
-    profile_operator,
     profile_on_spark,
+    profile_operator,
 )
-from sluice.errors import ConfigError
 
 OPERATORS = Path(__file__).resolve().parents[1] / "examples" / "operators"
 

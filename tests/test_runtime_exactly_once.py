@@ -12,12 +12,12 @@ import sys
 import time
 
 import pytest
-
-from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.lease import Lease
 from tests import crash_harness as harness
 from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches, state_written
 from tests.pipelines import exactly_once
+
+from sluice.runtime.checkpoint import Checkpoint
+from sluice.runtime.lease import Lease
 
 pytestmark = pytest.mark.spark
 

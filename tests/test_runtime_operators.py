@@ -19,8 +19,8 @@ import pytest
 import sluice
 from sluice import agg, sinks, sources
 from sluice.runtime import metrics as metrics_log
-from sluice.runtime.sinks import clear_memory, memory_batches, memory_table
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
+from sluice.runtime.sinks import clear_memory, memory_batches, memory_table
 
 pytestmark = pytest.mark.spark
 
@@ -175,7 +175,7 @@ def test_reduce_and_process_keep_state_across_batches(run):
     assert {k[0]: v["seen"] for k, v in seen.items()} == counts.to_dict()
     # the hottest meter shows up in every batch, its count growing across them
     per_batch = defaultdict(list)
-    for b, t in sorted(memory_batches("proc").items()):
+    for _b, t in sorted(memory_batches("proc").items()):
         for row in t.to_pylist():
             per_batch[row["meter"]].append(row["seen"])
     hottest = counts.idxmax()

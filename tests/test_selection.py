@@ -7,10 +7,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from tests.test_state_ttl import drive
 
 from sluice.graph.windows import EventTime
 from sluice.runtime.kernels.selection import EXPIRES, DeduplicateKernel, TopKernel
-from tests.test_state_ttl import drive
 
 TS = pa.timestamp("us", tz="UTC")
 

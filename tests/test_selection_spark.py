@@ -40,7 +40,7 @@ def test_deduplicate_and_top_equal_duckdb_across_a_restart(spark, tmp_path, memo
     build().run(checkpoint, spark=spark, stop_when=lambda ex: ex.last_batch is not None and ex.last_batch.batch_id >= 2)
     build().run(checkpoint, spark=spark)
     raw = memory_batches("sel_raw")
-    every = pa.concat_tables([t.append_column("b", pa.array([b] * t.num_rows, pa.int64()))  # noqa: F841 (DuckDB)
+    every = pa.concat_tables([t.append_column("b", pa.array([b] * t.num_rows, pa.int64()))
                               for b, t in sorted(raw.items())])
     assert every.num_rows == ROWS
 

@@ -19,8 +19,7 @@ from sluice.graph.sources import (
     GeneratorSource,
     Sequence,
 )
-from sluice.runtime.sources import is_exhausted, read_backlog, set_max_rows
-from sluice.runtime.sources import row_reader
+from sluice.runtime.sources import is_exhausted, read_backlog, row_reader, set_max_rows
 from sluice.runtime.sources.admission import DEFAULT_MAX_ROWS_PER_BATCH, default_read_limit
 from sluice.runtime.sources.datasource import READERS, decode_spec, encode_spec, stream_schema
 
@@ -175,7 +174,7 @@ def test_directory_admits_whole_files_in_order_and_keeps_a_file_log(tmp_path):
     inbox = tmp_path / "in"
     inbox.mkdir()
     write_lines(inbox / "b.json", range(10, 14))  # 4 rows
-    write_lines(inbox / "a.json", range(0, 3))  # 3 rows
+    write_lines(inbox / "a.json", range(3))  # 3 rows
     write_lines(inbox / "c.json", range(20, 22))  # 2 rows
     (inbox / "_SUCCESS").write_text("")
     (inbox / ".d.json.tmp").write_text('{"id": 99}\n')
@@ -248,7 +247,7 @@ def test_a_directory_without_a_limit_admits_a_bounded_batch(tmp_path, monkeypatc
 def test_an_available_now_directory_reads_the_files_there_at_its_first_look_then_ends(tmp_path):
     inbox = tmp_path / "in"
     inbox.mkdir()
-    write_lines(inbox / "a.json", range(0, 3))
+    write_lines(inbox / "a.json", range(3))
     write_lines(inbox / "b.json", range(3, 5))
     ctl = tmp_path / "ctl"
     spec = DirectorySource(str(inbox), max_rows_per_batch=3, available_now=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from sluice.graph.rates import RateSchedule
 from sluice.graph.sources import (
     INGEST_TS,
     DirectorySource,
@@ -22,7 +23,6 @@ from sluice.graph.sources import (
     SparkSource,
     arrival_us,
 )
-from sluice.graph.rates import RateSchedule
 from sluice.runtime.sources import (
     backlog_from_progress,
     is_exhausted,

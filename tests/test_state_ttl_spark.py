@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from tests.test_state_ttl import reference_counts
 
 from sluice import Pipeline, agg, sinks, sources
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.sinks import clear_memory, memory_batches
-from tests.test_state_ttl import reference_counts
 
 pytestmark = pytest.mark.spark
 

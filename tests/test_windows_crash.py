@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from sluice.runtime.side_outputs import read_side_output
 from tests import crash_harness as harness
 from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches, state_written
 from tests.pipelines import windows_crash
+
+from sluice.runtime.side_outputs import read_side_output
 
 pytestmark = pytest.mark.spark
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pickle
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from windows_harness import assert_matches_reference, reference, run_kernel, watermarks
 
 from sluice.errors import PipelineError, SchemaError
 from sluice.graph import aggregates as agg
@@ -28,6 +27,7 @@ from sluice.graph.windows import (
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.panes import PaneTable, sliding_udaf
 from sluice.runtime.kernels.windows import LATE, WindowAggregateKernel, window_kernel
+from windows_harness import assert_matches_reference, reference, run_kernel, watermarks
 
 S = 1_000_000  # microseconds per second
 
@@ -144,7 +144,7 @@ def test_processing_time_windows_fire_on_batch_time():
     run = run_kernel(kernel, batches, [None] * 4, processing_times=pts)
     out = rows_of(run)
     assert out[0] == out[1] == []
-    first = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    first = datetime(1970, 1, 1, tzinfo=UTC)
     assert sorted((r["k"], r["total"]) for r in out[2]) == [("a", 4), ("b", 2)]
     assert out[2][0]["window_start"] == first
     assert [(r["k"], r["total"]) for r in out[3]] == [("a", 4)]
@@ -154,7 +154,7 @@ def test_processing_time_windows_fire_on_batch_time():
 def test_timestamp_column_and_string_durations():
     query = window_query(sliding("10s", "5s"), {"n": agg.count(), "avg": agg.mean("v")}, time="ts")
     kernel = window_kernel(["k"], [query])
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     ts = pa.array([t0.timestamp() * 1000 + d for d in (0, 3000, 7000)], pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
     batches = [pa.table({"k": ["a"] * 3, "ts": ts, "v": [1.0, 2.0, 6.0]})]
     run = run_kernel(kernel, batches, [None, 2**62])
@@ -162,9 +162,9 @@ def test_timestamp_column_and_string_durations():
     assert out.schema.field("window_start").type == pa.timestamp("us", tz="UTC")
     got = [(r["window_start"], r["n"], r["avg"]) for r in out.to_pylist()]
     assert got == [
-        (datetime(2025, 12, 31, 23, 59, 55, tzinfo=timezone.utc), 2, 1.5),
+        (datetime(2025, 12, 31, 23, 59, 55, tzinfo=UTC), 2, 1.5),
         (t0, 3, 3.0),
-        (datetime(2026, 1, 1, 0, 0, 5, tzinfo=timezone.utc), 1, 6.0),
+        (datetime(2026, 1, 1, 0, 0, 5, tzinfo=UTC), 1, 6.0),
     ]
 
 
@@ -222,7 +222,7 @@ def test_udaf_state_is_pickled_binary_and_add_gets_arrays():
         seen_types.append(type(values))
         return acc + pa.compute.sum(values).as_py()
 
-    median_like = agg.udaf("v", lambda: 0, add, lambda a, b: a + b, lambda acc: float(acc))
+    median_like = agg.udaf("v", lambda: 0, add, lambda a, b: a + b, float)
     kernel = window_kernel(["k"], [q(Sliding(4, 2), s=median_like)])
     rows = table(k=["a"] * 3, ts=[0, 1, 2], v=[1, 2, 3], **{KEY_GROUP: pa.array([0] * 3, pa.int32())})
     state_schema = kernel.state_schema(rows.schema)

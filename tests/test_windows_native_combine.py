@@ -10,16 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from windows_harness import assert_rows_equal
 
 from sluice import agg
+from sluice.graph.operators import Operator
 from sluice.graph.windows import EventTime, ProcessingTime, Sliding, WindowQuery
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.exchange.spark_combine import late_records, native_combine, supports_native_combine
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.windows import WindowAggregateKernel
-from sluice.graph.operators import Operator
-from sluice.runtime.exchange.spark_combine import late_records, native_combine, supports_native_combine
 from sluice.runtime.schemas import INGEST, to_spark
+from windows_harness import assert_rows_equal
 
 pytestmark = pytest.mark.spark
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from windows_harness import assert_matches_reference, reference, run_kernel, watermarks
 
 from sluice.graph import aggregates as agg
-from sluice.graph.windows import Session, Sliding, Tumbling, WindowQuery, EventTime
+from sluice.graph.windows import EventTime, Session, Sliding, Tumbling, WindowQuery
 from sluice.runtime.kernels.windows import window_kernel
+from windows_harness import assert_matches_reference, reference, run_kernel, watermarks
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

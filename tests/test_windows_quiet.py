@@ -13,13 +13,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+from tests import crash_harness as harness
+from tests.crash_harness import done_batches, kill_when
+from tests.pipelines import quiet_sessions as quiet
 
 from sluice import agg, sinks, sources
 from sluice import windows as W
 from sluice.runtime.state import KeyGroupStore
-from tests import crash_harness as harness
-from tests.crash_harness import done_batches, kill_when
-from tests.pipelines import quiet_sessions as quiet
 
 pytestmark = pytest.mark.spark
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from windows_harness import assert_rows_equal, reference, watermarks
 
 from sluice import Pipeline, agg, sinks, sources
 from sluice import windows as W
 from sluice.errors import PipelineError
 from sluice.runtime.side_outputs import read_side_output
 from sluice.sinks import memory_table
+from windows_harness import assert_rows_equal, reference, watermarks
 
 pytestmark = pytest.mark.spark
 

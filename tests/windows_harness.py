@@ -174,12 +174,13 @@ def _reference_fixed(q, key_columns, records_per_batch, marks, pts, with_query):
         wm = NEG_INF if marks[b] is None else marks[b]
         emitted, late = [], []
 
-        def emit(items):
+        def emit(items, emitted=emitted):  # bound: called within this batch's iteration
             for (key, j), recs in sorted(items, key=lambda kv: (repr(kv[0][0]), kv[0][1])):
                 emitted.append(_result_row(q, key, j * s, j * s + z, recs, key_columns, with_query))
 
         if q.mode == "append":  # (A) due and closed, before this batch's records
-            emit([(kj, recs) for kj, recs in contents.items() if previous < kj[1] * s + z <= wm and kj[1] * s + z + lateness <= wm])
+            emit([(kj, recs) for kj, recs in contents.items()
+                  if previous < kj[1] * s + z <= wm and kj[1] * s + z + lateness <= wm])
         touched = set()
         for r in records:
             t = _time(q, r, pts[b] if pts else 0)

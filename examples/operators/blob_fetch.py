@@ -17,6 +17,7 @@ import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 from urllib.parse import urlparse
 
 OBJECT_SIZE = 2 * 1024 * 1024
@@ -32,7 +33,7 @@ class BlobServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self):  # noqa: N802 (http.server API)
+            def do_GET(self):
                 if latency > 0:
                     time.sleep(latency)
                 self.send_response(200)
@@ -53,7 +54,7 @@ class BlobServer:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/blob"
 
-    def start(self) -> "BlobServer":
+    def start(self) -> BlobServer:
         self._thread.start()
         return self
 
@@ -61,7 +62,7 @@ class BlobServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "BlobServer":
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc) -> None:

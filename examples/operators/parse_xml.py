@@ -25,7 +25,7 @@ class _Counter(xml.sax.ContentHandler):
         self.elements = 0
         self.chars = 0
 
-    def startElement(self, name, attrs):  # noqa: N802 (SAX API)
+    def startElement(self, name, attrs):
         self.elements += 1
 
     def characters(self, content):
