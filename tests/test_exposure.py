@@ -51,17 +51,25 @@ def test_a_local_master_binds_loopback_and_a_remote_one_is_left_alone():
         assert conf["spark.ui.killEnabled"] == "false"
     for master in ("spark://10.0.0.5:7077", "yarn", "k8s://https://api:6443"):
         assert not is_local_master(master)
-        assert network_conf(master) == {"spark.ui.killEnabled": "false"}
+        assert "spark.driver.host" not in network_conf(master)
+        assert network_conf(master)["spark.ui.killEnabled"] == "false"
 
 
 _LISTENERS = r"""
 import json, subprocess, sys
+import pyarrow as pa
+from sluice import sources
 from sluice.runtime.session import jvm_pid, spark_session
+from sluice.runtime.sources.datasource import encode_spec, open_stream
 spark = spark_session(master="local[1]", ui=True)
 pid = jvm_pid(spark)
 out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
 local = [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
-print(json.dumps({"ui": spark.sparkContext.uiWebUrl, "listening": local}))
+spec = sources.redis("k", pa.schema([("v", pa.string())]), url="redis://:hunter2@127.0.0.1:1/0")
+frame = open_stream(spark, spec, "controls", "src")
+plan = frame._jdf.queryExecution().toString()
+print(json.dumps({"ui": spark.sparkContext.uiWebUrl, "listening": local,
+                  "spec_in_plan": encode_spec(spec)[:40] in plan, "plan_has_source": "sluice" in plan}))
 """
 
 
@@ -74,6 +82,7 @@ def test_local_spark_listens_on_loopback_only(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["ui"].startswith("http://127.0.0.1:"), report
+    assert report["plan_has_source"] and not report["spec_in_plan"], report  # the encoded spec is redacted
     assert report["listening"], report  # the UI, the driver's RPC and its block manager
     for address in report["listening"]:
         host = address.rsplit(":", 1)[0].strip("[]")

@@ -61,6 +61,8 @@ def ui_enabled(ui: bool | None = None) -> bool:
 
 
 LOOPBACK = "127.0.0.1"
+REDACTED_OPTIONS = "(?i)url|spec|password|secret|token"
+"""Data source options whose values Spark's plans show as redacted (Spark's default: url)."""
 
 
 def is_local_master(master: str) -> bool:
@@ -82,7 +84,10 @@ def network_conf(master: str) -> dict[str, str]:
     the loopback address; the UI's kill links are off everywhere (a read-only UI still
     shows everything). Spark's UI takes its address only from ``SPARK_LOCAL_IP``, which
     ``spark_session`` sets for local masters. A user's own ``conf`` wins over these."""
-    out = {"spark.ui.killEnabled": "false"}
+    out = {"spark.ui.killEnabled": "false",
+           # a source's options carry its encoded spec (``sources.datasource``), connection
+           # strings and all: the plans Spark shows (UI, explain) print it redacted
+           "spark.sql.redaction.options.regex": REDACTED_OPTIONS}
     if is_local_master(master):
         out |= {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
     return out
