@@ -32,11 +32,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.core.columns import INGEST
 from sluice.errors import SourceError
 from sluice.graph.rates import Rate, RateSchedule, arrival_us, as_rate, rows_arrived  # noqa: F401 (re-exported)
 
-INGEST_TS = "__ingest_ts"
-"""Hidden column: when the record became available at the source (timestamp, microseconds)."""
+INGEST_TS = INGEST  # the hidden ingest-time column (core.columns)
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 """The one timestamp type Sluice sources produce (Spark's TimestampType)."""

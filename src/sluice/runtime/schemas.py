@@ -9,13 +9,9 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 from pyspark.sql.utils import AnalysisException
 
+from sluice.core.columns import INGEST, KEY_GROUP, PARTITION, SOURCE_ID  # noqa: F401 (SOURCE_ID re-exported)
 from sluice.errors import SchemaError
 from sluice.graph.operators import Operator
-
-INGEST = "__ingest_ts"
-KEY_GROUP = "__kg"
-PARTITION = "__part"
-SOURCE_ID = "__src"
 
 
 def quote(name: str) -> str:

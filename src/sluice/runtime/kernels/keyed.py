@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from sluice.core.columns import KEY_GROUP
 from sluice.errors import PipelineError
 from sluice.runtime.kernels.stateless import INGEST
-
-KEY_GROUP = "__kg"  # hidden int32 column: stable hash of the key mod max parallelism
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.core.columns import INGEST
 from sluice.graph.operators import Operator
 from sluice.runtime.reporting import reporting_to
 from sluice.runtime.side_outputs import SideOutputWriter
-
-INGEST = "__ingest_ts"
 
 
 @dataclass

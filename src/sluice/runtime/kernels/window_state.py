@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.core.columns import INGEST  # noqa: F401 (re-exported)
 from sluice.graph.aggregates import Aggregate
 from sluice.graph.windows import EventTime, WindowQuery
 from sluice.runtime.kernels.grouping import concat_column
@@ -30,7 +31,6 @@ PANE_STATE = "__pane"  # in state: list of live panes; in combined rows: the row
 PARTIAL_PREFIX = "__p:"
 COMBINE_TASK = "__combine_task"  # combined rows: the map task that combined them (a stable order)
 RECORDS = "__records"  # rows of Spark's combine: how many records the row combines
-INGEST = "__ingest_ts"  # the runtime's hidden ingest-time column (kept as the oldest per pane)
 
 
 def record_times(query: WindowQuery, rows: pa.Table, ctx: BatchContext) -> tuple[np.ndarray, np.ndarray]:

@@ -18,10 +18,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.core.columns import KEY_GROUP
 from sluice.errors import StateError
 from sluice.runtime.kernels.grouping import canonical_key, exact_key_type
 
-KEY_GROUP = "__kg"
 DELETED = "__deleted"
 CHECKSUM_ALGORITHM = "sha256"
 
