@@ -32,6 +32,7 @@ from sluice.plan.balancing import (
     MilpSettings,
     load_distance,
     mean_load,
+    node_loads,
     solve_milp,
 )
 from sluice.plan.balancing.baselines.flux import flux
@@ -137,6 +138,4 @@ class RingBalancing(KeyGroupBalancing):
 
 
 def _loads(problem) -> list[float]:
-    from sluice.plan.balancing import node_loads
-
     return [round(float(x), 1) for x in node_loads(problem)]

@@ -35,6 +35,7 @@ from sluice.control.qos import MET, UNKNOWN, VIOLATED, QoSManager
 from sluice.control.swap import PolicySwaps
 from sluice.control.view import ControlView, Resources
 from sluice.errors import ConfigError
+from sluice.graph.alternates import alternates_of
 
 if TYPE_CHECKING:
     from sluice.core.checkpoint import Checkpoint
@@ -208,8 +209,6 @@ class Controller:
         """Why an accepted action cannot be applied to this job, checked before the next Plan
         is logged (a logged plan that cannot run would fail every replay of its batch)."""
         if action.kind == "alternate":
-            from sluice.graph.alternates import alternates_of
-
             if action.target not in self.graph or not alternates_of(self.graph[action.target]):
                 return f"{action.target!r} is no operator with alternates"
             if action.value not in alternates_of(self.graph[action.target]):

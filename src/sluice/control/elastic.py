@@ -42,10 +42,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from sluice.control.actions import EXECUTORS, Action
+from sluice.control.forecast import make_forecaster
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
 from sluice.models.dynamic import Alternate, DynamicDataflow, Operator, ProfitModel, VMClass
 from sluice.plan.elastic.base import Forecast, RunningVM, SchedulerInput
+from sluice.plan.elastic.genetic import GeneticScheduler
+from sluice.plan.elastic.greedy import GreedyScheduler
+from sluice.plan.elastic.plasticc import PlasticcScheduler
 
 ALTERNATE = "alternate"  # the action kind of sluice.control.actions (kept local: a string is all it is)
 PLENTY_BANDWIDTH = 1e12  # bytes/s: executors on one cluster; the model's network limit does not bind
@@ -345,8 +349,6 @@ def _with_cores(vm_class: VMClass, cores: int) -> VMClass:
 
 
 def ce_policy(**options) -> ElasticPolicy:
-    from sluice.plan.elastic.greedy import GreedyScheduler
-
     return ElasticPolicy(GreedyScheduler(centralized=True), **options)
 
 
@@ -354,15 +356,10 @@ def plasticc_policy(forecaster: Forecaster | str | dict | None = "holt_winters",
     """PLAStiCC over a forecast of the input rate: by default Holt-Winters learned from the
     job's own arrivals (``control.forecast``); a name or ``{name: {options}}`` from YAML, or
     any ``forecaster(view, now_s, steps, step_s)``; None: no forecast (it then plans like CE)."""
-    from sluice.control.forecast import make_forecaster
-    from sluice.plan.elastic.plasticc import PlasticcScheduler
-
     if isinstance(forecaster, (str, dict)):
         forecaster = make_forecaster(forecaster)
     return ElasticPolicy(PlasticcScheduler(), forecaster=forecaster, **options)
 
 
 def ga_policy(**options) -> ElasticPolicy:
-    from sluice.plan.elastic.genetic import GeneticScheduler
-
     return ElasticPolicy(GeneticScheduler(), **options)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sluice.core.resources import Resources
+from sluice.graph.alternates import alternates_of
 from sluice.graph.constraints import LatencyConstraint
 
 if TYPE_CHECKING:
@@ -56,8 +57,6 @@ class ControlView:
 
     def alternates(self, op_id: str) -> dict:
         """The alternates of an operator (name -> ``sluice.Alt``); empty when it has none."""
-        from sluice.graph.alternates import alternates_of
-
         return alternates_of(self.graph[op_id]) if op_id in self.graph else {}
 
     def active_alternate(self, op_id: str) -> str | None:

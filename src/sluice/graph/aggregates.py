@@ -20,6 +20,8 @@ import pyarrow as pa
 
 from sluice.core.location import user_location
 from sluice.errors import PipelineError
+from sluice.graph import sketches as sk
+from sluice.graph.schemas import to_arrow_type
 
 BUILTIN = ("count", "sum", "min", "max", "mean")
 NUMERIC_AGGREGATES = ("sum", "mean", "approx_percentile")  # need a numeric column
@@ -136,8 +138,6 @@ def udaf(
     >>> spread.kind, spread.column
     ('udaf', 'kwh')
     """
-    from sluice.graph.schemas import to_arrow_type
-
     where = f"agg.udaf over {column!r} at {user_location()}"
     for name, fn in (("create", create), ("add", add), ("merge", merge), ("result", result)):
         if not callable(fn):
@@ -156,8 +156,6 @@ def count_distinct(column: str) -> Aggregate:
     >>> agg.count_distinct("user").column
     'user'
     """
-    from sluice.graph import sketches as sk
-
     return UserAggregate(kind="count_distinct", column=column, create=sk.distinct_create, add=sk.distinct_add,
                          merge=sk.distinct_merge, result=sk.distinct_result, result_type=pa.int64())
 
@@ -172,8 +170,6 @@ def approx_count_distinct(column: str, precision: int = 12) -> Aggregate:
     >>> agg.approx_count_distinct("user").kind
     'approx_count_distinct'
     """
-    from sluice.graph import sketches as sk
-
     if not (isinstance(precision, int) and 4 <= precision <= 18):
         raise PipelineError(f"approx_count_distinct({column!r}): precision must be an integer from 4 to 18, got {precision!r}")
     return UserAggregate(kind="approx_count_distinct", column=column, create=sk.SketchFactory("hll", precision),
@@ -191,8 +187,6 @@ def approx_percentile(column: str, q: float, relative_accuracy: float = 0.01) ->
     >>> agg.approx_percentile("latency_ms", 0.99).kind
     'approx_percentile'
     """
-    from sluice.graph import sketches as sk
-
     if not (isinstance(q, (int, float)) and 0 <= q <= 1):
         raise PipelineError(f"approx_percentile({column!r}): q must be between 0 and 1 (0.95 for the 95th), got {q!r}")
     if not (isinstance(relative_accuracy, float) and 0 < relative_accuracy < 1):
@@ -210,8 +204,6 @@ def first(column: str) -> Aggregate:
     >>> agg.first("page").kind
     'first'
     """
-    from sluice.graph import sketches as sk
-
     return UserAggregate(kind="first", column=column, create=sk.extreme_create, add=sk.first_add,
                          merge=sk.first_merge, result=sk.extreme_result, same_type=True)
 
@@ -224,8 +216,6 @@ def last(column: str) -> Aggregate:
     >>> agg.last("page").kind
     'last'
     """
-    from sluice.graph import sketches as sk
-
     return UserAggregate(kind="last", column=column, create=sk.extreme_create, add=sk.last_add,
                          merge=sk.last_merge, result=sk.extreme_result, same_type=True)
 
@@ -239,8 +229,6 @@ def arg_max(column: str, by: str) -> Aggregate:
     >>> agg.arg_max("page", by="duration_ms").by
     'duration_ms'
     """
-    from sluice.graph import sketches as sk
-
     return UserAggregate(kind="arg_max", column=column, by=by, create=sk.extreme_create, add=sk.ArgBest(True),
                          merge=sk.ArgBestMerge(True), result=sk.extreme_result, same_type=True)
 
@@ -253,8 +241,6 @@ def arg_min(column: str, by: str) -> Aggregate:
     >>> agg.arg_min("page", by="ts").kind
     'arg_min'
     """
-    from sluice.graph import sketches as sk
-
     return UserAggregate(kind="arg_min", column=column, by=by, create=sk.extreme_create, add=sk.ArgBest(False),
                          merge=sk.ArgBestMerge(False), result=sk.extreme_result, same_type=True)
 

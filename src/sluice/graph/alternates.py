@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sluice.errors import PipelineError
+from sluice.errors import PipelineError, PlanError
 
 # kinds whose function may have alternates: the function is params["fn"] for all of them
 DYNAMIC_KINDS = frozenset({"map_batches", "map", "flat_map", "process", "reduce"})
@@ -123,8 +123,6 @@ def with_alternate(op, name: str | None):
     if name is None or not alts:
         return op
     if name not in alts:
-        from sluice.errors import PlanError
-
         raise PlanError(f"operator {op.name!r} has no alternate {name!r}; its alternates: {sorted(alts)}")
     if alts[name].fn is op.params["fn"]:
         return op

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from sluice.credentials import redact, redacted_repr
+from sluice.credentials import redact, redacted_repr, resolve
 from sluice.errors import PipelineError, SourceError
 from sluice.graph.schemas import as_schema
 from sluice.graph.sinks import SinkSpec
@@ -81,8 +81,6 @@ class NatsAuth:
 
     def connect_options(self) -> dict:
         """Keyword arguments of ``nats.connect``."""
-        from sluice.credentials import resolve
-
         out: dict = {}
         if self.user is not None:
             out["user"] = self.user

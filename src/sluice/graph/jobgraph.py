@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.errors import CycleError, PipelineError, SchemaError
+from sluice.graph.constraints import validate_constraints
 from sluice.graph.economics import Economics
 from sluice.graph.expressions import output_name
 from sluice.graph.kinds import ExpressionTyper
@@ -139,7 +140,6 @@ class JobGraph:
             elif culprit is not None and op.definition.passes_schema:
                 assumed[op.id] = culprit
 
-        from sluice.graph.constraints import validate_constraints
 
         validate_constraints(self, self.constraints)
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from sluice.errors import PipelineError, SourceError
 from sluice.graph.connectors import DEFAULT_PATIENCE_S, ConnectorSource, _key_columns, _text
+from sluice.graph.schemas import as_schema
 from sluice.graph.sinks import SinkSpec
 from sluice.graph.sources import TIMESTAMP
 
@@ -126,8 +127,6 @@ class KafkaSource(ConnectorSource):
         if starting_offsets not in ("earliest", "latest"):
             raise SourceError(f"{where}: starting_offsets must be 'earliest' or 'latest', got {starting_offsets!r}")
         if isinstance(schema, dict):  # {"meter": "string", "kwh": "double"}, as schema= takes everywhere
-            from sluice.graph.schemas import as_schema
-
             schema = as_schema(schema, f"{where}: ")
         if not isinstance(schema, pa.Schema):
             raise SourceError(f"{where}: schema= must be a dict of column to type name or a pyarrow.Schema, "

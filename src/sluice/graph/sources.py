@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 from sluice.core.columns import INGEST
 from sluice.errors import SourceError
 from sluice.graph.rates import Rate, RateSchedule, arrival_us, as_rate, rows_arrived  # noqa: F401 (re-exported)
+from sluice.graph.schemas import as_schema
 
 INGEST_TS = INGEST  # the hidden ingest-time column (core.columns)
 
@@ -634,8 +635,6 @@ def _file_spec_schema(where: str, path: str, fmt: str, schema: pa.Schema | None,
     if fmt not in FILE_FORMATS:
         raise SourceError(f"{where}: unknown format {fmt!r} (use one of {', '.join(FILE_FORMATS)})")
     if isinstance(schema, dict):  # {"meter": "string", "kwh": "double"}, as schema= takes everywhere
-        from sluice.graph.schemas import as_schema
-
         schema = as_schema(schema, f"{where}: ")
     if schema is not None:
         if not isinstance(schema, pa.Schema):

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sluice.errors import PipelineError
+from sluice.graph.windows import format_duration, parse_duration
 
 TTL_TIMES = ("event", "processing")
 
@@ -36,8 +37,6 @@ class StateTTL:
             raise PipelineError(f"ttl must be a positive duration, got {self.ttl_us!r} microseconds")
 
     def describe(self) -> str:
-        from sluice.graph.windows import format_duration
-
         return f"{format_duration(self.ttl_us)} of {self.time} time"
 
 
@@ -45,7 +44,6 @@ def parse_ttl(ttl, ttl_time: str = "event", where: str = "ttl") -> StateTTL | No
     """``ttl`` (seconds, a string like ``"1d"``, or None) as a StateTTL."""
     if ttl is None:
         return None
-    from sluice.graph.windows import parse_duration
 
     if ttl_time not in TTL_TIMES:
         raise PipelineError(f"{where}: ttl_time must be one of {TTL_TIMES}, got {ttl_time!r}")

@@ -20,8 +20,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from sluice.errors import ConfigError
 from sluice.graph import JobGraph
 from sluice.graph.aggregates import UserAggregate
+from sluice.graph.kafka import KafkaSink, KafkaSource
 from sluice.graph.kinds import KEYED, NATIVE, PYTHON, SINK, SOURCE
 
 MICRO_BATCH = "micro-batch"
@@ -96,8 +98,6 @@ def microbatch_floor_s() -> float:
     except ValueError:
         floor = -1.0
     if floor <= 0:
-        from sluice.errors import ConfigError
-
         raise ConfigError(f"SLUICE_MICROBATCH_FLOOR_S must be a positive number of seconds, got {value!r}")
     return floor
 
@@ -105,8 +105,6 @@ def microbatch_floor_s() -> float:
 def real_time_misfits(graph: JobGraph) -> list[str]:
     """Why ``graph`` cannot run in Spark's real-time mode ([] when it can), one reason per
     operator that does not fit."""
-    from sluice.graph.kafka import KafkaSink, KafkaSource
-
     reasons = []
     for op in graph.operators:
         family = op.definition.family

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field, replace
 
 from sluice.errors import PlanError
 from sluice.graph import JobGraph
+from sluice.graph.alternates import alternates_of, initial_alternates
+from sluice.plan.chaining import chainable_runs
+from sluice.plan.collocation import collocation_groups
 
 
 @dataclass(frozen=True)
@@ -143,17 +146,12 @@ def range_routing(max_parallelism: int, partitions: int) -> list[int]:
 def fused_chains(graph: JobGraph) -> list[tuple[str, ...]]:
     """Maximal runs of consecutive Python operators that can share one pass (task chaining);
     see ``sluice.plan.chaining.chainable_runs``."""
-    from sluice.plan.chaining import chainable_runs
-
     return chainable_runs(graph)
 
 
 def initial_plan(graph: JobGraph, partitions: int, fuse: bool = True, collocate: bool = True) -> Plan:
     """The plan a job starts with: range routing, maximal chains (``fuse``) and consecutive
     keyed operators on the same key in one stage (``collocate``)."""
-    from sluice.graph.alternates import initial_alternates
-    from sluice.plan.collocation import collocation_groups
-
     routing = tuple(range_routing(graph.max_parallelism, partitions))
     keyed = {op.id: KeyedStagePlan(partitions, routing) for op in graph.operators if op.is_keyed}
     chains = fused_chains(graph) if fuse else [(op.id,) for op in graph.topological_order() if op.is_python]
@@ -167,8 +165,6 @@ def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> 
     rebalances) are kept while they still chain the graph's Python operators, else chaining
     starts afresh; worker threads of operators that are gone are dropped; an operator's
     active alternate is kept while the operator still has it, else it runs its default."""
-    from sluice.graph.alternates import alternates_of, initial_alternates
-
     routing = tuple(range_routing(graph.max_parallelism, partitions))
     keyed = {op.id: plan.keyed.get(op.id) or KeyedStagePlan(partitions, routing)
              for op in graph.operators if op.is_keyed}
@@ -180,8 +176,6 @@ def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> 
     alternates = {op_id: plan.alternates[op_id] if plan.alternates.get(op_id) in alternates_of(graph[op_id]) else default
                   for op_id, default in initial_alternates(graph).items()}
     # collocated groups the changed graph still allows keep sharing their head's routing
-    from sluice.plan.collocation import collocation_groups
-
     possible = set(collocation_groups(graph))
     collocated = tuple(group for group in plan.collocated if group in possible)
     for group in collocated:

@@ -36,7 +36,11 @@ from sluice.models.dynamic import (
     throughput,
 )
 from sluice.plan.elastic.base import Forecast, SchedulerInput
-from sluice.plan.elastic.forecast import perturb
+from sluice.plan.elastic.brute import BruteForceScheduler
+from sluice.plan.elastic.forecast import ESTIMATORS, perturb
+from sluice.plan.elastic.genetic import GeneticScheduler
+from sluice.plan.elastic.greedy import GreedyScheduler
+from sluice.plan.elastic.plasticc import PlasticcScheduler
 from sluice.sim.cloud import Cloud
 from sluice.sim.dataflows import linear_road, lrb_input_rates, synthetic
 from sluice.sim.traces import VMTraces, _rng, random_walk_rates, sinusoid_rates
@@ -166,12 +170,6 @@ def build_profit(sc: Scenario, df: DynamicDataflow) -> ProfitModel:
 
 def make_scheduler(name: str, options: dict | None = None, centralized_default: bool = True):
     """Scheduler by name: BR, GA, CE, SH, PLASTICC, or CE driven by CAF/WAAF/WPA/WPO/WPP."""
-    from sluice.plan.elastic.brute import BruteForceScheduler
-    from sluice.plan.elastic.forecast import ESTIMATORS
-    from sluice.plan.elastic.genetic import GeneticScheduler
-    from sluice.plan.elastic.greedy import GreedyScheduler
-    from sluice.plan.elastic.plasticc import PlasticcScheduler
-
     opts = dict(options or {})
     key = name.upper()
     if key == "BR":
