@@ -48,6 +48,7 @@ from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
+from sluice.runtime.stages import HOLDING
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
 from sluice.runtime.task_metrics import MetricsParam, split_metrics
@@ -92,6 +93,9 @@ class BatchExecutor:
         self._tick_pending = False  # a tick request this driver wrote is waiting to be served
         # per keyed operator, its earliest processing-time timer as of the last batch done
         self._timers_due: dict[str, int] = {}
+        # per keyed operator, whether a partition held state after the last batch done (what
+        # its tasks reported; the store's sizes count deleted rows until a compaction)
+        self._holding: dict[str, bool] = {}
         self.last_batch: BatchMetrics | None = None
         self.in_batch = False
         # set by ``stop_after_this_batch``: no batch starts after it (``__call__`` refuses)
@@ -242,9 +246,13 @@ class BatchExecutor:
         self.clock.watermark = start["watermark"]
         self._timers_due = {op_id: -int(values[NEXT_TIMER_NEG]) for op_id, values in per_op.items()
                             if isinstance(values, dict) and values.get(NEXT_TIMER_NEG) is not None}
+        # a partition that ran no task for such an operator held no state of it
+        self._holding = {op.id: bool((per_op.get(op.id) or {}).get(HOLDING)) for op in self.graph.operators
+                         if op.is_keyed and self.kernel(op).wants_timers}
         lap("metrics")
         self._write_record(batch_id, "done", {"max_event_us": observed_event_us, **self.clock.to_record(),
-                                              "rows_by_source": m.rows_by_source, "timers_due": self._timers_due})
+                                              "rows_by_source": m.rows_by_source, "timers_due": self._timers_due,
+                                              "holding": self._holding})
         lap("done_record")
         self._request_tick(batch_id, state)
         metrics_log.append(self.checkpoint, m)
@@ -427,6 +435,8 @@ class BatchExecutor:
         return min(due) if due else None
 
     def _has_state(self, op_id: str, batch_id: int, state: StateTransaction | None) -> bool:
+        if op_id in self._holding:
+            return self._holding[op_id]
         store = self.stores[op_id]
         index = state.committed_index(op_id) if state is not None else store.index(before_batch=batch_id + 1)
         return any(size > 0 for size in store.key_group_sizes(index).values())
@@ -452,6 +462,7 @@ class BatchExecutor:
         if done:
             record = self._read_record(done[-1], "done") or {}
             self._timers_due = {op_id: int(us) for op_id, us in (record.get("timers_due") or {}).items()}
+            self._holding = {op_id: bool(held) for op_id, held in (record.get("holding") or {}).items()}
             self._tick_pending = True  # whatever a crashed run left in the file is replaced
             self._request_tick(done[-1])
 

@@ -98,6 +98,11 @@ def _combined(batches, combine: tuple[str, AggregateKernel], out_schema: pa.Sche
 
 
 # ---- keyed stages ----------------------------------------------------------------------------
+HOLDING = "holding_state"
+"""Metric of a keyed operator whose state time alone can change (``wants_timers``): the
+partitions that hold state after the batch (the executor plans batches without input only
+for operators that hold some)."""
+
 def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
                 context: BatchContext, root: str | Checkpoint, accumulator, source_stats=None, kernel: KeyedKernel | None = None,
                 traffic_from: str | None = None):
@@ -164,6 +169,9 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         with reporting_to(metrics, op.id):  # sluice.report inside the user's function
             result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
         step = _timed(metrics, op.id, "kernel_s", step)
+        if kernel.wants_timers:  # whether time alone may still change this partition's state
+            deleted = result.deletes.num_rows if result.deletes is not None else 0
+            metrics.add(op.id, HOLDING, int(result.upserts.num_rows > 0 or state.num_rows > deleted))
         if result.upserts.num_rows or (result.deletes is not None and result.deletes.num_rows):
             store.write_delta(context.batch_id, partition, result.upserts, result.deletes)
         step = _timed(metrics, op.id, "delta_write_s", step)
