@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sluice.api.windows import resolve_time
 from sluice.core.location import user_location
 from sluice.errors import PipelineError
 from sluice.graph.joins import JoinSides, StreamJoin, TableLookup
@@ -41,8 +42,6 @@ def signed_duration(value: Duration, what: str) -> int:
 
 
 def _event_time(keyed: KeyedStream, time: str | None, side: str) -> str:
-    from sluice.api.windows import resolve_time
-
     domain = resolve_time(keyed, time)
     if not isinstance(domain, EventTime):
         raise PipelineError(f"join: the {side} side has no event time; declare event_time= on its sources "

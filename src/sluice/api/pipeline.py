@@ -8,7 +8,11 @@ from sluice.api.stream import Stream, user_location
 from sluice.core.decisions import DecisionLog
 from sluice.errors import PipelineError
 from sluice.graph import JobGraph, Operator
+from sluice.graph.constraints import make_constraint
+from sluice.graph.economics import Economics
 from sluice.graph.sinks import SinkSpec
+from sluice.graph.windows import parse_duration
+from sluice.plan.mode import choose_mode
 
 if TYPE_CHECKING:
     from sluice.runtime.job import JobResult
@@ -55,8 +59,6 @@ class Pipeline:
         op_id = name or self.graph.new_id("source")
         params: dict[str, Any] = {"spec": spec}
         if idle_timeout is not None:
-            from sluice.graph.windows import parse_duration
-
             params["idle_timeout_us"] = parse_duration(idle_timeout, f"source {op_id!r}: idle_timeout")
         op = self.graph.add(Operator(id=op_id, kind="source", name=op_id, params=params,
                                      schema=spec.schema(), location=user_location()))
@@ -102,8 +104,6 @@ class Pipeline:
         >>> p.constrain("2s", over="30s").graph.constraints[0].bound_s
         2.0
         """
-        from sluice.graph.constraints import make_constraint
-
         ends: tuple[str, str] | None = None
         if path is not None:
             if not isinstance(path, (tuple, list)) or len(path) != 2:
@@ -139,6 +139,7 @@ class Pipeline:
         >>> p.goals(latency="2s").graph.goals.describe()
         'p95 latency <= 2000 ms over 30 s (every source to every sink); keep up with the input; favour latency'
         """
+        # control/ loads the solvers of every policy (highspy, scipy): only a job with goals pays it
         from sluice.control.goals import GOAL_CONSTRAINT, make_goals
 
         ends: tuple[str, str] | None = None
@@ -175,8 +176,6 @@ class Pipeline:
         >>> p.graph.economics.price_per_hour, p.graph.economics.billing
         (0.5, 'hour')
         """
-        from sluice.graph.economics import Economics
-
         self.graph.economics = Economics(price_per_hour, billing, break_even_best, break_even_worst, min_omega)
         return self
 
@@ -254,8 +253,6 @@ class Pipeline:
         micro-batch floor that stays in micro-batches (the pipeline does not fit real-time
         mode) is said and logged here with the reasons, a real-time decision by the
         real-time run."""
-        from sluice.plan.mode import choose_mode
-
         decision = choose_mode(self.graph)
         assert decision.goal_s is not None  # called for a job with a latency goal
         if not decision.real_time and decision.goal_s < decision.floor_s:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from sluice.api.joins import add_join, add_lookup
+from sluice.api.windows import WindowedStream, add_window_operator, resolve_time, window_of_stream
 from sluice.core.location import user_location
 from sluice.errors import PipelineError
 from sluice.graph import aggregates as agg_mod
@@ -18,6 +20,8 @@ from sluice.graph.identity import NAMED, auto_identity
 from sluice.graph.operators import KEYED_KINDS, Operator
 from sluice.graph.schemas import as_schema
 from sluice.graph.sinks import SinkSpec
+from sluice.graph.ttl import parse_ttl
+from sluice.graph.windows import parse_duration
 
 if TYPE_CHECKING:
     from sluice.api.pipeline import Pipeline
@@ -261,8 +265,6 @@ class Stream:
         >>> readings.window(W.tumbling("1m")).aggregate(n=agg.count()).op.kind
         'window'
         """
-        from sluice.api.windows import window_of_stream
-
         return window_of_stream(self, window, time, allowed_lateness, mode)
 
     # ---- sinks -----------------------------------------------------------------------------
@@ -408,9 +410,6 @@ class KeyedStream:
         >>> events.key_by("id").deduplicate(within="10m").op.params["within"]
         600000000
         """
-        from sluice.api.windows import resolve_time
-        from sluice.graph.windows import parse_duration
-
         try:
             params = {"keys": self.keys, "within": parse_duration(within, "deduplicate: within"),
                       "time": resolve_time(self, time)}
@@ -459,8 +458,6 @@ class KeyedStream:
         >>> hourly.op.params["queries"][0].window.label
         'sliding(1h,5m)'
         """
-        from sluice.api.windows import WindowedStream
-
         return WindowedStream(self, window, time, allowed_lateness, mode,
                               ttl=_ttl_params(ttl, ttl_time, "window").get("ttl"))
 
@@ -478,8 +475,6 @@ class KeyedStream:
         >>> len(both.op.params["queries"])
         2
         """
-        from sluice.api.windows import add_window_operator
-
         return add_window_operator(self, list(queries), time, name)
 
     # ---- joins (see sluice.api.joins) -----------------------------------------------------
@@ -508,8 +503,6 @@ class KeyedStream:
         >>> clicks.join(views, window=W.tumbling("1m"), how="left").op.kind
         'join'
         """
-        from sluice.api.joins import add_join
-
         return add_join(self, other, window=window, between=between, how=how, time=time, right_time=right_time,
                         allowed_lateness=allowed_lateness, suffixes=suffixes, name=name)
 
@@ -531,15 +524,11 @@ class KeyedStream:
         >>> orders.key_by("customer").lookup(customers.key_by("id"), version="seq").op.kind
         'join'
         """
-        from sluice.api.joins import add_lookup
-
         return add_lookup(self, table, version=version, how=how, deleted=deleted, suffixes=suffixes, name=name)
 
 
 def _ttl_params(ttl, ttl_time: str, where: str) -> dict:
     """``{"ttl": StateTTL}`` for a keyed operator's params, or {} without a TTL."""
-    from sluice.graph.ttl import parse_ttl
-
     try:
         parsed = parse_ttl(ttl, ttl_time, where)
     except PipelineError as exc:

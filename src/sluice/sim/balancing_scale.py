@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sluice.control import Controller, Resources
 from sluice.plan.physical import initial_plan
 from sluice.sim.balancing_workloads import (
     KEY_GROUP_JITTER,
@@ -124,8 +125,6 @@ def run_scenario(scenario: ScaleScenario, policies: list | None) -> list[dict]:
     returns one record per batch: partitions, key groups moved into it, the partitions'
     load distance (ALBIC's epsilon, in percentage points of a core) and its share of the
     mean, the busiest partition's seconds, the batch's seconds and the controller's."""
-    from sluice.control import Controller, Resources
-
     graph = scenario_graph(scenario)
     plan = initial_plan(graph, scenario.partitions)
     engine = KeyedStageEngine(OP, scenario.rates, us_per_row=scenario.us_per_row, state_bytes=scenario.state_bytes(),
