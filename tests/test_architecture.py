@@ -63,6 +63,17 @@ def test_every_python_and_keyed_kind_names_a_kernel_factory_the_runtime_has():
         if kind.family in (PYTHON, KEYED):
             assert callable(_resolve(kind.kernel)), kind.name
 
+# The layers without Spark import Sluice modules at the top: an import inside a function there
+# would only hide a cycle or defer a cheap module. The ones left, each with why:
+LOCAL_IN_PURE_LAYERS = {
+    # the simulated job built through the public API (above sim; see NOT_YET)
+    ("sluice.sim.balancing_scale", "sluice"), ("sluice.sim.balancing_scale", "sluice.agg"),
+    ("sluice.sim.balancing_scale", "sluice.sinks"), ("sluice.sim.balancing_scale", "sluice.sources"),
+    # not moved to the top yet (autopilot.py reads the goals when it is built from them)
+    ("sluice.control.autopilot", "sluice.errors"), ("sluice.control.autopilot", "sluice.control.goals"),
+}
+PURE_LAYERS = ("core", "graph", "models", "plan", "control", "sim")
+
 
 @pytest.fixture(scope="module")
 def edges():
@@ -104,3 +115,8 @@ def test_the_checker_sees_function_local_imports():
     _walk(tree, "sluice.control.x", "sluice.control", {"sluice.runtime.session": None}, False, found)
     assert [str(e) for e in against_the_layers(found)] == [
         "sluice.control.x -> sluice.runtime.session (line 2, function-local)"]
+
+
+def test_the_layers_without_spark_import_at_the_top(edges):
+    local = {(e.importer, e.imported) for e in edges if e.local and layer_of(e.importer) in PURE_LAYERS}
+    assert local <= LOCAL_IN_PURE_LAYERS, f"move to the top of the module: {sorted(local - LOCAL_IN_PURE_LAYERS)}"
