@@ -154,3 +154,27 @@ def test_a_job_whose_disk_fills_stops_with_a_clear_error_and_runs_on_once_space_
                             stop_when=lambda _: len(Checkpoint(checkpoint).done_batches()) >= len(done) + 2)
     assert Checkpoint(checkpoint).done_batches()[-1] > done[-1]  # the lease was free and the job went on
     assert result.batches >= 2
+
+
+def test_the_lease_heartbeat_outlives_a_full_disk(small_disk):
+    """While the disk is full the renewals fail; the heartbeat keeps trying, and renews again
+    once there is space (nobody else claimed the lease)."""
+    import time
+
+    checkpoint = Checkpoint(str(small_disk / "ckpt"))
+    lease = Lease(checkpoint, ttl=0.4)
+    lease.acquire()
+    lease.start_heartbeat()
+    filler = small_disk / "filler"
+    try:
+        with pytest.raises(OSError), open(filler, "wb") as f:
+            f.write(b"\0" * (1 << 20))  # fill the disk
+        time.sleep(0.5)  # beats fail meanwhile
+        assert lease._thread is not None and lease._thread.is_alive()
+        filler.unlink()
+        before = json.loads((small_disk / "ckpt" / LEASE).read_bytes())["expires_at"]
+        time.sleep(0.5)
+        assert json.loads((small_disk / "ckpt" / LEASE).read_bytes())["expires_at"] > before
+        assert lease._thread.is_alive() and not lease.fenced
+    finally:
+        lease.release()

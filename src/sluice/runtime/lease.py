@@ -261,8 +261,13 @@ class Lease:
         """Renew every ``ttl / 4`` seconds on a daemon thread until released or fenced."""
         def beat() -> None:
             while not self._stop.wait(self.ttl / 4):
-                if not self.renew():
-                    return
+                try:
+                    if not self.renew():
+                        return
+                except (OSError, CheckpointError):
+                    # a full or read-only disk: the job's own writes fail and say so; try again
+                    # at the next beat (a lapse is recovered if nobody claimed the lease meanwhile)
+                    continue
 
         self._thread = threading.Thread(target=beat, name="sluice-lease", daemon=True)
         self._thread.start()
