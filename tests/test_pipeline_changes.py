@@ -283,10 +283,13 @@ def test_filter_added_before_a_window_keeps_its_open_windows(spark, tmp_path, in
         if sum(seen) == len(SECOND) and m.rows_in:
             add_file(inbox, "3.json", records(100, 1))
 
-    p.run(checkpoint, spark=spark, on_batch=on_batch, stop_when=lambda ex: sum(seen) > len(SECOND))
+    # the third file's record (100 s) moves the watermark past [40, 60); a batch without new
+    # input follows to close it (docs/event-time.md), and the run stops after that batch
+    p.run(checkpoint, spark=spark, on_batch=on_batch, duration=120,
+          stop_when=lambda ex: sum(seen) > len(SECOND) and seen[-1] == 0)
     got = {(r["k"], r["window_start"].timestamp()): r["n"] for t in memory_batches("out").values() for r in t.to_pylist()}
-    # watermark 59 s: windows [0, 20) and [20, 40) closed, the second with records of both runs
-    closed = [r for r in FIRST + SECOND if r["v"] < 40]
+    # every window of the first two files closed, [20, 40) with records of both runs
+    closed = [r for r in FIRST + SECOND if r["v"] < 60]
     want = Counter((r["k"], (EPOCH + timedelta(seconds=r["v"] // 20 * 20)).timestamp()) for r in closed)
     assert got == dict(want)
 
