@@ -48,3 +48,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
+
+
+@pytest.fixture
+def memory():
+    """Memory sinks cleared before and after the test."""
+    from sluice.runtime.sinks import clear_memory
+
+    clear_memory()
+    yield
+    clear_memory()

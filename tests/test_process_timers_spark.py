@@ -5,15 +5,15 @@ processing-time timer that fires on a quiet stream."""
 
 from __future__ import annotations
 
-import random
 import time
 
 import pyarrow as pa
 import pytest
+from tests.keyed_harness import RandomRebalancer, run_with_restart
 from tests.test_process_timers import OUT, alert, silence_after, silence_reference
 
 from sluice import Pipeline, sinks, sources
-from sluice.runtime.sinks import clear_memory, memory_batches
+from sluice.runtime.sinks import memory_batches
 
 pytestmark = pytest.mark.spark
 
@@ -31,28 +31,10 @@ def build() -> Pipeline:
     return p
 
 
-@pytest.fixture
-def memory():
-    clear_memory()
-    yield
-    clear_memory()
-
-
 def test_event_time_timers_across_moves_and_a_restart(spark, tmp_path, memory):
-    checkpoint = str(tmp_path / "ckpt")
-    rng = random.Random(2)
-    moves = []
-
-    def rebalance(metrics, plan):
-        partitions = rng.choice([1, 2, 3])
-        routing = [rng.randrange(partitions) for _ in range(plan.max_parallelism)]
-        moves.append(sum(a != b for a, b in zip(plan.keyed["silence"].routing, routing)))
-        return plan.with_routing(metrics.batch_id + 1, "silence", routing, partitions)
-
-    build().run(checkpoint, spark=spark, controller=rebalance,
-                stop_when=lambda ex: ex.last_batch is not None and ex.last_batch.batch_id >= 3)
-    result = build().run(checkpoint, spark=spark, controller=rebalance)
-    assert sum(moves) > 20
+    rebalance = RandomRebalancer("silence", seed=2)
+    result = run_with_restart(build, str(tmp_path / "ckpt"), spark, 3, controller=rebalance)
+    assert sum(rebalance.moves) > 20
     metrics = {m.batch_id: m for m in result.metrics}
     ids = sorted(metrics)
     raw, alerts = memory_batches("timers_raw"), memory_batches("timers_alerts")

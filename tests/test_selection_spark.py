@@ -6,9 +6,10 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 import pytest
+from tests.keyed_harness import run_with_restart
 
 from sluice import Pipeline, sinks, sources
-from sluice.runtime.sinks import clear_memory, memory_batches
+from sluice.runtime.sinks import memory_batches
 
 pytestmark = pytest.mark.spark
 
@@ -28,17 +29,8 @@ def build() -> Pipeline:
     return p
 
 
-@pytest.fixture
-def memory():
-    clear_memory()
-    yield
-    clear_memory()
-
-
 def test_deduplicate_and_top_equal_duckdb_across_a_restart(spark, tmp_path, memory):
-    checkpoint = str(tmp_path / "ckpt")
-    build().run(checkpoint, spark=spark, stop_when=lambda ex: ex.last_batch is not None and ex.last_batch.batch_id >= 2)
-    build().run(checkpoint, spark=spark)
+    run_with_restart(build, str(tmp_path / "ckpt"), spark, 2)
     raw = memory_batches("sel_raw")
     every = pa.concat_tables([t.append_column("b", pa.array([b] * t.num_rows, pa.int64()))
                               for b, t in sorted(raw.items())])

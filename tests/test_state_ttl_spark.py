@@ -4,14 +4,13 @@ key groups moved between partitions every batch and across a restart."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
+from tests.keyed_harness import RandomRebalancer, run_with_restart
 from tests.test_state_ttl import reference_counts
 
 from sluice import Pipeline, agg, sinks, sources
 from sluice.runtime.kernels.panes import END_OF_TIME
-from sluice.runtime.sinks import clear_memory, memory_batches
+from sluice.runtime.sinks import memory_batches
 
 pytestmark = pytest.mark.spark
 
@@ -29,28 +28,10 @@ def build() -> Pipeline:
     return p
 
 
-@pytest.fixture
-def memory():
-    clear_memory()
-    yield
-    clear_memory()
-
-
 def test_ttl_counts_equal_the_reference_across_moves_and_a_restart(spark, tmp_path, memory):
-    checkpoint = str(tmp_path / "ckpt")
-    rng = random.Random(5)
-    moves = []
-
-    def rebalance(metrics, plan):
-        partitions = rng.choice([1, 2, 3])
-        routing = [rng.randrange(partitions) for _ in range(plan.max_parallelism)]
-        moves.append(sum(a != b for a, b in zip(plan.keyed["counts"].routing, routing)))
-        return plan.with_routing(metrics.batch_id + 1, "counts", routing, partitions)
-
-    build().run(checkpoint, spark=spark, controller=rebalance,
-                stop_when=lambda ex: ex.last_batch is not None and ex.last_batch.batch_id >= 3)
-    result = build().run(checkpoint, spark=spark, controller=rebalance)
-    assert sum(moves) > 20  # key groups really moved
+    rebalance = RandomRebalancer("counts", seed=5)
+    result = run_with_restart(build, str(tmp_path / "ckpt"), spark, 3, controller=rebalance)
+    assert sum(rebalance.moves) > 20  # key groups really moved
 
     metrics = {m.batch_id: m for m in result.metrics}
     raw, counts = memory_batches("ttl_raw"), memory_batches("ttl_counts")
