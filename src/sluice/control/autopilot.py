@@ -42,6 +42,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from sluice.control.actions import (
     ADMISSION,
     ALTERNATE,
@@ -93,6 +95,30 @@ class AheadScaling(OneStepScaling):
         if self.ahead is not None and measured is not None and self.ahead > measured * (1 + self.tolerance):
             return True  # sized for the forecast's level, not the moving measured one
         return super()._steady(view)
+
+    def propose(self, view: ControlView) -> list[Action]:
+        """DS2's step, with each keyed stage's partitions following the cores the job will
+        hold: a keyed stage's batch time is its busiest partition's, which DS2's count from
+        the mean useful time does not see (a hot key group on a partition among too few);
+        with a partition a core the stage spreads over every core the executors add."""
+        actions = super().propose(view)
+        resources = view.resources
+        if not resources.elastic:
+            return actions
+        target = next((int(a.value) for a in actions if a.kind == EXECUTORS), resources.target)
+        cores = max(target * max(resources.cores_per_executor, 1), 1)
+        out = [a for a in actions if a.kind != PARTITIONS]
+        plan = view.plan
+        for ops in sorted(plan.keyed_stages()):
+            stage = plan.keyed[ops[0]]
+            need = min(cores, plan.max_parallelism)
+            if need != stage.partitions:
+                out.insert(0, Action(PARTITIONS, ops[0], need,
+                                     f"{ops[0]}: a partition a core of the {target} executor(s) held: "
+                                     f"{stage.partitions} -> {need}, key groups in ranges",
+                                     expected={"partitions": need}))
+                break  # one stage a step
+        return out
 
 
 @dataclass
@@ -425,7 +451,7 @@ class Autopilot(Policy):
     name = "autopilot"
 
     def __init__(self, goals: Goals | dict | None = None, *, forecaster: Any = "holt_winters",
-                 startup_s: float = 30.0, catch_up_s: float = 60.0, undo_window_s: float = 120.0,
+                 startup_s: float = 30.0, catch_up_s: float = 20.0, undo_window_s: float = 120.0,
                  scale_down_delay_s: float = 120.0, ban_s: float = 600.0, measure_batches: int = 3, worse_margin: float = 0.25,
                  members: list[Policy] | None = None):
         from sluice.errors import ConfigError
@@ -449,6 +475,8 @@ class Autopilot(Policy):
         self.forecaster: ArrivalForecaster | None = make_forecaster(forecaster) if forecaster else None
         self.startup_s = startup_s
         self.catch_up_s = catch_up_s  # a backlog over the bound's worth of input is to drain within this
+        self.rebalance_every = 20  # batches a balancing member that found nothing waits before it looks again
+        self._quiet_until: dict[str, int] = {}
         self.arbiter = GoalArbiter(self.goals.favour, undo_window_s, scale_down_delay_s, ban_s, measure_batches,
                                    worse_margin)
 
@@ -476,7 +504,13 @@ class Autopilot(Policy):
         ahead = None
         if self.forecaster is not None:
             self.forecaster.observe(view)
-            ahead = self.forecaster.peak(now, self.startup_s)
+            # over the time a scale-out takes to pay off: the executors join, then the change
+            # is measured before the next one may pass (about as long again): on a ramp, a step
+            # sized for the rate at the join alone is outgrown while it is measured
+            ahead = self.forecaster.peak(now, 2 * self.startup_s)
+        trend = _trend_ahead(view, 2 * self.startup_s)
+        if trend is not None:
+            ahead = max(ahead or 0.0, trend)
         backlog, rate = view.backlog(), view.offered_rate()
         if self.goals.keep_up and backlog is not None and rate and backlog > rate * (self.goals.latency_s or 1.0):
             # catch up: size for the arrivals plus the backlog drained within catch_up_s
@@ -500,12 +534,42 @@ class Autopilot(Policy):
                 continue
             if busy and not isinstance(member, (ModelBatchSizing, AlternatesByLoad)):
                 continue  # a structural change is being applied or measured: nothing else structural yet
-            for action in member.propose(view):
+            rebalancer = isinstance(member, (KeyGroupBalancing, CollocationBalancing))
+            if rebalancer and view.batch_id < self._quiet_until.get(member.name, -1):
+                continue  # found nothing worth moving lately: a solve a batch would cost more than it finds
+            proposed = member.propose(view)
+            if rebalancer and not proposed:
+                self._quiet_until[member.name] = view.batch_id + self.rebalance_every
+            for action in proposed:
                 if type(member) is KeyGroupBalancing and action.kind == ROUTING and action.target in paired:
                     continue  # collocation owns this stage: it balances the pair itself
                 candidates.append((member.name, replace(action, reason=f"{member.name}: {action.reason}")))
         accepted = [self._placed(view, a) for a in self.arbiter.judge(candidates, view, model, now)]
-        return self._keeping_up(view, model, accepted)
+        return self._bounded(view, model, self._keeping_up(view, model, accepted))
+
+    def _bounded(self, view: ControlView, model: JobModel, actions: list[Action]) -> list[Action]:
+        """With the keep-up goal on elastic executors, an uncapped job keeps a cap of a batch
+        the bound long on the cores it holds: after an outage the first batch would otherwise
+        take every waiting row onto the cores held then, and run for as long as the scale-out
+        it prompts would need to drain the lot."""
+        fit, resources = model.fit, view.resources
+        if not self.goals.keep_up or not resources.elastic or model.bound_s is None \
+                or any(a.kind == ADMISSION for a in actions):
+            return actions
+        # never below four times the recent batches (a fit over small batches may say little)
+        cap = 4 * max((m.rows_in for m in view.batches(5)), default=0)
+        if fit is not None and fit.b > 0 and fit.a < model.bound_s:
+            cap = max(cap, int((model.bound_s - fit.a) / fit.b))
+        if cap <= 0:
+            return actions
+        current = view.admission_total
+        if current is not None and current <= cap:
+            return actions
+        if current is not None and current <= 1.25 * cap and current >= 0.8 * cap:
+            return actions
+        return [*actions, Action(ADMISSION, "*", cap, f"keep up: at most a batch the bound long on the cores "
+                                 f"held, or four times the recent batches: {cap:,} rows)", {"rows": cap})]
+
 
     def _keeping_up(self, view: ControlView, model: JobModel, actions: list[Action]) -> list[Action]:
         """With the keep-up goal, after an outage or a surge: when more than the bound's
@@ -518,8 +582,23 @@ class Autopilot(Policy):
         if backlog <= max(model.rate * (model.bound_s or 1.0), latest.rows_in):
             return actions
         rows = backlog + latest.rows_in
+        resources = view.resources
+        fit = model.fit
+        asked = max([resources.target] + [int(a.value) for a in actions if a.kind == EXECUTORS])
         sized = [a for a in actions if a.kind == ADMISSION]
         current = view.admission_total
+        if resources.elastic and resources.executors < asked and fit is not None and fit.b > 0 \
+                and model.bound_s is not None and fit.a < model.bound_s:
+            # executors asked for are still joining: a batch of it all now would run on the
+            # cores held now (its tasks are placed when it starts); batches the bound long
+            # until they join leave the bulk of the backlog to the cores they add
+            rows = min(rows, max(int((model.bound_s - fit.a) / fit.b), latest.rows_in))
+            reason = (f"keep up: {backlog:,} rows wait while {asked - resources.executors} executor(s) join: "
+                      f"batches the bound long ({rows:,} rows) until they do")
+            if current != rows or sized:
+                return [a for a in actions if a.kind != ADMISSION] + [Action(ADMISSION, "*", rows, reason,
+                                                                             {"rows": rows})]
+            return actions
         if current is None and not sized:
             return actions  # uncapped: it admits what waits already
         if all(int(a.value) >= rows for a in sized) and sized:
@@ -557,3 +636,30 @@ def _collocated_stages(view: ControlView) -> set[str]:
         if upstream in view.plan.keyed and op_id in view.plan.keyed:
             out.update((op_id, upstream))
     return out
+
+
+def _trend_ahead(view: ControlView, horizon_s: float, span_s: float = 30.0) -> float | None:
+    """The offered rate ``horizon_s`` ahead on the line fitted to the last ``span_s`` of
+    measured arrivals, when it rises (None: no rise, or too few batches)."""
+    latest = view.latest
+    if latest is None:
+        return None
+    end = latest.started_at + latest.duration_s
+    batches = [m for m in view.history if not m.skipped]
+    times, rates = [], []
+    for i in range(min(len(batches) - 1, 200)):
+        m = batches[len(batches) - 1 - i]
+        t = m.started_at + m.duration_s
+        if end - t > span_s:
+            break
+        r = view.offered_rate(1, before=i)
+        if r is None:
+            return None
+        times.append(t)
+        rates.append(r)
+    if len(times) < 5 or max(times) - min(times) < span_s / 3:
+        return None
+    slope, level = np.polyfit(np.asarray(times) - end, np.asarray(rates), 1)
+    if slope <= 0:
+        return None
+    return float(level + slope * horizon_s)
