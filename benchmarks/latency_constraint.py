@@ -7,16 +7,19 @@ The job: a generator -> a Python map (vectorized numpy work) -> key_by(meter) ->
 aggregate(count, mean) -> sink, with ``constrain(p95=bound)`` from source to sink. One
 generator source follows a rate schedule (``sluice.graph.rates.RateSchedule``: row i's
 arrival is fixed by i, so a replay is exact) through four phases:
-5k rows/s -> 60 % of peak -> 90 % of peak -> 10k rows/s.
+5k rows/s -> 60 % of peak -> 90 % of peak -> 120 % of peak (a step above what the uncapped run
+holds: no batch size keeps the bound there, and what counts is how far each falls behind and
+how fast it recovers) -> 10k rows/s.
 
-**Peak** is measured, not modelled: a ramp run (no cap, Spark's default) steps the rate up
+**Peak** is measured, not modelled: a ramp run (uncapped, no controller) steps the rate up
 by 30 % every two bounds (4 s for a 2 s bound) from 10k rows/s, and the peak is the highest
 step at which every batch after the step's first two kept the p95 within the bound while
 admission kept up with the input (the next step failed). A model of batch time (a + b*rows, fitted on the
 ramp's batches) is reported beside it and drives the simulated runs.
 
 Configurations (each its own run on the same trace, one shared local[2] session):
-  (a) Spark's default: trigger as fast as possible, no cap;
+  (a) uncapped (no controller): Sluice's runtime at trigger 0 with no cap, as Spark's own
+      trigger runs a query (not a separately tuned Spark job);
   (b) two fixed caps on rows per batch (small and large);
   (c) Das et al. (SoCC 2014): fixed-point iteration of batch interval on processing time;
   (d) Sluice: ``ModelBatchSizing`` (fitted a + b*rows, one-step jump, Nephele fallback).
@@ -24,6 +27,8 @@ Configurations (each its own run on the same trace, one shared local[2] session)
 Per configuration and phase, measured the same way for all:
 - **steady batches**: a phase's batches after its first ``CONVERGE_BATCHES`` (5) batches,
   the convergence window the issue allows; share of them with p95 within the bound;
+- **transients**: batches inside a phase's convergence window whose p95 is over the bound
+  (counted per phase and in all; the steady share above leaves them out);
 - **batches to converge**: the first batch of the phase from which the p95 stays within the
   bound for ``HOLD_BATCHES`` (3) batches (or to the phase's end);
 - **throughput over offered**: rows admitted by the phase's batches over rows that arrived
@@ -76,7 +81,7 @@ HOLD_BATCHES = 3  # converged: within the bound for this many batches in a row (
 RAMP_FROM, RAMP_FACTOR, RAMP_STEPS = 10_000.0, 1.3, 16
 LEAD_S = 8.0  # a run's first seconds, at WARM_RATE, before its trace starts (not measured)
 WARM_RATE = 1000.0  # rows/s while the query starts: its first batches pay one-time costs
-UNCAPPED = 10 ** 12  # Spark's default takes all that has arrived (Sluice's sources cap at 100k rows)
+UNCAPPED = 10 ** 12  # uncapped: trigger 0 takes all that has arrived (Sluice's sources cap at 100k rows)
 
 
 def work(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -221,7 +226,7 @@ def trace(peak: float, quick: bool, bound_s: float) -> list[tuple[float, float]]
     long_s = (6.0 if quick else 20.0) * bound_s
     short_s = long_s / 2
     return [(short_s, min(5000.0, 0.3 * peak)), (long_s, 0.6 * peak), (long_s, 0.9 * peak),
-            (short_s, min(10_000.0, 0.45 * peak))]
+            (short_s, 1.2 * peak), (short_s, min(10_000.0, 0.45 * peak))]
 
 
 def schedule_of(phases: list[tuple[float, float]]) -> RateSchedule:
@@ -248,10 +253,12 @@ def summarize(res: dict, phases: list[tuple[float, float]], bound_ms: float) -> 
         during = [b for b in res["batches"] if start <= b["t"] < end]
         steady = [b for b in during[CONVERGE_BATCHES:] if b["p95_ms"] is not None]
         within = [b for b in steady if b["p95_ms"] <= bound_ms]
+        transients = sum(1 for b in during[:CONVERGE_BATCHES] if b["p95_ms"] is not None and b["p95_ms"] > bound_ms)
         arrived = schedule.rows_by(end) - schedule.rows_by(start)
         splits = [b["split"] for b in during if b.get("split")]
         out.append({
             "rate": round(rate), "seconds": length, "batches": len(during), "steady": len(steady),
+            "transients": transients,
             "within_share": round(len(within) / len(steady), 3) if steady else None,
             "throughput_over_offered": round(sum(b["rows"] for b in during) / arrived, 3),
             "batches_to_converge": converged_at(during, bound_ms),
@@ -265,14 +272,16 @@ def summarize(res: dict, phases: list[tuple[float, float]], bound_ms: float) -> 
     counted = [p for p in out if p["steady"]]
     share = sum(p["within_share"] * p["steady"] for p in counted) / max(sum(p["steady"] for p in counted), 1)
     escalations = [d for d in res["decisions"] if d["type"] == "escalation" and d["state"] == "started"]
-    return {"phases": out, "within_share": round(share, 3),
+    return {"phases": out, "within_share": round(share, 3), "transients": sum(p["transients"] for p in out),
             "decisions": sum(1 for d in res["decisions"] if d["type"] == "decision"),
             "escalations": [{"batch": d["batch_id"], "max_rate": d["details"].get("max_rate")} for d in escalations]}
 
 
 def targets(summaries: dict, peak: float) -> dict:
     """Issue 14's targets for Sluice, on the phases whose rate is at most 90 % of peak."""
-    sluice, default, das = summaries["sluice"], summaries["spark_default"], summaries["das_fixed_point"]
+    # "spark_default" is the uncapped run's name in results written before it was renamed
+    default = summaries["uncapped"] if "uncapped" in summaries else summaries["spark_default"]
+    sluice, das = summaries["sluice"], summaries["das_fixed_point"]
     inside = [i for i, p in enumerate(sluice["phases"]) if p["rate"] <= 0.9 * peak * 1.001]
 
     def conv(summary, i):
@@ -361,7 +370,7 @@ def configs(phases: list[tuple[float, float]]) -> dict:
     small = max(int(middle * 0.5), 500)  # half a second of the middle rate
     large = max(int(high * 2.0), 2 * small)  # two seconds of the high rate
     return {
-        "spark_default": [],
+        "uncapped": [],
         f"fixed_{small}": [FixedAdmission(small)],
         f"fixed_{large}": [FixedAdmission(large)],
         "das_fixed_point": [FixedPointBatchSizing()],
@@ -417,7 +426,7 @@ def main() -> None:
                 simulated[tag] = summarize(sim, sim_phases, bound_ms)
         RESULTS.mkdir(parents=True, exist_ok=True)
         plot(runs, phases, bound_ms, RESULTS / "latency_constraint.png")
-        fixed = [t for t in summaries if t == "spark_default" or t.startswith("fixed_")]
+        fixed = [t for t in summaries if t == "uncapped" or t.startswith("fixed_")]
         best_fixed = max(fixed, key=lambda t: summaries[t]["within_share"])
         sluice_share = summaries["sluice"]["within_share"]
         base = summaries[best_fixed]["within_share"]
