@@ -33,6 +33,12 @@ on purpose: this machine has 2 cores, and a CPU-bound stage could not show paral
   of its checkpoint: a restart may change stateless partitioning and the executors, not the
   state's partitions. So the anchor gets its 4 partitions from the start (over-provisioned
   partitions, as Spark users do), and its rescale is a restart with more executors.
+- ``spark_static_peak``: the same Spark query holding the executors the stepped rate needs
+  from the start (static peak provisioning: no rescale, paid for all along).
+- ``spark_dynamic_allocation``: the same Spark query in a session of its own with
+  ``spark.dynamicAllocation.enabled`` and shuffle tracking (1 to ``WORKERS`` executors,
+  executors asked for after 1 s of waiting tasks, released after 60 s idle): Spark's own
+  elasticity, with its state partitions fixed at ``WORKERS``.
 
 Figures per run, from the job's batches (Spark's query progress for the anchor) and the
 sources' backlog sampled every second: decisions (steps) to converge after the step; the
@@ -167,15 +173,26 @@ def run_sluice(spark, pool, policy, workdir: str, pre: float, post: float) -> di
 def run_spark_restart(spark, pool, workdir: str, pre: float, post: float, decide_after_s: float, executors: int) -> dict:
     """Spark's native stateful query, stopped and restarted with ``executors`` executors
     ``decide_after_s`` after the step."""
+    return run_spark_query(spark, pool, workdir, pre, post, "spark_restart", executors=1,
+                           restart=(decide_after_s, executors))
+
+
+def run_spark_query(spark, pool, workdir: str, pre: float, post: float, tag: str, *, executors: int | None,
+                    restart: tuple[float, int] | None = None) -> dict:
+    """Spark's native stateful query (``applyInPandasWithState``, the same count and work).
+    ``executors``: held from the start through ``pool`` (None: Spark's dynamic allocation
+    decides, ``pool`` is only read); ``restart``: (seconds after the step, executors) to stop
+    the query and start it again with."""
     import pandas as pd
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from sluice.runtime.sources.datasource import open_stream
     from sluice.runtime.warmup import start_python_workers
 
-    controls, checkpoint = os.path.join(workdir, "spark_controls"), os.path.join(workdir, "spark_ckpt")
+    controls, checkpoint = os.path.join(workdir, f"{tag}_controls"), os.path.join(workdir, f"{tag}_ckpt")
     os.makedirs(controls, exist_ok=True)
-    pool.set_total(1, wait_s=120)
+    if executors is not None:
+        pool.set_total(executors, wait_s=120)
     start_python_workers(spark, tasks=2).result()
     t0 = time.time() + LEAD_S
     work_s = WORK_S
@@ -198,29 +215,51 @@ def run_spark_restart(spark, pool, workdir: str, pre: float, post: float, decide
 
     downtime = 0.0
     progress: list[dict] = []
+    steps: list[dict] = []
     with Sampler(controls, ["base", "step"], pool) as sampler:
         query = start()
-        decide_at = t0 + pre + decide_after_s
-        while time.time() < decide_at:
-            time.sleep(0.2)
-        stopped = time.time()
-        progress += query.recentProgress
-        query.stop()
-        pool.set_total(executors)
-        query = start()
-        while query.lastProgress is None or query.lastProgress.get("numInputRows", 0) == 0:
-            time.sleep(0.1)
-        downtime = time.time() - stopped
+        if restart is not None:
+            decide_after_s, restart_executors = restart
+            decide_at = t0 + pre + decide_after_s
+            while time.time() < decide_at:
+                time.sleep(0.2)
+            stopped = time.time()
+            progress += query.recentProgress
+            query.stop()
+            pool.set_total(restart_executors)
+            query = start()
+            while query.lastProgress is None or query.lastProgress.get("numInputRows", 0) == 0:
+                time.sleep(0.1)
+            downtime = time.time() - stopped
+            steps.append({"t": decide_after_s, "kind": "restart", "value": restart_executors})
+        seen: set[str] = set()
         while time.time() < t0 + pre + post:
             time.sleep(0.5)
-        progress += query.recentProgress  # the last 100 batches (spark.sql.streaming.numRecentProgressUpdates)
+            # recentProgress keeps the last 100 batches only: collect as they come
+            for p in query.recentProgress:
+                if p["batchId"] is not None and f"{id(query)}:{p['batchId']}" not in seen:
+                    seen.add(f"{id(query)}:{p['batchId']}")
+                    progress.append(p)
         query.stop()
     step_at = t0 + pre
     batches = [{"t": _epoch(p["timestamp"]) - step_at, "duration_s": p["durationMs"].get("triggerExecution", 0) / 1000,
                 "rows": int(p.get("numInputRows") or 0)} for p in progress]
-    return {"t0": t0, "samples": sampler.samples, "restarts": 1, "downtime_s": round(downtime, 2),
-            "steps": [{"t": decide_after_s, "kind": "restart", "value": executors}],
-            "batches": [b for b in batches if b["rows"]]}
+    return {"t0": t0, "samples": sampler.samples, "restarts": 0 if restart is None else 1,
+            "downtime_s": round(downtime, 2), "steps": steps, "batches": [b for b in batches if b["rows"]]}
+
+
+class HeldBySpark:
+    """What ``Sampler`` reads from an ``ExecutorPool``, for a session whose executors Spark's
+    dynamic allocation manages: the executors registered now (the driver left out)."""
+
+    def __init__(self, spark):
+        self.spark = spark
+
+    def held(self):
+        from types import SimpleNamespace
+
+        status = self.spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+        return SimpleNamespace(count=max(int(status.size()) - 1, 0))
 
 
 def _epoch(timestamp: str) -> float:
@@ -332,6 +371,24 @@ def main() -> None:
         chosen = next((s["value"] for s in ds2_steps if s["kind"] == "executors"), needed_executors(R2))
         print(f"running spark_restart (restart {decide_after:.1f} s after the step, {chosen} executors) ...", flush=True)
         runs["spark_restart"] = run_spark_restart(spark, pool, workdir, pre, post, decide_after, chosen)
+        peak = needed_executors(R2)
+        print(f"running spark_static_peak ({peak} executors from the start) ...", flush=True)
+        runs["spark_static_peak"] = run_spark_query(spark, pool, workdir, pre, post, "spark_static_peak",
+                                                    executors=peak)
+        spark.stop()
+        # Spark's dynamic allocation on Spark's own query, in a session of its own (the
+        # allocation manager is set when the context starts; shuffle tracking stands in for
+        # the external shuffle service a standalone cluster here does not run)
+        print("running spark_dynamic_allocation ...", flush=True)
+        spark = spark_session(cluster.master_url, app_name="rescaling_dynamic_allocation", conf={
+            "spark.executor.memory": "512m", "spark.dynamicAllocation.enabled": "true",
+            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+            "spark.dynamicAllocation.minExecutors": "1", "spark.dynamicAllocation.initialExecutors": "1",
+            "spark.dynamicAllocation.maxExecutors": str(WORKERS),
+            "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
+            "spark.dynamicAllocation.executorIdleTimeout": "60s"})
+        runs["spark_dynamic_allocation"] = run_spark_query(spark, HeldBySpark(spark), workdir, pre, post,
+                                                           "spark_dynamic_allocation", executors=None)
         spark.stop()
 
     results = {name: figures(run, pre) for name, run in runs.items()}
@@ -339,11 +396,15 @@ def main() -> None:
         print(f"{name:14s} {fig}", flush=True)
     ds2, anchor = results["ds2"]["time_to_target_s"], results["spark_restart"]["time_to_target_s"]
     ratio = round(anchor / ds2, 3) if ds2 and anchor else None
+    da = results["spark_dynamic_allocation"]["time_to_target_s"]
+    peak_t = results["spark_static_peak"]["time_to_target_s"]
     # the anchor still behind when the run ends: its time is at least the run's, so is the ratio
     at_least = round(post / ds2, 3) if ds2 and anchor is None else None
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = {"benchmark": "rescaling", "quick": args.quick, "ratio": ratio, "ratio_at_least": at_least,
            "ratio_is": "time from the step to the target rate: Spark stop-and-restart over Sluice DS2",
+           "ratio_dynamic_allocation": round(da / ds2, 3) if ds2 and da else None,
+           "ratio_static_peak": round(peak_t / ds2, 3) if ds2 and peak_t else None,
            "workers": WORKERS, "work_s_per_row": WORK_S, "rates": [R1, R2], "pre_s": pre, "post_s": post,
            "target_utilization": TARGET_UTILIZATION, "window_batches": WINDOW, "lead_s": LEAD_S, "results": results,
            "decisions": {name: run["steps"] for name, run in runs.items()},
@@ -353,6 +414,8 @@ def main() -> None:
     plot(runs, pre, RESULTS / "rescaling.png")
     brief = {name: {k: v for k, v in fig.items() if k != "lag_s"} for name, fig in results.items()}
     print(json.dumps({"benchmark": out["benchmark"], "ratio": out["ratio"], "ratio_at_least": at_least,
+                      "ratio_dynamic_allocation": out["ratio_dynamic_allocation"],
+                      "ratio_static_peak": out["ratio_static_peak"],
                       "results": brief}))
 
 
