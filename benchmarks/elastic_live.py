@@ -411,10 +411,20 @@ def main() -> None:
         started -= before["elapsed_s"]
     else:
         live, joins, startup = live_runs(phases, phase_s, alts, peak, average)
-    # the simulator of each run with that run's machine: its alternates' costs as measured live, and
-    # the batch overhead left over (both change with the load the other engineers put on the machine)
-    measured = {name: as_measured(alts, run.get("measured_cost_s") or {}) for name, run in live.items()}
-    overheads = {name: round(overhead_of(run["timeline"], measured[name]), 3) for name, run in live.items()}
+    # the simulator of each run calibrated on the OTHER runs (leave one out): the alternates' costs
+    # they measured live (the mean of theirs) and the batch overhead their batches left over (the
+    # median of theirs), so no simulated run is fitted to the live run it is compared with
+    own = {name: as_measured(alts, run.get("measured_cost_s") or {}) for name, run in live.items()}
+    own_overhead = {name: overhead_of(run["timeline"], own[name]) for name, run in live.items()}
+    measured, overheads = {}, {}
+    for name in live:
+        others = [n for n in live if n != name] or [name]
+        costs: dict[str, list[float]] = {}
+        for n in others:
+            for alt, cost in (live[n].get("measured_cost_s") or {}).items():
+                costs.setdefault(alt, []).append(float(cost))
+        measured[name] = as_measured(alts, {alt: round(statistics.mean(v), 6) for alt, v in costs.items()})
+        overheads[name] = round(statistics.median(own_overhead[n] for n in others), 3)
     runs = runs_of(phases, phase_s, startup, peak, average)
     simulated = {name: run_simulated(name, phases, phase_s, measured[name], factory, executors, overheads[name],
                                      startup)
@@ -443,6 +453,8 @@ def main() -> None:
            "phases": phases, "phase_s": phase_s, "workers": WORKERS, "static_executors": {"peak": peak, "average": average},
            "alternates": {name: {"value": alt.value, "cost_s": alt.cost} for name, alt in alts.items()},
            "economics": ECONOMICS, "simulator_overhead_s": overheads,
+           "simulator_calibration": "each run's simulator from the other runs' measured costs (mean) and batch "
+                                    "overhead (median): leave one out, never the run it is compared with",
            "simulator_costs_s": {name: {a: alt.cost for a, alt in m.items()} for name, m in measured.items()},
            "executor_startup_s": {"measured": joins, "used": startup, "used_is": "(to register, Python workers)",
                                   "plasticc_horizon_steps": horizon_steps(sum(startup)),
