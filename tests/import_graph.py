@@ -53,6 +53,7 @@ _MODULE_LAYERS = {
     "sluice.windows": "api",
     "sluice.sources": "api",
     "sluice.sinks": "api",
+    "sluice.state": "api",
     "sluice.testing": "api",
     "sluice.demo": "examples",
     "sluice.__main__": "cli",

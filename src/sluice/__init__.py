@@ -9,7 +9,7 @@
     p.run("/tmp/ckpt", duration=60)
 """
 
-from sluice import agg, sinks, sources, windows
+from sluice import agg, sinks, sources, state, windows
 from sluice.api import KeyedStream, Pipeline, Stream
 from sluice.errors import SluiceError
 from sluice.graph.alternates import Alt
@@ -17,5 +17,5 @@ from sluice.runtime.reporting import report
 
 __version__ = "0.1.0"
 
-__all__ = ["Alt", "KeyedStream", "Pipeline", "SluiceError", "Stream", "__version__", "agg", "report", "sinks", "sources",
+__all__ = ["Alt", "KeyedStream", "Pipeline", "SluiceError", "Stream", "__version__", "agg", "report", "sinks", "sources", "state",
            "windows"]

@@ -20,7 +20,7 @@ import sys
 from sluice.errors import SluiceError
 
 # module names inside sluice.cli, in the order they appear in --help
-COMMANDS = ["check", "run", "demo", "cluster", "status", "control", "ui", "plan", "profile", "simulate", "warm"]
+COMMANDS = ["check", "run", "demo", "cluster", "status", "control", "ui", "plan", "profile", "simulate", "state", "warm"]
 
 
 def build_parser() -> argparse.ArgumentParser:
