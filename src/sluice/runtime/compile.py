@@ -43,6 +43,7 @@ from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.predicates import fused_filter
 from sluice.runtime.kernels.stateless import Kernel
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote, with_hidden
+from sluice.runtime.sources.native_files import records_of_files
 from sluice.runtime.sources.splits import records_of_splits
 from sluice.runtime.stages import chain_schemas, keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
@@ -61,6 +62,9 @@ class SourceInfo:
     # the source's stream reader when it is opened by splits (``sources.splits``): the
     # batch's rows are then its splits, and this reader reads their records in a task
     splits_reader: Any = None
+    # its splits are Parquet files that Spark's own reader reads (``sources.native_files``):
+    # where the driver finds each batch's files (a ``BatchFiles``)
+    native_files: Any = None
     # without records this long (microseconds), the source stops holding the watermark back
     idle_timeout_us: int | None = None
     # Sluice reads it (not a Spark source of the user's): it can plan batches without input
@@ -118,7 +122,10 @@ class SourceStage(Stage):
         if reader is not None:  # the job's one source, opened by splits
             if self.splits_to_chain:
                 return df
-            frame = records_of_splits(df, reader, with_hidden(op.schema, INGEST))
+            schema = with_hidden(op.schema, INGEST)
+            native = self.source.native_files
+            frame = records_of_splits(df, reader, schema) if native is None else \
+                records_of_files(df, reader, schema, native.slices(self.batch_id))
         else:
             frame = df if self.n_sources == 1 else df.filter(F.col(SOURCE_ID) == self.source.index)
         if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
@@ -298,7 +305,7 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
             if measurer is not None:
                 stats = measured[measurer] = SourceStats(op.id, info.event_time)
             # a chain the plan spreads over more tasks gets records: two splits make two tasks
-            if info.splits_reader is not None and reading is not None and \
+            if info.splits_reader is not None and info.native_files is None and reading is not None and \
                     plan.rebalance.get(graph.consumers(op.id)[0].id) is None:
                 splits_read_by[reading] = info.splits_reader
             stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats, reading in splits_read_by))

@@ -286,7 +286,7 @@ def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark, p
     # no policies named: the autopilot for a job with goals, batch sizing for constraints
     return Controller(graph, build_policies(policies, graph), checkpoint=checkpoint,
                       admission=SourceAdmission(controls, admitting), executors=executors,
-                      history=[m for m in metrics_log.read(checkpoint) if not m.skipped], swaps=swaps)
+                      history=[m for m in metrics_log.read_recent(checkpoint) if not m.skipped], swaps=swaps)
 
 
 def _has_alternates(graph) -> bool:
@@ -425,6 +425,12 @@ def _source_infos(graph, spark, checkpoint: Checkpoint) -> list[SourceInfo]:
                           idle_timeout_us=op.params.get("idle_timeout_us"), ticks=not isinstance(spec, SparkSource))
         if _opens_by_splits(graph, op):
             info.splits_reader = _stream_reader(spark, spec, op.id, checkpoint)
+        elif _reads_natively(graph, op):
+            from sluice.runtime.sources.native_files import BatchFiles
+
+            info.splits_reader = _stream_reader(spark, spec, op.id, checkpoint)
+            info.native_files = BatchFiles(info.splits_reader,
+                                           lambda b: checkpoint.read_bytes(Checkpoint.spark_offsets(b)))
         infos.append(info)
     return infos
 
@@ -439,6 +445,18 @@ def _opens_by_splits(graph, source) -> bool:
     consumers = graph.consumers(source.id)
     return len(graph.sources()) == 1 and len(consumers) == 1 and consumers[0].is_python and \
         reads_by_splits(source.params["spec"])
+
+
+def _reads_natively(graph, source) -> bool:
+    """Whether a source is opened by splits whose files Spark's own reader reads
+    (``sources.native_files``): the job's one source, a Parquet directory, whose consumers all
+    run in Spark (a Python operator first gets the records from the Python reader, which it
+    would otherwise have to take back out of the JVM)."""
+    from sluice.runtime.sources.native_files import reads_natively
+
+    consumers = graph.consumers(source.id)
+    return len(graph.sources()) == 1 and bool(consumers) and not any(c.is_python for c in consumers) and \
+        reads_natively(source.params["spec"])
 
 
 def _stream_reader(spark, spec, name: str, checkpoint: Checkpoint):
