@@ -71,35 +71,3 @@ def test_a_scale_out_and_a_rebalance_in_one_run_stay_exactly_once(spark, tmp_pat
     assert routing and routing[0]["batch_id"] > scaled[0]["batch_id"], decisions
     assert counts == _expected()
 
-
-def _counting(wait_s: float):
-    def count(key, rows, state):
-        time.sleep(rows.num_rows * wait_s)
-        n = (state.value or 0) + rows.num_rows
-        state.update(n)
-        return [{"meter": key[0], "n": n}]
-
-    count.__name__ = count.__qualname__ = f"count_waiting_{int(wait_s * 1e6)}us"
-    return count
-
-
-def test_alternates_by_load_goes_to_the_cheaper_alternate_live_and_counts_stay_exact(spark, tmp_path):
-    from sluice import Alt
-    from sluice.control import AlternatesByLoad
-
-    out = str(tmp_path)
-    # the valuable alternate waits 2 ms a row: 2,000 rows/s would need 4 cores of local[2]
-    alternates = {"careful": Alt(_counting(2e-3), value=1.0, cost=2e-3),
-                  "quick": Alt(_counting(20e-6), value=0.5, cost=20e-6)}
-    p = sluice.Pipeline("alternates_live", partitions=2, max_parallelism=16)
-    spec = sources.generator(fields={"meter": sources.Keys(KEYS, prefix="m")}, seed=9, rate=2000.0,
-                             total_rows=ROWS, max_rows_per_batch=CAP)
-    p.source(spec, name="readings").key_by("meter") \
-        .process(schema={"meter": "string", "n": "int"}, name="counts", alternates=alternates, active="careful") \
-        .sink(sinks.files(os.path.join(out, "counts")), name="counts_out")
-    p.run(os.path.join(out, "checkpoint"), spark=spark, policies=[AlternatesByLoad(window=2)])
-    decisions = [r for r in read_decisions(os.path.join(out, "checkpoint")) if r["type"] == "decision"]
-    switched = [r for r in decisions if r["action"]["kind"] == "alternate"]
-    assert switched and switched[0]["action"]["value"] == "quick", decisions
-    table = pa.Table.from_batches(spec.generate(0, ROWS, 0))
-    assert _final_counts(out) == dict(Counter(table.column("meter").to_pylist()))
