@@ -5,8 +5,9 @@ runs this one policy. Its members are the policies an expert would otherwise nam
 
 - ``batch_sizing``: the admission cap that holds the latency bound (``ModelBatchSizing``);
 - ``scaling``: DS2's one-step partitions of each keyed stage, and executors on a standalone
-  cluster, sized for the highest of the measured rate and the rate forecast over the time
-  a new executor takes to join (scale-ahead, ``control.forecast``);
+  cluster (with a keyed partition a core of them), sized for the highest of the measured
+  rate and the rates forecast over twice the time a new executor takes to join (scale-ahead:
+  ``control.forecast``, and the rising line through the last 30 s of arrivals);
 - ``balancing`` / ``collocation``: key groups moved off hot partitions; between two keyed
   stages keyed differently with measured traffic, ALBIC's collocation, which balances both
   stages itself (one owner per stage: balancing never touches a collocated pair);
