@@ -99,7 +99,9 @@ class Controller:
         for policy in list(self.policies):
             try:
                 proposed = [_signed(action, policy.name) for action in policy.propose(view)]
-                notes = list(policy.drain_notes())
+                # a policy is any object with a name and propose(); notes are optional
+                drain = getattr(policy, "drain_notes", None)
+                notes = list(drain()) if drain is not None else []
             except Exception as exc:  # a policy's bug must never stop the job
                 self._disable(metrics.batch_id, policy, exc)
                 continue
