@@ -589,31 +589,11 @@ def sluice_q13(events, ctx):
                                                            "dateTime": "timestamp", "value": "string"})
 
 
-def _distinct_create():
-    return set()
-
-
-def _distinct_add(acc, values):
-    return acc | set(values.drop_null().to_pylist())
-
-
-def _distinct_merge(a, b):
-    return a | b
-
-
-def _distinct_count():
-    from sluice import agg
-
-    def of(column: str):
-        return agg.udaf(column, _distinct_create, _distinct_add, _distinct_merge, len, result_type=pa.int64())
-    return of
-
-
 def _stats(keys: tuple[str, ...], minute: bool):
     def build(events, ctx):
         from sluice import agg
 
-        distinct = _distinct_count()
+        distinct = agg.count_distinct
         marks = {f"{r}_mark": f"CASE WHEN {c} THEN 1 END" for r, c in RANKS.items()}
         marks |= {f"{r}_bidder": f"CASE WHEN {c} THEN bidder END" for r, c in RANKS.items()}
         marks |= {f"{r}_auction": f"CASE WHEN {c} THEN auction END" for r, c in RANKS.items()}
