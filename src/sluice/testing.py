@@ -126,7 +126,8 @@ def run(pipeline, source: Source, checkpoint: str, *, batches: int | None = None
         on_batch: Callable[[int, dict[str, Any]], None] | None = None, sinks: dict[str, Sink] | None = None,
         timeout_s: float = 300.0, **options) -> int:
     """Run ``pipeline`` on the shared session over the next ``batches`` of ``source`` (default:
-    all it has left), one micro-batch each, and stop; returns how many ran.
+    all it has left), one micro-batch each, then any batch without input that is due within 2 s
+    (windows the last batch's watermark closed), and stop; returns how many given batches ran.
 
     ``on_batch(index, outputs)``: after each batch commits, with the index of the source's
     batch and ``outputs``, each of ``sinks`` (name -> Sink) by name with the rows that batch
@@ -148,6 +149,8 @@ def run(pipeline, source: Source, checkpoint: str, *, batches: int | None = None
         if getattr(metrics, "skipped", False):
             return
         index = source.offered - 1
+        if ran and ran[-1] == index:  # a batch without input (the watermark moved), not a given batch
+            return
         ran.append(index)
         if on_batch is not None:
             outputs = {name: sink.by_batch.get(metrics.batch_id) for name, sink in (sinks or {}).items()}
@@ -163,7 +166,8 @@ def run(pipeline, source: Source, checkpoint: str, *, batches: int | None = None
 
     deadline = time.time() + timeout_s
     pipeline.run(checkpoint, spark=spark(), on_batch=after,
-                 stop_when=lambda _executor: len(ran) >= wanted or bool(errors) or time.time() > deadline, **options)
+                 stop_when=lambda executor: (len(ran) >= wanted and not executor.batch_due_without_input(within_s=2.0))
+                 or bool(errors) or time.time() > deadline, **options)
     if errors:
         raise errors[0]
     if len(ran) < wanted:

@@ -91,6 +91,7 @@ class BatchExecutor:
         self.clock = self._recover_clock()
         self._tick_source = next((src.op.id for src in sources if src.ticks), None)
         self._tick_pending = False  # a tick request this driver wrote is waiting to be served
+        self.tick_due_us: int | None = None  # when that request is due (microseconds since the epoch)
         # per keyed operator, its earliest processing-time timer as of the last batch done
         self._timers_due: dict[str, int] = {}
         # per keyed operator, whether a partition held state after the last batch done (what
@@ -453,6 +454,13 @@ class BatchExecutor:
             return
         request_tick(self.checkpoint.sources, self._tick_source, TickRequest(batch_id, due))
         self._tick_pending = due is not None
+        self.tick_due_us = due
+
+    def batch_due_without_input(self, within_s: float) -> bool:
+        """Whether a batch without new input is asked for and due within ``within_s`` seconds
+        (a harness that runs given batches waits for it before stopping)."""
+        due = self.tick_due_us if self._tick_pending else None
+        return due is not None and due <= time.time_ns() // 1000 + int(within_s * 1e6)
 
     def recover_ticks(self) -> None:
         """On a (re)start: if the last batch done left something due (a watermark it moved,
