@@ -21,8 +21,8 @@ taking everything at once. When the bound is infeasible at the offered rate (b*l
 or k*D_ss > bound) the policy keeps admission ahead of the input (a cap of 1.3 * lambda *
 cycle, so the backlog never grows for good) and escalates: the constraint, the bottleneck
 operator, and the highest rate at which the bound can hold, R* = (1 - k*(a+g)/bound) / b.
-Before it escalates it tries scaling (issue 15: "scaling is the countermeasure the latency
-controller tries before it escalates"): when DS2's one-step scaling (``OneStepScaling``)
+Before it escalates it tries scaling, the countermeasure Nephele's latency controller tries
+before it escalates: when DS2's one-step scaling (``OneStepScaling``)
 finds a keyed stage that needs more partitions than it has, the policy proposes that
 instead, waits for the change to be applied and measured (the model of batch time is
 refitted under the new Plan), and escalates only if the bound still cannot hold and no
