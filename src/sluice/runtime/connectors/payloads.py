@@ -10,6 +10,7 @@ fails is it bisected, to tell the bad ones from the good.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -42,58 +43,46 @@ def parse_json(payloads: list[bytes], schema: pa.Schema) -> Parsed:
     One pyarrow call parses them all; if it fails, the list is bisected (each half parsed
     in one call again) down to the messages that fail alone, so k bad messages among n cost
     about k log2(n) calls, never one per message."""
-    if not payloads:
-        return Parsed(schema.empty_table(), [], [])
+
+    def parse(lo: int, hi: int) -> pa.Table:
+        if hi - lo == 1 and not payloads[lo].strip().startswith(b"{"):
+            raise pa.ArrowInvalid("not a JSON object")
+        return _json_lines(payloads[lo:hi], schema)
+
+    return parse_by_bisection(len(payloads), schema, parse, f"does not parse as {_describe(schema)}",
+                              (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError))
+
+
+def parse_by_bisection(n: int, schema: pa.Schema, parse: Callable[[int, int], pa.Table], reason: str,
+                       errors: tuple[type[Exception], ...]) -> Parsed:
+    """Rows [0, n) parsed by ``parse(lo, hi)`` in one call, else each half, down to the rows
+    that fail alone (rejected with ``reason`` and the error); kept rows in input order."""
     tables: list[pa.Table] = []
     kept: list[int] = []
     rejects: list[tuple[int, str]] = []
-    _bisect(payloads, 0, len(payloads), schema, tables, kept, rejects)
-    table = pa.concat_tables(tables) if tables else schema.empty_table()
-    return Parsed(table, kept, rejects)
 
+    def bisect(lo: int, hi: int) -> None:
+        try:
+            tables.append(parse(lo, hi))
+            kept.extend(range(lo, hi))
+        except errors as e:
+            if hi - lo == 1:
+                rejects.append((lo, f"{reason}: {e}"))
+                return
+            mid = (lo + hi) // 2
+            bisect(lo, mid)
+            bisect(mid, hi)
 
-def _bisect(payloads: list[bytes], lo: int, hi: int, schema: pa.Schema, tables: list, kept: list,
-            rejects: list) -> None:
-    """Parse payloads[lo:hi] in one call, else each half; in input order."""
-    try:
-        if hi - lo == 1 and not payloads[lo].strip().startswith(b"{"):
-            raise pa.ArrowInvalid("not a JSON object")
-        tables.append(_json_lines(payloads[lo:hi], schema))
-        kept.extend(range(lo, hi))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-        if hi - lo == 1:
-            rejects.append((lo, f"does not parse as {_describe(schema)}: {e}"))
-            return
-        mid = (lo + hi) // 2
-        _bisect(payloads, lo, mid, schema, tables, kept, rejects)
-        _bisect(payloads, mid, hi, schema, tables, kept, rejects)
+    if n:
+        bisect(0, n)
+    return Parsed(pa.concat_tables(tables) if tables else schema.empty_table(), kept, rejects)
 
 
 def parse_text_columns(columns: dict[str, list], n: int, schema: pa.Schema) -> Parsed:
     """Rows given as text per column (Redis fields; None where absent), cast to ``schema``."""
-    if n == 0:
-        return Parsed(schema.empty_table(), [], [])
     text = pa.table({f.name: pa.array(columns.get(f.name, [None] * n), pa.string()) for f in schema})
-    tables: list[pa.Table] = []
-    kept: list[int] = []
-    rejects: list[tuple[int, str]] = []
-    _bisect_text(text, 0, n, schema, tables, kept, rejects)
-    return Parsed(pa.concat_tables(tables) if tables else schema.empty_table(), kept, rejects)
-
-
-def _bisect_text(text: pa.Table, lo: int, hi: int, schema: pa.Schema, tables: list, kept: list,
-                 rejects: list) -> None:
-    """Cast rows [lo, hi) in one call, else each half (as ``_bisect`` does for JSON)."""
-    try:
-        tables.append(_cast_text(text.slice(lo, hi - lo), schema))
-        kept.extend(range(lo, hi))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        if hi - lo == 1:
-            rejects.append((lo, f"does not parse as {_describe(schema)}: {e}"))
-            return
-        mid = (lo + hi) // 2
-        _bisect_text(text, lo, mid, schema, tables, kept, rejects)
-        _bisect_text(text, mid, hi, schema, tables, kept, rejects)
+    return parse_by_bisection(n, schema, lambda lo, hi: _cast_text(text.slice(lo, hi - lo), schema),
+                              f"does not parse as {_describe(schema)}", (pa.ArrowInvalid, pa.ArrowNotImplementedError))
 
 
 def _cast_text(text: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -29,7 +29,7 @@ from sluice.credentials import redact, resolve
 from sluice.errors import SinkError, SourceError
 from sluice.graph.connectors import PostgresSink, PostgresTableSource
 from sluice.graph.sources import spark_compatible
-from sluice.runtime.connectors.payloads import Parsed
+from sluice.runtime.connectors.payloads import Parsed, parse_by_bisection
 from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
 
 UNCAPPED_BATCH = 1_000_000
@@ -197,28 +197,15 @@ def _read_csv(data: bytes, schema: pa.Schema) -> tuple[Parsed, pa.Table | None]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
         pass
     text = _as_text(data, schema)
-    tables: list[pa.Table] = []
-    kept: list[int] = []
-    rejects: list[tuple[int, str]] = []
-    _bisect(text, 0, text.num_rows, schema, tables, kept, rejects)
-    return Parsed(pa.concat_tables(tables) if tables else schema.empty_table(), kept, rejects), text
+    parsed = parse_by_bisection(text.num_rows, schema,
+                                lambda lo, hi: _typed(_from_text(text.slice(lo, hi - lo), schema), schema),
+                                f"a value is not of its declared type {_describe(schema)}",
+                                (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError))
+    return parsed, text
 
 
 def _as_text(data: bytes, schema: pa.Schema) -> pa.Table:
     return _csv(data, schema, dict.fromkeys(schema.names, pa.string()))
-
-
-def _bisect(text: pa.Table, lo: int, hi: int, schema: pa.Schema, tables: list, kept: list, rejects: list) -> None:
-    try:
-        tables.append(_typed(_from_text(text.slice(lo, hi - lo), schema), schema))
-        kept.extend(range(lo, hi))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
-        if hi - lo == 1:
-            rejects.append((lo, f"a value is not of its declared type {_describe(schema)}: {e}"))
-            return
-        mid = (lo + hi) // 2
-        _bisect(text, lo, mid, schema, tables, kept, rejects)
-        _bisect(text, mid, hi, schema, tables, kept, rejects)
 
 
 def _from_text(text: pa.Table, schema: pa.Schema) -> pa.Table:
