@@ -55,7 +55,9 @@ def test_joins_survive_sigkill_and_rescaling(spark, tmp_path):
     reference_ckpt = os.path.join(reference_out, "checkpoint")
     joins_crash.build(reference_out, ROWS, PER_BATCH).run(reference_ckpt, spark=spark)
     reference = outputs(reference_out, reference_ckpt)
-    assert sorted(reference["wjoin"]) == list(range(BATCHES + 1))  # + the end-of-input batch
+    # every data batch wrote rows; the batches after them (end of input, a batch without input
+    # that closes windows) write a directory only when they emit something
+    assert set(range(BATCHES)) <= set(reference["wjoin"]) <= set(range(BATCHES + 3))
     assert sum(len(rows) for rows in reference["ijoin"].values()) > 0
     assert all(sum(map(len, reference[f"late:{op}"].values())) > 0 for op in ("wjoin", "ijoin")), "late records"
 

@@ -62,7 +62,9 @@ def test_sigkill_at_several_moments_then_restart_equals_uninterrupted_run(refere
     assert got["raw"] == reference["raw"]
     assert got["stats"] == reference["stats"]
     assert got["jumps"] == reference["jumps"]
-    assert sorted(reference["stats"]) == list(range(BATCHES + 1))  # + the end-of-input batch
+    # every data batch wrote rows; the batches after them (end of input, a batch without input
+    # that closes windows) write a directory only when they emit something
+    assert set(range(BATCHES)) <= set(reference["stats"]) <= set(range(BATCHES + 3))
 
 
 def wait_until(condition, what: str, *procs, timeout: float = 300) -> None:
