@@ -43,9 +43,9 @@ def test_open_windows_survive_sigkill_and_restart(spark, tmp_path):
     reference_ckpt = os.path.join(reference_out, "checkpoint")
     windows_crash.build(reference_out, ROWS, PER_BATCH).run(reference_ckpt, spark=spark)
     reference = outputs(reference_out, reference_ckpt)
-    # every data batch wrote rows; the batches after them (end of input, a batch without input
-    # that closes windows) write a directory only when they emit something
-    assert set(range(BATCHES)) <= set(reference["sliding"]) <= set(range(BATCHES + 3))
+    # windows close from the second batch on, the last at the end of input; a batch that
+    # emits nothing writes no directory
+    assert len(reference["sliding"]) >= BATCHES - 1 and max(reference["sliding"]) >= BATCHES
     assert sum(len(rows) for rows in reference["late:shared"].values()) > 0, "the test stream has late records"
 
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
