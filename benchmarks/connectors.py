@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "docs" / "results"
 
+from benchmarks.measure import environment  # noqa: E402
 from tests.connector_services import (  # noqa: E402
     KAFKA,
     MQTT_HOST,
@@ -555,6 +556,7 @@ def main() -> int:
                                   "spark_kafka": SPARK_KAFKA})
             print(f"{'':16s} spark's own connector {native[0]:10.0f} rows/s   sluice/spark {ours / native[0]:.3f}",
                   flush=True)
+    env = environment(spark)
     spark.stop()
     ratios = [r["ratio"] for r in results.values()]
     summary = {
@@ -566,7 +568,10 @@ def main() -> int:
         "connectors": results,
         "kafka_source": results.get("kafka source"), "kafka_sink": results.get("kafka sink"),
         "delta_sink": results.get("delta sink"), "iceberg_sink": results.get("iceberg sink"),
-        "note": "2-core machine shared with other work: figures vary between runs",
+        "anchor": {"client": "the broker's own Python client on the same data, one call per batch",
+                   "kafka": f"also Spark's own Kafka source and sink ({SPARK_KAFKA}), same topic and batch size",
+                   "lakehouse": "also Sluice's writer alone on the same batches, without Spark"},
+        **env,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     if not args.only:
