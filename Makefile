@@ -40,9 +40,10 @@ test: $(STAMP) browser services lint
 test-fast: $(STAMP) lint
 	$(PY) -m pytest -m "not spark and not slow" $(ARGS)
 
-# ruff over the whole repository and mypy over src (their configuration is in pyproject.toml)
+# ruff (lint and format) over the whole repository and mypy over src (their configuration is in pyproject.toml)
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples
 	$(PY) -m mypy
 
 # a Spark standalone cluster on this machine (2 workers x 1 core): sluice run --master <its URL>

@@ -94,10 +94,10 @@ FLINK_STABILIZATION_S, FLINK_SCALE_DOWN_S = 300.0, 3600.0  # Flink's defaults ov
 
 def graph():
     p = sluice.Pipeline("autopilot_bench", max_parallelism=KEY_GROUPS)
-    s = p.source(sources.generator(fields={"k": sources.Keys(10_000), "v": sources.Normal(1, 1)}, rate=1000.0),
-                 name="source")
-    s.map_batches(lambda b: b, name="work").key_by("k").aggregate(n=agg.count(), name="counts") \
-        .sink(sinks.memory("autopilot_bench"))
+    s = p.source(sources.generator(fields={"k": sources.Keys(10_000), "v": sources.Normal(1, 1)}, rate=1000.0), name="source")
+    s.map_batches(lambda b: b, name="work").key_by("k").aggregate(n=agg.count(), name="counts").sink(
+        sinks.memory("autopilot_bench")
+    )
     p.goals(latency=f"{BOUND_S}s", max_executors=WORKERS)
     p.graph.validate()
     return p.graph
@@ -125,8 +125,11 @@ class Trace:
         t = np.asarray(t, dtype=float)
         ramp = BASE + (PEAK - BASE) * (t - self.base_until) / (self.ramp_until - self.base_until)
         fall = PEAK - (PEAK - BASE) * (t - self.peak_until) / (self.fall_until - self.peak_until)
-        return np.select([t < self.base_until, t < self.ramp_until, t < self.peak_until, t < self.fall_until],
-                         [np.full_like(t, BASE), ramp, np.full_like(t, PEAK), fall], BASE)
+        return np.select(
+            [t < self.base_until, t < self.ramp_until, t < self.peak_until, t < self.fall_until],
+            [np.full_like(t, BASE), ramp, np.full_like(t, PEAK), fall],
+            BASE,
+        )
 
     def shares(self, t: float) -> np.ndarray:
         return self.before if t < self.shift_at else self.after
@@ -171,8 +174,11 @@ class SparkDynamicAllocation(Policy):
 def reconfigurations(controller: Controller | None) -> int:
     if controller is None:
         return 0
-    batches = {r["batch_id"] for r in controller.log.records
-               if r["type"] == "decision" and r["action"]["kind"] not in (ADMISSION, ESCALATE)}
+    batches = {
+        r["batch_id"]
+        for r in controller.log.records
+        if r["type"] == "decision" and r["action"]["kind"] not in (ADMISSION, ESCALATE)
+    }
     return len(batches)
 
 
@@ -188,7 +194,7 @@ def figures(batches, sim, trace: Trace, controller) -> dict:
     recover = None
     after_kill = [i for i, b in enumerate(batches) if b.started_at >= trace.kill_at]
     for i in after_kill:
-        if all(within[i:i + 3]) and i + 3 <= len(batches):
+        if all(within[i : i + 3]) and i + 3 <= len(batches):
             recover = round(float(batches[i].started_at - trace.kill_at), 1)
             break
     drained = None
@@ -196,18 +202,39 @@ def figures(batches, sim, trace: Trace, controller) -> dict:
         if b.started_at >= trace.outage[1] and sum(b.backlog.values()) <= BOUND_S * BASE:
             drained = round(float(b.started_at + b.duration_s - trace.outage[1]), 1)
             break
-    return {"attainment": round(attainment, 4), "worst_p95_s": round(float(p95.max()), 2),
-            "executor_seconds": round(sim.cost_s, 1), "reconfigurations": reconfigurations(controller),
-            "recover_kill_s": recover, "drain_outage_s": drained, "batches": len(batches)}
+    return {
+        "attainment": round(attainment, 4),
+        "worst_p95_s": round(float(p95.max()), 2),
+        "executor_seconds": round(sim.cost_s, 1),
+        "reconfigurations": reconfigurations(controller),
+        "recover_kill_s": recover,
+        "drain_outage_s": drained,
+        "batches": len(batches),
+    }
 
 
-def run_config(name: str, trace: Trace, seed: int, *, executors: int, policies: list[Policy] | None,
-               partitions: int | None = None, day_s: float) -> dict:
+def run_config(
+    name: str,
+    trace: Trace,
+    seed: int,
+    *,
+    executors: int,
+    policies: list[Policy] | None,
+    partitions: int | None = None,
+    day_s: float,
+) -> dict:
     g = graph()
     fixed = policies is None
     config = JobSimConfig(horizon_s=trace.end, seed=seed, python_s=PYTHON_US * 1e-6, keyed_s=KEYED_US * 1e-6)
-    sim = make_job_sim(config, trace.rate, trace.shares, held=executors,
-                       max_executors=executors if fixed else WORKERS, kill_at=trace.kill_at, outage=trace.outage)
+    sim = make_job_sim(
+        config,
+        trace.rate,
+        trace.shares,
+        held=executors,
+        max_executors=executors if fixed else WORKERS,
+        kill_at=trace.kill_at,
+        outage=trace.outage,
+    )
     plan = initial_plan(g, partitions or executors)
     controller = None if fixed else Controller(g, policies, executors=sim.executors)
     started = time.perf_counter()
@@ -235,9 +262,16 @@ def main() -> None:
             "static_peak": dict(executors=peak_e, policies=None),
             "static_mean": dict(executors=mean_e, policies=None),
             "ds2": dict(executors=mean_e, policies=[OneStepScaling(whole_job=True)]),
-            "flink_like": dict(executors=mean_e, policies=[FlinkLikeScaling(
-                stabilization_s=FLINK_STABILIZATION_S * compress, scale_down_interval_s=FLINK_SCALE_DOWN_S * compress,
-                whole_job=True)]),
+            "flink_like": dict(
+                executors=mean_e,
+                policies=[
+                    FlinkLikeScaling(
+                        stabilization_s=FLINK_STABILIZATION_S * compress,
+                        scale_down_interval_s=FLINK_SCALE_DOWN_S * compress,
+                        whole_job=True,
+                    )
+                ],
+            ),
             "spark_da": dict(executors=mean_e, policies=[SparkDynamicAllocation()], partitions=KEY_GROUPS),
             "autopilot": dict(executors=mean_e, policies=[Autopilot(graph().goals)]),
         }
@@ -257,8 +291,13 @@ def main() -> None:
         for label, need in (("cheapest_static", goal), ("cheapest_static_95", 0.95)):
             lo, hi = 1, WORKERS
             if static(hi)["attainment"] < need:
-                runs.setdefault(label, []).append({"attainment": None, "executor_seconds": None,
-                                                   "note": f"no static configuration up to {WORKERS} attains {need}"})
+                runs.setdefault(label, []).append(
+                    {
+                        "attainment": None,
+                        "executor_seconds": None,
+                        "note": f"no static configuration up to {WORKERS} attains {need}",
+                    }
+                )
                 continue
             while lo < hi:  # attainment grows with executors (checked at the ends, searched between)
                 mid = (lo + hi) // 2
@@ -280,40 +319,71 @@ def main() -> None:
     ds2_reconfig = mean("ds2", "reconfigurations")
     auto_att = mean("autopilot", "attainment")
     summary = {
-        "benchmark": "autopilot", "simulated": True, "workers": WORKERS, "day_s": day_s, "seeds": seeds,
+        "benchmark": "autopilot",
+        "simulated": True,
+        "workers": WORKERS,
+        "day_s": day_s,
+        "seeds": seeds,
         "attainment": mean("autopilot", "attainment"),
         "cost_ratio": None if not cheapest or auto_cost is None else round(auto_cost / cheapest, 3),
         # DS2 alone's reconfigurations are a fair count only where it keeps the goal as often:
         # one that falls behind for good stops reconfiguring, and the ratio would say nothing
-        "reconfig_ratio": (None if not ds2_reconfig or (mean("ds2", "attainment") or 0.0) < (auto_att or 0.0)
-                           else round(mean("autopilot", "reconfigurations") / ds2_reconfig, 3)),
-        "reconfig_ratio_note": ("autopilot's reconfigurations over DS2 alone's" if ds2_reconfig and
-                                (mean("ds2", "attainment") or 0.0) >= (auto_att or 0.0) else
-                                f"None: DS2 alone attains {mean('ds2', 'attainment')} against the autopilot's "
-                                f"{auto_att}; see reconfigs_per_hour beside attainment per configuration"),
-        "reconfigs_per_hour": {name: mean(name, "reconfigs_per_hour") for name in runs
-                               if not name.startswith("cheapest")},
+        "reconfig_ratio": (
+            None
+            if not ds2_reconfig or (mean("ds2", "attainment") or 0.0) < (auto_att or 0.0)
+            else round(mean("autopilot", "reconfigurations") / ds2_reconfig, 3)
+        ),
+        "reconfig_ratio_note": (
+            "autopilot's reconfigurations over DS2 alone's"
+            if ds2_reconfig and (mean("ds2", "attainment") or 0.0) >= (auto_att or 0.0)
+            else f"None: DS2 alone attains {mean('ds2', 'attainment')} against the autopilot's "
+            f"{auto_att}; see reconfigs_per_hour beside attainment per configuration"
+        ),
+        "reconfigs_per_hour": {name: mean(name, "reconfigs_per_hour") for name in runs if not name.startswith("cheapest")},
         "attainment_spark_da": mean("spark_da", "attainment"),
         "cost_ratio_spark_da": None if not cheapest or da_cost is None else round(da_cost / cheapest, 3),
         "spark_da": "modelled in the simulator, not run",
         "outputs_equal": None,
     }
-    targets = {"attainment >= 0.95": summary["attainment"] is not None and summary["attainment"] >= 0.95,
-               "cost_ratio <= 0.7": summary["cost_ratio"] is not None and summary["cost_ratio"] <= 0.7,
-               "reconfig_ratio <= 0.5": (summary["reconfig_ratio"] <= 0.5 if summary["reconfig_ratio"] is not None
-                                         else "not comparable: DS2 alone attains less"),
-               "beats spark_da on attainment at no more cost": (
-                   summary["attainment"] is not None and summary["attainment_spark_da"] is not None
-                   and summary["attainment"] > summary["attainment_spark_da"]
-                   and auto_cost is not None and da_cost is not None and auto_cost <= da_cost)}
-    out = {**summary, "targets_met": targets,
-           "configurations": {name: {k: mean(name, k) for k in ("attainment", "worst_p95_s", "executor_seconds",
-                                                                 "reconfigurations", "reconfigs_per_hour",
-                                                                 "recover_kill_s", "drain_outage_s")}
-                              for name in runs},
-           "cheapest_static_executors": [r.get("executors") for r in runs.get("cheapest_static", [])],
-           "cheapest_static_95_executors": [r.get("executors") for r in runs.get("cheapest_static_95", [])],
-           "runs": runs}
+    targets = {
+        "attainment >= 0.95": summary["attainment"] is not None and summary["attainment"] >= 0.95,
+        "cost_ratio <= 0.7": summary["cost_ratio"] is not None and summary["cost_ratio"] <= 0.7,
+        "reconfig_ratio <= 0.5": (
+            summary["reconfig_ratio"] <= 0.5
+            if summary["reconfig_ratio"] is not None
+            else "not comparable: DS2 alone attains less"
+        ),
+        "beats spark_da on attainment at no more cost": (
+            summary["attainment"] is not None
+            and summary["attainment_spark_da"] is not None
+            and summary["attainment"] > summary["attainment_spark_da"]
+            and auto_cost is not None
+            and da_cost is not None
+            and auto_cost <= da_cost
+        ),
+    }
+    out = {
+        **summary,
+        "targets_met": targets,
+        "configurations": {
+            name: {
+                k: mean(name, k)
+                for k in (
+                    "attainment",
+                    "worst_p95_s",
+                    "executor_seconds",
+                    "reconfigurations",
+                    "reconfigs_per_hour",
+                    "recover_kill_s",
+                    "drain_outage_s",
+                )
+            }
+            for name in runs
+        },
+        "cheapest_static_executors": [r.get("executors") for r in runs.get("cheapest_static", [])],
+        "cheapest_static_95_executors": [r.get("executors") for r in runs.get("cheapest_static_95", [])],
+        "runs": runs,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / ("autopilot_quick.json" if args.quick else "autopilot.json")).write_text(json.dumps(out, indent=1))
     print(json.dumps({**summary, "targets_met": targets}))

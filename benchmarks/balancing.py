@@ -68,18 +68,31 @@ def solver_comparison(quick: bool) -> dict:
                 flux_seconds = time.perf_counter() - started
                 m = solve_milp(problem, budget, MilpSettings(time_limit=time_limit))
                 p = potc(problem)
-                rows.append({
-                    "nodes": nodes, "key_groups": key_groups, "perturbed": fraction, "seed": seed,
-                    "max_migrations": budget.max_count, "initial": load_distance(problem),
-                    "flux": f.load_distance, "flux_migrations": len(f.migrations), "flux_seconds": flux_seconds,
-                    "milp": m.load_distance, "milp_migrations": len(m.migrations), "milp_seconds": m.solve_seconds,
-                    "milp_status": m.status, "greedy_start": m.notes.get("start_load_distance"),
-                    "potc": p.load_distance,
-                })
+                rows.append(
+                    {
+                        "nodes": nodes,
+                        "key_groups": key_groups,
+                        "perturbed": fraction,
+                        "seed": seed,
+                        "max_migrations": budget.max_count,
+                        "initial": load_distance(problem),
+                        "flux": f.load_distance,
+                        "flux_migrations": len(f.migrations),
+                        "flux_seconds": flux_seconds,
+                        "milp": m.load_distance,
+                        "milp_migrations": len(m.migrations),
+                        "milp_seconds": m.solve_seconds,
+                        "milp_status": m.status,
+                        "greedy_start": m.notes.get("start_load_distance"),
+                        "potc": p.load_distance,
+                    }
+                )
                 r = rows[-1]
-                log(f"  5.1a N={nodes:3d} K={key_groups:4d} perturbed={fraction:.1f} seed={seed}: "
+                log(
+                    f"  5.1a N={nodes:3d} K={key_groups:4d} perturbed={fraction:.1f} seed={seed}: "
                     f"initial {r['initial']:6.2f}  Flux {r['flux']:6.2f}  MILP {r['milp']:6.2f} "
-                    f"(greedy start {r['greedy_start']:6.2f}, {r['milp_seconds']:.2f} s)  PoTC {r['potc']:6.2f}")
+                    f"(greedy start {r['greedy_start']:6.2f}, {r['milp_seconds']:.2f} s)  PoTC {r['potc']:6.2f}"
+                )
     return {"time_limit": time_limit, "rows": rows}
 
 
@@ -104,15 +117,20 @@ def scale_in(quick: bool) -> dict:
                 seconds.append(plan.solve_seconds)
                 problem = problem.with_assignment(plan.assignment)
                 left = int(problem.removing[problem.assignment_index].sum())
-                series.append({"round": r + 1, "load_distance": plan.load_distance, "left_on_removed": left,
-                               "migrations": len(plan.migrations)})
+                series.append(
+                    {
+                        "round": r + 1,
+                        "load_distance": plan.load_distance,
+                        "left_on_removed": left,
+                        "migrations": len(plan.migrations),
+                    }
+                )
                 if left == 0 and drained_at is None:
                     drained_at = r + 1
             key = f"{name}_OL{overloaded}"
             out[key] = {"series": series, "drained_round": drained_at, "mean_seconds": float(np.mean(seconds))}
             dist = [s["load_distance"] for s in series]
-            log(f"  5.1b {key:20s} drained at round {drained_at}; load distance by round: "
-                + " ".join(f"{d:.1f}" for d in dist))
+            log(f"  5.1b {key:20s} drained at round {drained_at}; load distance by round: " + " ".join(f"{d:.1f}" for d in dist))
     return {"max_migrations": 20, "removing": 10, "rounds": rounds, "time_limit": settings.time_limit, "runs": out}
 
 
@@ -135,32 +153,45 @@ def albic_vs_cola(quick: bool) -> dict:
             c_plan = cola(c_problem, settings.max_load_distance)
             c_seconds = time.perf_counter() - started
             a_assign, c_assign = a_plan.assignment, c_plan.assignment
-            series.append({
-                "round": r + 1,
-                "albic_load_distance": a_plan.load_distance, "cola_load_distance": c_plan.load_distance,
-                "albic_collocation": collocation_factor(a_problem, a_assign),
-                "cola_collocation": collocation_factor(c_problem, c_assign),
-                "albic_migrations": len(a_plan.migrations), "cola_migrations": len(c_plan.migrations),
-                "albic_seconds": a_plan.solve_seconds, "cola_seconds": c_seconds,
-                "albic_solves": a_plan.notes.get("solves", 1),
-            })
+            series.append(
+                {
+                    "round": r + 1,
+                    "albic_load_distance": a_plan.load_distance,
+                    "cola_load_distance": c_plan.load_distance,
+                    "albic_collocation": collocation_factor(a_problem, a_assign),
+                    "cola_collocation": collocation_factor(c_problem, c_assign),
+                    "albic_migrations": len(a_plan.migrations),
+                    "cola_migrations": len(c_plan.migrations),
+                    "albic_seconds": a_plan.solve_seconds,
+                    "cola_seconds": c_seconds,
+                    "albic_solves": a_plan.notes.get("solves", 1),
+                }
+            )
         mean = lambda key: float(np.mean([s[key] for s in series]))  # noqa: E731
         summary = {
-            "nodes": nodes, "key_groups": key_groups, "operators": operators, "max_migrations": budget.max_count,
-            "albic_load_distance": mean("albic_load_distance"), "cola_load_distance": mean("cola_load_distance"),
+            "nodes": nodes,
+            "key_groups": key_groups,
+            "operators": operators,
+            "max_migrations": budget.max_count,
+            "albic_load_distance": mean("albic_load_distance"),
+            "cola_load_distance": mean("cola_load_distance"),
             "albic_final_collocation": series[-1]["albic_collocation"],
             "cola_final_collocation": series[-1]["cola_collocation"],
-            "albic_migrations": mean("albic_migrations"), "cola_migrations": mean("cola_migrations"),
-            "albic_seconds": mean("albic_seconds"), "cola_seconds": mean("cola_seconds"),
+            "albic_migrations": mean("albic_migrations"),
+            "cola_migrations": mean("cola_migrations"),
+            "albic_seconds": mean("albic_seconds"),
+            "cola_seconds": mean("cola_seconds"),
             "albic_resolves": int(sum(s["albic_solves"] > 1 for s in series)),
             "series": series,
         }
         out.append(summary)
-        log(f"  5.3 ({nodes}, {key_groups}, {operators}): load distance ALBIC {summary['albic_load_distance']:.2f} "
+        log(
+            f"  5.3 ({nodes}, {key_groups}, {operators}): load distance ALBIC {summary['albic_load_distance']:.2f} "
             f"COLA {summary['cola_load_distance']:.2f}; collocation ALBIC {summary['albic_final_collocation']:.3f} "
             f"COLA {summary['cola_final_collocation']:.3f}; migrations/round ALBIC {summary['albic_migrations']:.1f} "
             f"COLA {summary['cola_migrations']:.1f}; seconds ALBIC {summary['albic_seconds']:.2f} "
-            f"COLA {summary['cola_seconds']:.2f}")
+            f"COLA {summary['cola_seconds']:.2f}"
+        )
     return {"rounds": rounds, "time_limit": milp.time_limit, "configs": out}
 
 
@@ -185,31 +216,48 @@ NOTES = """## Notes (choices where the paper's text was lost; see the module doc
 
 
 def tables(result: dict) -> str:
-    lines = ["## 5.1a MILP vs Flux (load distance, percentage points; mean over seeds)", "",
-             "| nodes | key groups | maxMigrations | perturbed | initial | Flux | MILP | greedy start | PoTC | MILP s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## 5.1a MILP vs Flux (load distance, percentage points; mean over seeds)",
+        "",
+        "| nodes | key groups | maxMigrations | perturbed | initial | Flux | MILP | greedy start | PoTC | MILP s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     rows = result["solver"]["rows"]
     for nodes, key_groups in SIZES:
         for fraction in FRACTIONS:
             sel = [r for r in rows if r["nodes"] == nodes and r["perturbed"] == fraction]
             m = lambda k: np.mean([r[k] for r in sel])  # noqa: E731
-            lines.append(f"| {nodes} | {key_groups} | {sel[0]['max_migrations']} | {fraction} | {m('initial'):.2f} | "
-                         f"{m('flux'):.2f} | {m('milp'):.2f} | {m('greedy_start'):.2f} | {m('potc'):.2f} | "
-                         f"{m('milp_seconds'):.2f} |")
-    lines += ["", "## 5.1b Integrated vs non-integrated scale-in (40 nodes, 800 key groups, 10 in N_r, "
-              "maxMigrations 20)", "", "| run | drained at round | load distance at rounds 1, 3, 5, 10, last |", "|---|---|---|"]
+            lines.append(
+                f"| {nodes} | {key_groups} | {sel[0]['max_migrations']} | {fraction} | {m('initial'):.2f} | "
+                f"{m('flux'):.2f} | {m('milp'):.2f} | {m('greedy_start'):.2f} | {m('potc'):.2f} | "
+                f"{m('milp_seconds'):.2f} |"
+            )
+    lines += [
+        "",
+        "## 5.1b Integrated vs non-integrated scale-in (40 nodes, 800 key groups, 10 in N_r, maxMigrations 20)",
+        "",
+        "| run | drained at round | load distance at rounds 1, 3, 5, 10, last |",
+        "|---|---|---|",
+    ]
     for key, run in result["scale_in"]["runs"].items():
         d = [s["load_distance"] for s in run["series"]]
         picks = [d[i] for i in (0, 2, 4, 9) if i < len(d)] + [d[-1]]
         lines.append(f"| {key} | {run['drained_round']} | {', '.join(f'{x:.1f}' for x in picks)} |")
-    lines += ["", "## 5.3 ALBIC vs COLA (means over rounds; collocation after the last round)", "",
-              "| nodes | key groups | operators | load distance ALBIC | COLA | collocation ALBIC | COLA | "
-              "migrations/round ALBIC | COLA | solve s ALBIC | COLA |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## 5.3 ALBIC vs COLA (means over rounds; collocation after the last round)",
+        "",
+        "| nodes | key groups | operators | load distance ALBIC | COLA | collocation ALBIC | COLA | "
+        "migrations/round ALBIC | COLA | solve s ALBIC | COLA |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in result["collocation"]["configs"]:
-        lines.append(f"| {c['nodes']} | {c['key_groups']} | {c['operators']} | {c['albic_load_distance']:.2f} | "
-                     f"{c['cola_load_distance']:.2f} | {c['albic_final_collocation']:.3f} | {c['cola_final_collocation']:.3f} | "
-                     f"{c['albic_migrations']:.1f} | {c['cola_migrations']:.1f} | {c['albic_seconds']:.2f} | "
-                     f"{c['cola_seconds']:.2f} |")
+        lines.append(
+            f"| {c['nodes']} | {c['key_groups']} | {c['operators']} | {c['albic_load_distance']:.2f} | "
+            f"{c['cola_load_distance']:.2f} | {c['albic_final_collocation']:.3f} | {c['cola_final_collocation']:.3f} | "
+            f"{c['albic_migrations']:.1f} | {c['cola_migrations']:.1f} | {c['albic_seconds']:.2f} | "
+            f"{c['cola_seconds']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -254,8 +302,9 @@ def plots(result: dict) -> None:
     fig, axes = plt.subplots(3, len(configs), figsize=(13, 8), sharex=True)
     for j, c in enumerate(configs):
         r = [s["round"] for s in c["series"]]
-        for i, (metric, label) in enumerate([("collocation", "collocation factor"), ("load_distance", "load distance"),
-                                             ("migrations", "migrations")]):
+        for i, (metric, label) in enumerate(
+            [("collocation", "collocation factor"), ("load_distance", "load distance"), ("migrations", "migrations")]
+        ):
             axes[i, j].plot(r, [s[f"albic_{metric}"] for s in c["series"]], label="ALBIC")
             axes[i, j].plot(r, [s[f"cola_{metric}"] for s in c["series"]], "--", label="COLA")
             axes[i, j].set_ylabel(label)
@@ -303,9 +352,22 @@ def main(argv: list[str] | None = None) -> int:
         "scale_in_rounds_to_distance_10": {k: first_round_below(v, threshold) for k, v in runs.items()},
         "scale_in_drained_round": {k: v["drained_round"] for k, v in runs.items()},
         "albic_vs_cola": [
-            {k: c[k] for k in ("nodes", "key_groups", "operators", "albic_load_distance", "cola_load_distance",
-                               "albic_final_collocation", "cola_final_collocation", "albic_migrations",
-                               "cola_migrations", "albic_seconds", "cola_seconds")}
+            {
+                k: c[k]
+                for k in (
+                    "nodes",
+                    "key_groups",
+                    "operators",
+                    "albic_load_distance",
+                    "cola_load_distance",
+                    "albic_final_collocation",
+                    "cola_final_collocation",
+                    "albic_migrations",
+                    "cola_migrations",
+                    "albic_seconds",
+                    "cola_seconds",
+                )
+            }
             for c in colloc["configs"]
         ],
         "seconds": time.perf_counter() - started,
@@ -316,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     text = tables(result)
     (RESULTS / "balancing.md").write_text(
         f"# Key-group balancing benchmark ({result['mode']} mode)\n\nProduced by `benchmarks/balancing.py"
-        f"{' --quick' if args.quick else ''}`. Load values are percentage points of an average node.\n\n" + text
-        + "\n\n" + NOTES)
+        f"{' --quick' if args.quick else ''}`. Load values are percentage points of an average node.\n\n" + text + "\n\n" + NOTES
+    )
     plots(result)
     log("")
     log(text)

@@ -45,8 +45,7 @@ TARGET_UTILIZATION = 0.7
 def balancer(name: str, key_groups: int, time_limit: float):
     """The policy as a live job would configure it: react on the first batch after a change,
     ALBIC's migration budget (a twentieth of the key groups a round)."""
-    return BALANCERS[name](threshold=0.1, min_gain=0.2, window=1, max_migrations=key_groups // 20,
-                           time_limit=time_limit)
+    return BALANCERS[name](threshold=0.1, min_gain=0.2, window=1, max_migrations=key_groups // 20, time_limit=time_limit)
 
 
 def main() -> None:
@@ -62,16 +61,23 @@ def main() -> None:
 
     nephele = nephele_scale(batches=batches)
     limit = 5.0 if args.quick else 10.0  # the MILP's time at 800 partitions x 3,200 key groups
-    runs = {"hash": None, "ds2": [OneStepScaling(target_utilization=TARGET_UTILIZATION, window=1)],
-            **{name: [OneStepScaling(target_utilization=TARGET_UTILIZATION, window=1),
-                      balancer(name, nephele.key_groups, limit)] for name in BALANCERS}}
+    runs = {
+        "hash": None,
+        "ds2": [OneStepScaling(target_utilization=TARGET_UTILIZATION, window=1)],
+        **{
+            name: [OneStepScaling(target_utilization=TARGET_UTILIZATION, window=1), balancer(name, nephele.key_groups, limit)]
+            for name in BALANCERS
+        },
+    }
     results["scenarios"]["nephele"] = _run_all(nephele, runs)
     results["scenarios"]["nephele"]["partitions_needed"] = partitions_needed(nephele, TARGET_UTILIZATION)
 
     a = results["scenarios"]["albic"]["runs"]
     results["ratio"] = round(a["hash"]["summary"]["mean_span_s"] / a["milp"]["summary"]["mean_span_s"], 3)
-    results["note"] = ("simulated (sluice.sim.keyed_stage) with the live policy classes; controller seconds measured "
-                       "on a 2-core machine shared with other engineers' work")
+    results["note"] = (
+        "simulated (sluice.sim.keyed_stage) with the live policy classes; controller seconds measured "
+        "on a 2-core machine shared with other engineers' work"
+    )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "balancing_scale.json").write_text(json.dumps(results, indent=1) + "\n")
     plot(results, RESULTS / "balancing_scale.png")
@@ -85,18 +91,29 @@ def main() -> None:
 
 
 def _run_all(scenario, runs: dict) -> dict:
-    out = {"nodes": scenario.nodes, "cores": scenario.cores, "key_groups": scenario.key_groups,
-           "partitions": scenario.partitions, "batches": scenario.batches, "period": scenario.period,
-           "step_at": scenario.step_at, "step": round(scenario.step, 3), "runs": {}}
+    out = {
+        "nodes": scenario.nodes,
+        "cores": scenario.cores,
+        "key_groups": scenario.key_groups,
+        "partitions": scenario.partitions,
+        "batches": scenario.batches,
+        "period": scenario.period,
+        "step_at": scenario.step_at,
+        "step": round(scenario.step, 3),
+        "runs": {},
+    }
     for name, policies in runs.items():
         started = time.time()
         records = run_scenario(scenario, policies)
         s = summary(records, scenario)
         out["runs"][name] = {"summary": s, "batches": records}
-        print(f"  {scenario.name:8s} {name:5s} imbalance {s['mean_imbalance']:.3f}  span {s['mean_span_s']:.2f} s  "
-              f"moved {s['key_groups_moved']:6d}  rebalances {s['rebalances']:2d}  rescales {s['rescales']}  "
-              f"converge {s['batches_to_converge']}  controller max {s['max_controller_s']:.2f} s  "
-              f"[{time.time() - started:.0f} s]", flush=True)
+        print(
+            f"  {scenario.name:8s} {name:5s} imbalance {s['mean_imbalance']:.3f}  span {s['mean_span_s']:.2f} s  "
+            f"moved {s['key_groups_moved']:6d}  rebalances {s['rebalances']:2d}  rescales {s['rescales']}  "
+            f"converge {s['batches_to_converge']}  controller max {s['max_controller_s']:.2f} s  "
+            f"[{time.time() - started:.0f} s]",
+            flush=True,
+        )
     return out
 
 
@@ -110,8 +127,7 @@ def plot(results: dict, path: Path) -> None:
     for ax, (scenario, data) in zip(axes, results["scenarios"].items()):
         for name, run in data["runs"].items():
             series = run["batches"]
-            ax.plot([r["batch"] for r in series], [r["imbalance"] for r in series], marker=".", label=name,
-                    color=COLORS[name])
+            ax.plot([r["batch"] for r in series], [r["imbalance"] for r in series], marker=".", label=name, color=COLORS[name])
         for b in range(data["period"], data["batches"], data["period"]):
             ax.axvline(b, color="black", alpha=0.15)
         ax.axhline(0.1, color="black", linestyle=":", alpha=0.5)
@@ -123,8 +139,13 @@ def plot(results: dict, path: Path) -> None:
             title += f", rate x{data['step']} at batch {data['step_at']}"
             twin = ax.twinx()
             for name, run in data["runs"].items():
-                twin.plot([r["batch"] for r in run["batches"]], [r["partitions"] for r in run["batches"]],
-                          color=COLORS[name], alpha=0.4, linestyle="--")
+                twin.plot(
+                    [r["batch"] for r in run["batches"]],
+                    [r["partitions"] for r in run["batches"]],
+                    color=COLORS[name],
+                    alpha=0.4,
+                    linestyle="--",
+                )
             twin.set_ylabel("partitions (dashed)")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=8)

@@ -58,11 +58,12 @@ def project(batch: pa.RecordBatch) -> pa.RecordBatch:
 def build(spec, counter: dict) -> Pipeline:
     p = Pipeline("chaining")
     readings = p.source(spec, name="readings")
-    out = (readings.map_batches(with_wh, schema={"meter": "string", "kwh": "double", "wh": "double"}, name="wh")
-           .map_batches(positive, name="positive")
-           .map_batches(with_cost, schema={"meter": "string", "kwh": "double", "wh": "double", "cost": "double"},
-                        name="cost")
-           .map_batches(project, schema={"meter": "string", "cost": "double"}, name="project"))
+    out = (
+        readings.map_batches(with_wh, schema={"meter": "string", "kwh": "double", "wh": "double"}, name="wh")
+        .map_batches(positive, name="positive")
+        .map_batches(with_cost, schema={"meter": "string", "kwh": "double", "wh": "double", "cost": "double"}, name="cost")
+        .map_batches(project, schema={"meter": "string", "cost": "double"}, name="project")
+    )
 
     def count(batch_id, table):
         counter[batch_id] = table.num_rows
@@ -79,8 +80,12 @@ def run(spark, spec, fused: bool, workdir: str, warmup: int) -> dict:
     data = [m for m in result.metrics if m.rows_in]
     batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in data]
     passes = len(PlanLog(checkpoint).latest().chains)  # mapInArrow passes the plan ran
-    return {"throughput": sustained(batches, warmup), "output_rows": sum(counter.values()),
-            "batches": len(batches), "python_passes": passes}
+    return {
+        "throughput": sustained(batches, warmup),
+        "output_rows": sum(counter.values()),
+        "batches": len(batches),
+        "python_passes": passes,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,34 +99,56 @@ def main(argv: list[str] | None = None) -> int:
     n_batches = args.batches or (8 if args.quick else 12)
     repeats = args.repeats or (1 if args.quick else 3)
     warmup = 2
-    spec = sources.generator(fields={"meter": sources.Keys(10_000, prefix="meter-"), "kwh": sources.Normal(0.4, 0.2)},
-                             total_rows=per_batch * n_batches, seed=3, max_rows_per_batch=per_batch)
+    spec = sources.generator(
+        fields={"meter": sources.Keys(10_000, prefix="meter-"), "kwh": sources.Normal(0.4, 0.2)},
+        total_rows=per_batch * n_batches,
+        seed=3,
+        max_rows_per_batch=per_batch,
+    )
     spark = spark_session("local[2]", "chaining_benchmark")
     workdir = tempfile.mkdtemp(prefix="sluice-chaining-")
     mode = "quick" if args.quick else "full"
-    print(f"chaining: 4 Python operators (map_batches over Arrow), {n_batches} batches of {per_batch:,} rows, "
-          f"local[2], best of {repeats} ({mode} mode)")
-    warm = sources.generator(fields={"meter": sources.Keys(100), "kwh": sources.Normal(0.4, 0.2)},
-                             total_rows=per_batch * 2, seed=9, max_rows_per_batch=per_batch)
+    print(
+        f"chaining: 4 Python operators (map_batches over Arrow), {n_batches} batches of {per_batch:,} rows, "
+        f"local[2], best of {repeats} ({mode} mode)"
+    )
+    warm = sources.generator(
+        fields={"meter": sources.Keys(100), "kwh": sources.Normal(0.4, 0.2)},
+        total_rows=per_batch * 2,
+        seed=9,
+        max_rows_per_batch=per_batch,
+    )
     run(spark, warm, True, workdir, 0)
     runs: dict[bool, list[dict]] = {True: [], False: []}
     for fused in alternating(True, False, repeats):
         r = run(spark, spec, fused, workdir, warmup)
         runs[fused].append(r)
-        print(f"  {'fused  ' if fused else 'unfused'} {r['throughput']:>12,.0f} rows/s  "
-              f"({r['python_passes']} Python pass{'es' if r['python_passes'] > 1 else ''}, "
-              f"{r['output_rows']:,} rows out)", flush=True)
+        print(
+            f"  {'fused  ' if fused else 'unfused'} {r['throughput']:>12,.0f} rows/s  "
+            f"({r['python_passes']} Python pass{'es' if r['python_passes'] > 1 else ''}, "
+            f"{r['output_rows']:,} rows out)",
+            flush=True,
+        )
     fused = max(runs[True], key=lambda r: r["throughput"])
     unfused = max(runs[False], key=lambda r: r["throughput"])
     if fused["output_rows"] != unfused["output_rows"]:
         raise SystemExit(f"fused and unfused disagree: {fused['output_rows']} != {unfused['output_rows']} rows")
     ratio = fused["throughput"] / unfused["throughput"]
     results = {
-        "benchmark": "chaining", "mode": mode, "ratio": round(ratio, 3),
-        "setup": {"rows_per_batch": per_batch, "batches": n_batches, "warmup_batches": warmup, "best_of": repeats,
-                  "operators": ["wh", "positive", "cost", "project"], "master": "local[2]",
-                  "throughput": "median over steady batches of rows / batch period"},
-        "fused_rows_per_s": round(fused["throughput"]), "unfused_rows_per_s": round(unfused["throughput"]),
+        "benchmark": "chaining",
+        "mode": mode,
+        "ratio": round(ratio, 3),
+        "setup": {
+            "rows_per_batch": per_batch,
+            "batches": n_batches,
+            "warmup_batches": warmup,
+            "best_of": repeats,
+            "operators": ["wh", "positive", "cost", "project"],
+            "master": "local[2]",
+            "throughput": "median over steady batches of rows / batch period",
+        },
+        "fused_rows_per_s": round(fused["throughput"]),
+        "unfused_rows_per_s": round(unfused["throughput"]),
         "fused_runs_rows_per_s": [round(r["throughput"]) for r in runs[True]],
         "unfused_runs_rows_per_s": [round(r["throughput"]) for r in runs[False]],
         "python_passes": {"fused": fused["python_passes"], "unfused": unfused["python_passes"]},

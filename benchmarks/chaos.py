@@ -62,19 +62,40 @@ def child(workdir: str, rate: float, total_rows: int, per_batch: int) -> None:
     p = Pipeline("chaos", partitions=2)
     readings = p.source(recovery.make_spec(rate, total_rows, per_batch), name=recovery.SOURCE)
     out = os.path.join(workdir, SYSTEM, "out")
-    (readings.key_by("meter").aggregate(n=agg.count(), name="counts")
-     .sink(sinks.files(os.path.join(out, "counts")), name="counts_out"))
-    (readings.key_by("meter").window(W.tumbling("1m")).aggregate(n=agg.count(), name="per_minute")
-     .sink(sinks.files(os.path.join(out, "windows")), name="windows_out"))
+    (
+        readings.key_by("meter")
+        .aggregate(n=agg.count(), name="counts")
+        .sink(sinks.files(os.path.join(out, "counts")), name="counts_out")
+    )
+    (
+        readings.key_by("meter")
+        .window(W.tumbling("1m"))
+        .aggregate(n=agg.count(), name="per_minute")
+        .sink(sinks.files(os.path.join(out, "windows")), name="windows_out")
+    )
     p.run(os.path.join(workdir, SYSTEM, "checkpoint"), master="local[2]")
 
 
 def launch(workdir: str, args) -> subprocess.Popen:
     with open(os.path.join(workdir, f"{SYSTEM}.log"), "ab") as log:  # the child keeps its own descriptor
         return subprocess.Popen(
-            [sys.executable, __file__, "--child", "--workdir", workdir, "--rate", str(args.rate),
-             "--total-rows", str(args.total_rows), "--rows-per-batch", str(args.rows_per_batch)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--workdir",
+                workdir,
+                "--rate",
+                str(args.rate),
+                "--total-rows",
+                str(args.total_rows),
+                "--rows-per-batch",
+                str(args.rows_per_batch),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def start(workdir: str, args, before: set[int]) -> tuple[subprocess.Popen, float | None]:
@@ -91,8 +112,7 @@ def start(workdir: str, args, before: set[int]) -> tuple[subprocess.Popen, float
             time.sleep(0.1)
         if proc.poll() in (None, 0):
             return proc, first
-        print(f"  the job died while starting ({proc.returncode}, see {workdir}/{SYSTEM}.log); launched again",
-              flush=True)
+        print(f"  the job died while starting ({proc.returncode}, see {workdir}/{SYSTEM}.log); launched again", flush=True)
     raise SystemExit(f"the job failed to start three times; see {workdir}/{SYSTEM}.log")
 
 
@@ -126,8 +146,9 @@ def check(workdir: str, args) -> dict:
 
     from sluice.runtime import metrics as metrics_log
 
-    source = pa.Table.from_batches(recovery.make_spec(args.rate, args.total_rows, args.rows_per_batch)
-                                   .generate(0, args.total_rows, 0))
+    source = pa.Table.from_batches(
+        recovery.make_spec(args.rate, args.total_rows, args.rows_per_batch).generate(0, args.total_rows, 0)
+    )
     counted = source.group_by("meter").aggregate([("meter", "count")])
     truth = pa.table({"meter": counted["meter"], "true_n": counted["meter_count"]})
     out = os.path.join(workdir, SYSTEM, "out")
@@ -146,8 +167,10 @@ def check(workdir: str, args) -> dict:
         summed = windows.group_by("meter").aggregate([("n", "sum")]).rename_columns(["meter", "n"])
         window_lost, window_dup = compare(truth, summed)
         window_lost = max(0, window_lost - late)  # records the windows took as late are accounted for
-    return {"counts": {"lost": count_lost, "duplicated": count_dup},
-            "windows": {"lost": window_lost, "duplicated": window_dup, "late": late}}
+    return {
+        "counts": {"lost": count_lost, "duplicated": count_dup},
+        "windows": {"lost": window_lost, "duplicated": window_dup, "late": late},
+    }
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -164,8 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=5_000, help="source rows per second")
     parser.add_argument("--total-rows", type=int, default=None)
     parser.add_argument("--rows-per-batch", type=int, default=50_000)
-    parser.add_argument("--kill-after", type=float, nargs=2, default=(0.0, 6.0), metavar=("MIN", "MAX"),
-                        help="a kill comes uniformly MIN..MAX s after the restart's first commit")
+    parser.add_argument(
+        "--kill-after",
+        type=float,
+        nargs=2,
+        default=(0.0, 6.0),
+        metavar=("MIN", "MAX"),
+        help="a kill comes uniformly MIN..MAX s after the restart's first commit",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -178,8 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     workdir = tempfile.mkdtemp(prefix="sluice-chaos-")
     mode = "quick" if args.quick else "full"
-    print(f"chaos: {args.kills} driver SIGKILLs, source {args.rate:,.0f} rows/s ({args.total_rows:,} rows), "
-          f"keyed count and tumbling windows, local[2] ({mode} mode); work in {workdir}", flush=True)
+    print(
+        f"chaos: {args.kills} driver SIGKILLs, source {args.rate:,.0f} rows/s ({args.total_rows:,} rows), "
+        f"keyed count and tumbling windows, local[2] ({mode} mode); work in {workdir}",
+        flush=True,
+    )
     rng = random.Random(args.seed)
     proc, _ = start(workdir, args, set())
     recoveries: list[float] = []
@@ -203,15 +235,31 @@ def main(argv: list[str] | None = None) -> int:
     checked = check(workdir, args)
     lost = checked["counts"]["lost"] + checked["windows"]["lost"]
     duplicated = checked["counts"]["duplicated"] + checked["windows"]["duplicated"]
-    line = {"benchmark": "chaos", "mode": mode, "kills": kills, "lost": lost, "duplicated": duplicated,
-            "recovery_p50_s": percentile(recoveries, 0.5), "recovery_p95_s": percentile(recoveries, 0.95),
-            "recovery_max_s": max(recoveries) if recoveries else None, **checked}
-    results = {**line, "setup": {"rate_rows_per_s": args.rate, "total_rows": args.total_rows,
-                                 "rows_per_batch": args.rows_per_batch, "kill_after_s": list(args.kill_after),
-                                 "master": "local[2]", "keys": recovery.KEYS,
-                                 "recovery": "process launch to the first batch the new run commits"},
-               "recoveries_s": [round(r, 2) for r in recoveries],
-               "recovery_mean_s": round(statistics.mean(recoveries), 2) if recoveries else None}
+    line = {
+        "benchmark": "chaos",
+        "mode": mode,
+        "kills": kills,
+        "lost": lost,
+        "duplicated": duplicated,
+        "recovery_p50_s": percentile(recoveries, 0.5),
+        "recovery_p95_s": percentile(recoveries, 0.95),
+        "recovery_max_s": max(recoveries) if recoveries else None,
+        **checked,
+    }
+    results = {
+        **line,
+        "setup": {
+            "rate_rows_per_s": args.rate,
+            "total_rows": args.total_rows,
+            "rows_per_batch": args.rows_per_batch,
+            "kill_after_s": list(args.kill_after),
+            "master": "local[2]",
+            "keys": recovery.KEYS,
+            "recovery": "process launch to the first batch the new run commits",
+        },
+        "recoveries_s": [round(r, 2) for r in recoveries],
+        "recovery_mean_s": round(statistics.mean(recoveries), 2) if recoveries else None,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"chaos{'_quick' if args.quick else ''}.json").write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(workdir, ignore_errors=True)

@@ -54,22 +54,36 @@ DRIVER_KILL_AFTER = 5
 def spec(total_rows: int):
     from sluice import sources
 
-    return sources.generator(fields={"meter": sources.Keys(KEYS), "kwh": sources.Sequence()}, seed=11, rate=RATE,
-                             total_rows=total_rows, max_rows_per_batch=MAX_ROWS)
+    return sources.generator(
+        fields={"meter": sources.Keys(KEYS), "kwh": sources.Sequence()},
+        seed=11,
+        rate=RATE,
+        total_rows=total_rows,
+        max_rows_per_batch=MAX_ROWS,
+    )
 
 
 def child(master: str, checkpoint: str, out: str, total_rows: int) -> None:
     from sluice import Pipeline, agg, sinks
 
     p = Pipeline("cluster_recovery", partitions=2)
-    (p.source(spec(total_rows), name="meters").key_by("meter")
-     .aggregate(n=agg.count(), total=agg.sum("kwh"), name="per_meter").sink(sinks.files(out), name="out"))
+    (
+        p.source(spec(total_rows), name="meters")
+        .key_by("meter")
+        .aggregate(n=agg.count(), total=agg.sum("kwh"), name="per_meter")
+        .sink(sinks.files(out), name="out")
+    )
     p.run(checkpoint, master=master, ui=False)
 
 
 def launch(master: str, checkpoint: str, out: str, total_rows: int, log, env) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, __file__, "--child", master, checkpoint, out, str(total_rows)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, __file__, "--child", master, checkpoint, out, str(total_rows)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def done(ckpt_dir: str) -> list[int]:
@@ -118,8 +132,11 @@ def check_exactly_once(out: str, admitted: int) -> dict:
     for meter, kwh in zip(rows.column("meter").to_pylist(), rows.column("kwh").to_pylist()):
         n, total = expected.get(meter, (0, 0))
         expected[meter] = (n + 1, total + kwh)
-    return {"keys": len(expected), "lost_or_duplicated_keys": sum(1 for k, v in expected.items() if latest.get(k) != v)
-            + sum(1 for k in latest if k not in expected)}
+    return {
+        "keys": len(expected),
+        "lost_or_duplicated_keys": sum(1 for k, v in expected.items() if latest.get(k) != v)
+        + sum(1 for k in latest if k not in expected),
+    }
 
 
 def main() -> None:
@@ -139,22 +156,37 @@ def main() -> None:
     ckpt_dir, out = os.path.join(workdir, "ckpt"), os.path.join(workdir, "out")
     env = {k: v for k, v in os.environ.items() if k != "SLUICE_SPARK_UI"}
     figures: dict = {}
-    with LocalCluster(workers=2, cores=1, memory="1g", root=os.path.join(workdir, "cluster")) as cluster, \
-            open(os.path.join(workdir, "driver.log"), "ab") as log:
+    with (
+        LocalCluster(workers=2, cores=1, memory="1g", root=os.path.join(workdir, "cluster")) as cluster,
+        open(os.path.join(workdir, "driver.log"), "ab") as log,
+    ):
         proc = launch(cluster.master_url, f"file://{ckpt_dir}", out, total_rows, log, env)
         try:
             # 1. an executor lost mid-batch
-            wait_until(lambda: EXECUTOR_KILL_BATCH in started(ckpt_dir) and EXECUTOR_KILL_BATCH not in done(ckpt_dir)
-                       and cluster.executor_pids(), proc, 600, f"batch {EXECUTOR_KILL_BATCH} to start")
+            wait_until(
+                lambda: (
+                    EXECUTOR_KILL_BATCH in started(ckpt_dir)
+                    and EXECUTOR_KILL_BATCH not in done(ckpt_dir)
+                    and cluster.executor_pids()
+                ),
+                proc,
+                600,
+                f"batch {EXECUTOR_KILL_BATCH} to start",
+            )
             victim = cluster.executor_pids()[0]
             killed_at = time.time()
             os.kill(victim, signal.SIGKILL)
-            committed_at = wait_until(lambda: EXECUTOR_KILL_BATCH in done(ckpt_dir), proc, 600,
-                                      f"batch {EXECUTOR_KILL_BATCH} to commit")
+            committed_at = wait_until(
+                lambda: EXECUTOR_KILL_BATCH in done(ckpt_dir), proc, 600, f"batch {EXECUTOR_KILL_BATCH} to commit"
+            )
             figures["executor_loss"] = {"killed_pid": victim, "kill_to_commit_s": round(committed_at - killed_at, 2)}
             # 2. the driver killed mid-batch
-            wait_until(lambda: DRIVER_KILL_AFTER in done(ckpt_dir) and max(started(ckpt_dir)) > DRIVER_KILL_AFTER,
-                       proc, 600, f"batch {DRIVER_KILL_AFTER + 1} to start")
+            wait_until(
+                lambda: DRIVER_KILL_AFTER in done(ckpt_dir) and max(started(ckpt_dir)) > DRIVER_KILL_AFTER,
+                proc,
+                600,
+                f"batch {DRIVER_KILL_AFTER + 1} to start",
+            )
             before = set(done(ckpt_dir))
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -174,41 +206,63 @@ def main() -> None:
     others = [m.duration_s for m in batches if m.batch_id not in (EXECUTOR_KILL_BATCH, 0)]
     lost = by_id.get(EXECUTOR_KILL_BATCH)
     held_before = {e["id"] for e in (by_id[EXECUTOR_KILL_BATCH - 1].executors if EXECUTOR_KILL_BATCH - 1 in by_id else [])}
-    replacement = sorted(float(e["since"]) for m in batches for e in m.executors
-                         if e.get("id") not in held_before and e.get("id") != "driver" and float(e.get("since", 0)) > killed_at
-                         and m.batch_id < DRIVER_KILL_AFTER + 1)
-    figures["executor_loss"].update({
-        "batch_s": None if lost is None else round(lost.duration_s, 2),
-        "median_other_batch_s": round(statistics.median(others), 2) if others else None,
-        "kill_to_replacement_registered_s": round(replacement[0] - killed_at, 2) if replacement else None})
+    replacement = sorted(
+        float(e["since"])
+        for m in batches
+        for e in m.executors
+        if e.get("id") not in held_before
+        and e.get("id") != "driver"
+        and float(e.get("since", 0)) > killed_at
+        and m.batch_id < DRIVER_KILL_AFTER + 1
+    )
+    figures["executor_loss"].update(
+        {
+            "batch_s": None if lost is None else round(lost.duration_s, 2),
+            "median_other_batch_s": round(statistics.median(others), 2) if others else None,
+            "kill_to_replacement_registered_s": round(replacement[0] - killed_at, 2) if replacement else None,
+        }
+    )
     restart_batches = [m for m in batches if m.started_at >= relaunched]
-    caught_up = next((m.started_at - relaunched for m in restart_batches
-                      if sum(v or 0 for v in m.backlog.values()) < RATE), None)
-    figures["driver_kill"] = {"restart_to_first_commit_s": round(first - relaunched, 2),
-                              "restart_to_caught_up_s": None if caught_up is None else round(caught_up, 2)}
+    caught_up = next((m.started_at - relaunched for m in restart_batches if sum(v or 0 for v in m.backlog.values()) < RATE), None)
+    figures["driver_kill"] = {
+        "restart_to_first_commit_s": round(first - relaunched, 2),
+        "restart_to_caught_up_s": None if caught_up is None else round(caught_up, 2),
+    }
     deltas = delta_bytes(ckpt_dir)
     sizes = []
     for m in batches:
         state = sum(kg["state_bytes"] for op in m.key_groups.values() for kg in op.values())
         if m.batch_id in deltas and state:
-            sizes.append({"batch": m.batch_id, "delta_bytes": deltas[m.batch_id], "full_snapshot_bytes": state,
-                          "rows": m.rows_in})
-    figures["checkpoint"] = {"per_batch": sizes,
-                             "median_delta_bytes": statistics.median([s["delta_bytes"] for s in sizes]) if sizes else None,
-                             "median_full_snapshot_bytes": statistics.median([s["full_snapshot_bytes"] for s in sizes])
-                             if sizes else None}
+            sizes.append(
+                {"batch": m.batch_id, "delta_bytes": deltas[m.batch_id], "full_snapshot_bytes": state, "rows": m.rows_in}
+            )
+    figures["checkpoint"] = {
+        "per_batch": sizes,
+        "median_delta_bytes": statistics.median([s["delta_bytes"] for s in sizes]) if sizes else None,
+        "median_full_snapshot_bytes": statistics.median([s["full_snapshot_bytes"] for s in sizes]) if sizes else None,
+    }
     admitted = sum(m.rows_in for m in metrics_log.read(ckpt_dir))
     figures["exactly_once"] = check_exactly_once(out, admitted)
     c = figures["checkpoint"]
     ratio = round(c["median_full_snapshot_bytes"] / c["median_delta_bytes"], 2) if c["median_delta_bytes"] else None
-    result = {"benchmark": "cluster_recovery", "quick": args.quick, "ratio": ratio,
-              "ratio_is": "median full-snapshot bytes over median delta bytes per batch", "keys": KEYS, "rate": RATE,
-              "rows": admitted, "figures": figures,
-              "note": "measured on a shared 2-core machine (about 8 engineers at once): times are inflated and noisy"}
+    result = {
+        "benchmark": "cluster_recovery",
+        "quick": args.quick,
+        "ratio": ratio,
+        "ratio_is": "median full-snapshot bytes over median delta bytes per batch",
+        "keys": KEYS,
+        "rate": RATE,
+        "rows": admitted,
+        "figures": figures,
+        "note": "measured on a shared 2-core machine (about 8 engineers at once): times are inflated and noisy",
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "cluster_recovery.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps({k: result[k] for k in ("benchmark", "ratio")} | {"figures": {k: v for k, v in figures.items()
-                                                                                   if k != "checkpoint"}}))
+    print(
+        json.dumps(
+            {k: result[k] for k in ("benchmark", "ratio")} | {"figures": {k: v for k, v in figures.items() if k != "checkpoint"}}
+        )
+    )
 
 
 if __name__ == "__main__":

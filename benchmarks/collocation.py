@@ -38,11 +38,19 @@ WARMUP = 1
 
 def pipeline(out: str, rows: int, per_batch: int) -> sluice.Pipeline:
     p = sluice.Pipeline("collocation", partitions=2)
-    events = p.source(sources.generator(fields={"k": sources.Keys(KEYS), "seq": sources.Sequence()}, seed=5,
-                                        total_rows=rows, max_rows_per_batch=per_batch), name="events")
-    (events.key_by("k").aggregate(n=agg.count(), total=agg.sum("seq"), name="per_key")
-     .key_by("k").aggregate(updates=agg.count(), n=agg.max("n"), total=agg.max("total"), name="summed")
-     .sink(sinks.files(os.path.join(out, "summed"), format="parquet"), name="summed_out"))
+    events = p.source(
+        sources.generator(
+            fields={"k": sources.Keys(KEYS), "seq": sources.Sequence()}, seed=5, total_rows=rows, max_rows_per_batch=per_batch
+        ),
+        name="events",
+    )
+    (
+        events.key_by("k")
+        .aggregate(n=agg.count(), total=agg.sum("seq"), name="per_key")
+        .key_by("k")
+        .aggregate(updates=agg.count(), n=agg.max("n"), total=agg.max("total"), name="summed")
+        .sink(sinks.files(os.path.join(out, "summed"), format="parquet"), name="summed_out")
+    )
     return p
 
 
@@ -50,8 +58,7 @@ def final(out: str) -> dict:
     """key -> (n, total) of the last batch that emitted the key."""
     latest: dict = {}
     for table in batch_tables(os.path.join(out, "summed")):
-        latest.update(zip(table.column("k").to_pylist(),
-                          zip(table.column("n").to_pylist(), table.column("total").to_pylist())))
+        latest.update(zip(table.column("k").to_pylist(), zip(table.column("n").to_pylist(), table.column("total").to_pylist())))
     return latest
 
 
@@ -62,8 +69,13 @@ def run(spark, collocate: bool, rows: int, per_batch: int, workdir: str, tag: st
     result = run_pipeline(pipeline(out, rows, per_batch), checkpoint, spark=spark, collocate=collocate)
     batches = sorted((m.started_at, m.duration_s, m.rows_in) for m in result.metrics if m.rows_in)[WARMUP:]
     elapsed = batches[-1][0] + batches[-1][1] - batches[0][0]
-    return ({"rows_per_s": round(sum(r for *_, r in batches) / elapsed, 1),
-             "median_batch_s": round(sorted(d for _, d, _ in batches)[len(batches) // 2], 3)}, final(out))
+    return (
+        {
+            "rows_per_s": round(sum(r for *_, r in batches) / elapsed, 1),
+            "median_batch_s": round(sorted(d for _, d, _ in batches)[len(batches) // 2], 3),
+        },
+        final(out),
+    )
 
 
 def main() -> None:
@@ -80,29 +92,44 @@ def main() -> None:
     outputs = []
     with tempfile.TemporaryDirectory(prefix="collocation_") as workdir:
         for i in range(repeats):
-            for name in (("exchanged", "collocated") if i % 2 == 0 else ("collocated", "exchanged")):
+            for name in ("exchanged", "collocated") if i % 2 == 0 else ("collocated", "exchanged"):
                 started = time.time()
-                figures, output = retrying(run, spark, name == "collocated", per_batch * batches, per_batch, workdir,
-                                           f"{name}{i}")
+                figures, output = retrying(
+                    run, spark, name == "collocated", per_batch * batches, per_batch, workdir, f"{name}{i}"
+                )
                 runs[name].append(figures)
                 outputs.append(output)
-                print(f"  {name:10s} {figures['rows_per_s']:10.0f} rows/s  median batch {figures['median_batch_s']:.2f} s"
-                      f"  [{time.time() - started:.0f} s]", flush=True)
+                print(
+                    f"  {name:10s} {figures['rows_per_s']:10.0f} rows/s  median batch {figures['median_batch_s']:.2f} s"
+                    f"  [{time.time() - started:.0f} s]",
+                    flush=True,
+                )
     equal = all(o == outputs[0] for o in outputs)
     if not equal:
         raise SystemExit("collocated and exchanged runs' outputs differ")
     best = {name: max(rs, key=lambda f: f["rows_per_s"]) for name, rs in runs.items()}
     ratio = best["collocated"]["rows_per_s"] / best["exchanged"]["rows_per_s"]
-    results = {"benchmark": "collocation", "ratio": round(ratio, 3), "quick": args.quick, "outputs_equal": equal,
-               "keys": KEYS, "rows_per_batch": per_batch, "batches": batches, "repeats": repeats,
-               "systems": {name: best[name] | {"runs_rows_per_s": [f["rows_per_s"] for f in rs]}
-                           for name, rs in runs.items()},
-               "note": f"best of {repeats} alternating runs on a 2-core machine shared with other engineers' work; "
-                       f"throughput over the batches after the first {WARMUP}"}
+    results = {
+        "benchmark": "collocation",
+        "ratio": round(ratio, 3),
+        "quick": args.quick,
+        "outputs_equal": equal,
+        "keys": KEYS,
+        "rows_per_batch": per_batch,
+        "batches": batches,
+        "repeats": repeats,
+        "systems": {name: best[name] | {"runs_rows_per_s": [f["rows_per_s"] for f in rs]} for name, rs in runs.items()},
+        "note": f"best of {repeats} alternating runs on a 2-core machine shared with other engineers' work; "
+        f"throughput over the batches after the first {WARMUP}",
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "collocation.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({k: results[k] for k in ("benchmark", "ratio", "outputs_equal", "note")}
-                     | {f"{n}_rows_per_s": best[n]["rows_per_s"] for n in best}))
+    print(
+        json.dumps(
+            {k: results[k] for k in ("benchmark", "ratio", "outputs_equal", "note")}
+            | {f"{n}_rows_per_s": best[n]["rows_per_s"] for n in best}
+        )
+    )
 
 
 if __name__ == "__main__":

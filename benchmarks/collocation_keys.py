@@ -64,18 +64,30 @@ def enrich(key, rows: pa.Table, state):
     seen = state.value or 0
     state.update(seen + rows.num_rows)
     return rows.select(["meter", "kwh"]).append_column(
-        "seen", pa.array(np.arange(seen + 1, seen + rows.num_rows + 1), pa.int64()))
+        "seen", pa.array(np.arange(seen + 1, seen + rows.num_rows + 1), pa.int64())
+    )
 
 
 def pipeline(out: str, rows: int, per_batch: int) -> sluice.Pipeline:
     p = sluice.Pipeline("collocation_keys", partitions=2)
-    readings = p.source(sources.generator(fields={"meter": sources.Keys(METERS), "kwh": sources.Normal(0.4, 0.1)},
-                                          seed=9, total_rows=rows, max_rows_per_batch=per_batch), name="readings")
-    per_meter = readings.key_by("meter").process(enrich, schema={"meter": "int64", "kwh": "double", "seen": "int64"},
-                                                 name="per_meter")
-    (per_meter.with_columns(building=f"meter div {METERS_PER_BUILDING}").key_by("building")
-     .aggregate(readings=agg.count(), kwh=agg.sum("kwh"), latest=agg.max("seen"), name="per_building")
-     .sink(sinks.files(os.path.join(out, "buildings"), format="parquet"), name="buildings_out"))
+    readings = p.source(
+        sources.generator(
+            fields={"meter": sources.Keys(METERS), "kwh": sources.Normal(0.4, 0.1)},
+            seed=9,
+            total_rows=rows,
+            max_rows_per_batch=per_batch,
+        ),
+        name="readings",
+    )
+    per_meter = readings.key_by("meter").process(
+        enrich, schema={"meter": "int64", "kwh": "double", "seen": "int64"}, name="per_meter"
+    )
+    (
+        per_meter.with_columns(building=f"meter div {METERS_PER_BUILDING}")
+        .key_by("building")
+        .aggregate(readings=agg.count(), kwh=agg.sum("kwh"), latest=agg.max("seen"), name="per_building")
+        .sink(sinks.files(os.path.join(out, "buildings"), format="parquet"), name="buildings_out")
+    )
     return p
 
 
@@ -83,9 +95,16 @@ def final(out: str) -> dict:
     """building -> (readings, kwh rounded, latest) of the last batch that emitted it."""
     latest: dict = {}
     for t in batch_tables(os.path.join(out, "buildings")):
-        latest.update(zip(t.column("building").to_pylist(),
-                          zip(t.column("readings").to_pylist(), [round(x, 6) for x in t.column("kwh").to_pylist()],
-                              t.column("latest").to_pylist())))
+        latest.update(
+            zip(
+                t.column("building").to_pylist(),
+                zip(
+                    t.column("readings").to_pylist(),
+                    [round(x, 6) for x in t.column("kwh").to_pylist()],
+                    t.column("latest").to_pylist(),
+                ),
+            )
+        )
     return latest
 
 
@@ -114,8 +133,14 @@ def exchange_reads(spark, after_job: int) -> list[dict]:
         if len(reading) < 2:
             continue
         last = reading[-1]
-        out.append({"job": job["jobId"], "remote_bytes": last["shuffleRemoteBytesRead"],
-                    "local_bytes": last["shuffleLocalBytesRead"], "records": last["shuffleReadRecords"]})
+        out.append(
+            {
+                "job": job["jobId"],
+                "remote_bytes": last["shuffleRemoteBytesRead"],
+                "local_bytes": last["shuffleLocalBytesRead"],
+                "records": last["shuffleReadRecords"],
+            }
+        )
     return out
 
 
@@ -127,8 +152,7 @@ def run(spark, name: str, rows: int, per_batch: int, workdir: str) -> tuple[dict
     p = pipeline(out, rows, per_batch)
     controller = None
     if name.startswith("collocated"):
-        controller = Controller(p.graph, [CollocationBalancing(window=1)], checkpoint=checkpoint,
-                                resources=Resources(cores=2))
+        controller = Controller(p.graph, [CollocationBalancing(window=1)], checkpoint=checkpoint, resources=Resources(cores=2))
     before = last_job(spark)
     started = time.time()
     result = run_pipeline(p, checkpoint, spark=spark, controller=controller)
@@ -136,8 +160,11 @@ def run(spark, name: str, rows: int, per_batch: int, workdir: str) -> tuple[dict
     time.sleep(1.0)  # the UI's listener catches up with the last jobs
     reads = exchange_reads(spark, before)
     batches = [m for m in result.metrics if m.rows_in]
-    factors = [round(m.traffic["per_building"]["local_rows"] / m.traffic["per_building"]["rows"], 4)
-               for m in batches if "per_building" in m.traffic]
+    factors = [
+        round(m.traffic["per_building"]["local_rows"] / m.traffic["per_building"]["rows"], 4)
+        for m in batches
+        if "per_building" in m.traffic
+    ]
     final_version = batches[-1].plan_version
     changes = sorted({m.plan_version for m in batches if m.plan_version > 0})
     # steady: after the first batch, under the routing the run ended with (collocated: after
@@ -153,17 +180,20 @@ def run(spark, name: str, rows: int, per_batch: int, workdir: str) -> tuple[dict
         "median_batch_s": round(sorted(m.duration_s for m in steady)[len(steady) // 2], 3),
         "collocation_factor": factors,
         "routing_changed_for_batches": changes,
-        "exchange_remote_bytes": remote, "exchange_local_bytes": local,
+        "exchange_remote_bytes": remote,
+        "exchange_local_bytes": local,
         "remote_share": round(remote / (remote + local), 4) if remote + local else None,
         "per_batch_remote_bytes": [r["remote_bytes"] for r in reads],
         "per_batch_local_bytes": [r["local_bytes"] for r in reads],
-        "steady_batches": len(steady), "run_s": round(elapsed, 1),
+        "steady_batches": len(steady),
+        "run_s": round(elapsed, 1),
     }
     return figures, final(out)
 
 
 def executors_import(spark) -> list[str]:
     """Where the executors' Python workers import sluice from (must be this checkout)."""
+
     def where(_):
         import sluice as s
 
@@ -186,14 +216,20 @@ def main() -> None:
     load = os.getloadavg()
     runs: dict[str, list[dict]] = {"fixed": [], "collocated": []}
     outputs = []
-    with tempfile.TemporaryDirectory(prefix="collocation_keys_") as workdir, \
-            LocalCluster(workers=2, cores=1, memory="1g", root=os.path.join(workdir, "cluster"),
-                         distinct_hosts=True) as cluster:
-        spark = spark_session(cluster.master_url, "collocation_keys", ui=True, conf={
-            "spark.executor.memory": "512m",
-            "spark.executorEnv.PYTHONPATH": str(ROOT / "src"),  # the executors run this checkout's code
-            "spark.python.authenticate.socketTimeout": "120s",
-        })
+    with (
+        tempfile.TemporaryDirectory(prefix="collocation_keys_") as workdir,
+        LocalCluster(workers=2, cores=1, memory="1g", root=os.path.join(workdir, "cluster"), distinct_hosts=True) as cluster,
+    ):
+        spark = spark_session(
+            cluster.master_url,
+            "collocation_keys",
+            ui=True,
+            conf={
+                "spark.executor.memory": "512m",
+                "spark.executorEnv.PYTHONPATH": str(ROOT / "src"),  # the executors run this checkout's code
+                "spark.python.authenticate.socketTimeout": "120s",
+            },
+        )
         spark.sparkContext.setLogLevel("ERROR")
         code = executors_import(spark)
         if code != [str(ROOT / "src")]:
@@ -203,39 +239,58 @@ def main() -> None:
         warm, _ = run(spark, "warmup", per_batch * 3, per_batch, workdir)
         print(f"  warm-up    {warm['rows_per_s']:9.0f} rows/s  [{warm['run_s']:.0f} s]", flush=True)
         for i in range(repeats):
-            for name in (("fixed", "collocated") if i % 2 == 0 else ("collocated", "fixed")):
+            for name in ("fixed", "collocated") if i % 2 == 0 else ("collocated", "fixed"):
                 figures, output = run(spark, f"{name}{i}", per_batch * batches, per_batch, workdir)
                 runs[name].append(figures)
                 outputs.append(output)
-                print(f"  {name:10s} {figures['rows_per_s']:9.0f} rows/s  median batch {figures['median_batch_s']:.2f} s"
-                      f"  collocation {figures['collocation_factor']}  exchange remote share "
-                      f"{figures['remote_share']}  [{figures['run_s']:.0f} s]", flush=True)
+                print(
+                    f"  {name:10s} {figures['rows_per_s']:9.0f} rows/s  median batch {figures['median_batch_s']:.2f} s"
+                    f"  collocation {figures['collocation_factor']}  exchange remote share "
+                    f"{figures['remote_share']}  [{figures['run_s']:.0f} s]",
+                    flush=True,
+                )
         spark.stop()
     equal = all(o == outputs[0] for o in outputs)
     if not equal:
         raise SystemExit("fixed and collocated runs' outputs differ")
     best = {name: max(rs, key=lambda f: f["rows_per_s"]) for name, rs in runs.items()}
     ratio = best["collocated"]["rows_per_s"] / best["fixed"]["rows_per_s"]
-    remote_per_row = {name: sum(f["exchange_remote_bytes"] for f in rs) / sum(
-        f["exchange_remote_bytes"] + f["exchange_local_bytes"] for f in rs) for name, rs in runs.items()}
+    remote_per_row = {
+        name: sum(f["exchange_remote_bytes"] for f in rs)
+        / sum(f["exchange_remote_bytes"] + f["exchange_local_bytes"] for f in rs)
+        for name, rs in runs.items()
+    }
     load_after = os.getloadavg()
     results = {
-        "benchmark": "collocation_keys", "ratio": round(ratio, 3), "quick": args.quick, "outputs_equal": equal,
-        "meters": METERS, "meters_per_building": METERS_PER_BUILDING, "rows_per_batch": per_batch,
-        "batches": batches, "repeats": repeats, "cluster": "standalone, 2 workers x 1 core, one host",
+        "benchmark": "collocation_keys",
+        "ratio": round(ratio, 3),
+        "quick": args.quick,
+        "outputs_equal": equal,
+        "meters": METERS,
+        "meters_per_building": METERS_PER_BUILDING,
+        "rows_per_batch": per_batch,
+        "batches": batches,
+        "repeats": repeats,
+        "cluster": "standalone, 2 workers x 1 core, one host",
         "remote_share_fixed": round(remote_per_row["fixed"], 4),
         "remote_share_collocated": round(remote_per_row["collocated"], 4),
         "systems": {name: best[name] | {"runs_rows_per_s": [f["rows_per_s"] for f in rs]} for name, rs in runs.items()},
         "load": {"before": [round(x, 2) for x in load], "after": [round(x, 2) for x in load_after]},
         "note": "2-core machine shared with other engineers' work: throughput (best of the runs) swings with the "
-                "load more than with collocation, and a remote read goes over loopback; remote shares are over "
-                "all runs' steady batches. Workers bind 127.0.0.2 and 127.0.0.3, so Spark takes them for two hosts",
+        "load more than with collocation, and a remote read goes over loopback; remote shares are over "
+        "all runs' steady batches. Workers bind 127.0.0.2 and 127.0.0.3, so Spark takes them for two hosts",
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "collocation_keys.json").write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({k: results[k] for k in ("benchmark", "ratio", "outputs_equal", "remote_share_fixed",
-                                             "remote_share_collocated", "load")}
-                     | {f"{n}_rows_per_s": best[n]["rows_per_s"] for n in best}))
+    print(
+        json.dumps(
+            {
+                k: results[k]
+                for k in ("benchmark", "ratio", "outputs_equal", "remote_share_fixed", "remote_share_collocated", "load")
+            }
+            | {f"{n}_rows_per_s": best[n]["rows_per_s"] for n in best}
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -127,9 +127,14 @@ def run_source(spark, spec, n: int, feed=None) -> float:
 
 def run_sink(spark, spec, n: int, per_batch: int) -> float:
     p = sluice.Pipeline("bench_sink")
-    p.source(sources.generator(fields={"id": sources.Sequence(), "key": sources.Keys(1000, prefix="k"),
-                                       "v": sources.Uniform()}, total_rows=n, max_rows_per_batch=per_batch),
-             name="gen").sink(spec, name="out")
+    p.source(
+        sources.generator(
+            fields={"id": sources.Sequence(), "key": sources.Keys(1000, prefix="k"), "v": sources.Uniform()},
+            total_rows=n,
+            max_rows_per_batch=per_batch,
+        ),
+        name="gen",
+    ).sink(spec, name="out")
     checkpoint = tempfile.mkdtemp(prefix="bench-connectors-")
     p.run(checkpoint, spark=spark)
     batches = [m for m in metrics_log.read(checkpoint) if m.sinks.get("out", {}).get("rows")]
@@ -198,8 +203,10 @@ def postgres_source(spark, n, per_batch):
         pg(f"INSERT INTO {table} SELECT g, 'k' || (g % 1000), g / 8.0 FROM generate_series(0, {n - 1}) g")
 
         def read_all():
-            with psycopg.connect(PG_DSN) as conn, conn.cursor().copy(
-                    f"COPY (SELECT id, key, v FROM {table} ORDER BY id) TO STDOUT") as copy:
+            with (
+                psycopg.connect(PG_DSN) as conn,
+                conn.cursor().copy(f"COPY (SELECT id, key, v FROM {table} ORDER BY id) TO STDOUT") as copy,
+            ):
                 for _ in copy.rows():
                     pass
 
@@ -287,7 +294,7 @@ def postgres_sink(spark, n, per_batch):
             with psycopg.connect(PG_DSN) as conn:
                 for i in range(0, n, per_batch):
                     with conn.transaction(), conn.cursor().copy(f"COPY {theirs} (id, key, v) FROM STDIN") as copy:
-                        for row in rows[i:i + per_batch]:
+                        for row in rows[i : i + per_batch]:
                             copy.write_row(row)
 
         client = n / timed(write_all)
@@ -308,7 +315,7 @@ def redis_sink(spark, n, per_batch):
         def write_all():
             for i in range(0, n, per_batch):
                 pipe = r.pipeline(transaction=True)
-                for row in rows[i:i + per_batch]:
+                for row in rows[i : i + per_batch]:
                     pipe.xadd(theirs, row)
                 pipe.execute()
 
@@ -327,7 +334,7 @@ def nats_sink(spark, n, per_batch):
 
         async def publish_all(js):
             for i in range(0, n, 2000):
-                await asyncio.gather(*(js.publish(f"{stream}.theirs", p) for p in payloads[i:i + 2000]))
+                await asyncio.gather(*(js.publish(f"{stream}.theirs", p) for p in payloads[i : i + 2000]))
 
         client = n / timed(lambda: nats_run(publish_all))
         ours = run_sink(spark, sinks.nats(f"{stream}.ours", url=NATS_URL), n, per_batch)
@@ -408,8 +415,9 @@ def kafka_sink(spark, n, per_batch):
 
 def _native(kind: str, topic: str, n: int, per_batch: int) -> float:
     """Rows/s of Spark's own Kafka connector, in a process whose session loads its jar."""
-    out = subprocess.run([sys.executable, __file__, "--native", kind, topic, str(n), str(per_batch)],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, __file__, "--native", kind, topic, str(n), str(per_batch)], capture_output=True, text=True, check=False
+    )
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         raise RuntimeError(f"Spark's Kafka {kind} failed: {out.stderr[-2000:]}")
@@ -431,23 +439,33 @@ def native_main(kind: str, topic: str, n: int, per_batch: int) -> None:
             rows = df.toArrow().num_rows
             batches.append((t0, time.perf_counter(), rows))
 
-        frame = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", KAFKA)
-                 .option("subscribe", topic).option("startingOffsets", "earliest")
-                 .option("maxOffsetsPerTrigger", per_batch).load()
-                 .select(F.from_json(F.col("value").cast("string"), from_arrow_schema(SCHEMA)).alias("r"))
-                 .select("r.*"))
-        query = (frame.writeStream.foreachBatch(collect)
-                 .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-spark-kafka-"))
-                 .trigger(availableNow=True).start())
+        frame = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", KAFKA)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", per_batch)
+            .load()
+            .select(F.from_json(F.col("value").cast("string"), from_arrow_schema(SCHEMA)).alias("r"))
+            .select("r.*")
+        )
+        query = (
+            frame.writeStream.foreachBatch(collect)
+            .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-spark-kafka-"))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
         timed_batches = [b for b in batches if b[2]][1:]  # after the first, as for Sluice
         rows_s = sum(b[2] for b in timed_batches) / (timed_batches[-1][1] - timed_batches[0][0])
     else:
         elapsed = 0.0
         for i in range(0, n, per_batch):  # each batch made in the JVM, then timed as it is written
-            chunk = (spark.range(i, min(i + per_batch, n))
-                     .selectExpr("to_json(named_struct('id', id, 'key', concat('k', id % 1000), 'v', id / 8)) AS value")
-                     .cache())
+            chunk = (
+                spark.range(i, min(i + per_batch, n))
+                .selectExpr("to_json(named_struct('id', id, 'key', concat('k', id % 1000), 'v', id / 8)) AS value")
+                .cache()
+            )
             chunk.count()
             t0 = time.perf_counter()
             chunk.write.format("kafka").option("kafka.bootstrap.servers", KAFKA).option("topic", topic).save()
@@ -518,10 +536,17 @@ def iceberg_sink(spark, n, per_batch):
 
 
 CONNECTORS = {
-    "nats source": nats_source, "redis source": redis_source, "postgres source": postgres_source,
-    "mqtt source": mqtt_source, "postgres sink": postgres_sink, "redis sink": redis_sink,
-    "nats sink": nats_sink, "kafka source": kafka_source, "kafka sink": kafka_sink,
-    "delta sink": delta_sink, "iceberg sink": iceberg_sink,
+    "nats source": nats_source,
+    "redis source": redis_source,
+    "postgres source": postgres_source,
+    "mqtt source": mqtt_source,
+    "postgres sink": postgres_sink,
+    "redis sink": redis_sink,
+    "nats sink": nats_sink,
+    "kafka source": kafka_source,
+    "kafka sink": kafka_sink,
+    "delta sink": delta_sink,
+    "iceberg sink": iceberg_sink,
 }
 
 
@@ -529,8 +554,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rows (a few minutes)")
     parser.add_argument("--only", nargs="*", help="connectors to run (names as in the output)")
-    parser.add_argument("--native", nargs=4, metavar=("KIND", "TOPIC", "N", "PER_BATCH"),
-                        help=argparse.SUPPRESS)  # Spark's Kafka connector, run by this script in a process of its own
+    parser.add_argument(
+        "--native", nargs=4, metavar=("KIND", "TOPIC", "N", "PER_BATCH"), help=argparse.SUPPRESS
+    )  # Spark's Kafka connector, run by this script in a process of its own
     args = parser.parse_args()
     if args.native:
         kind, topic, rows, batch = args.native
@@ -549,13 +575,12 @@ def main() -> int:
         ours, client, *native = bench(spark, n, per_batch)
         results[name] = {"sluice_rows_s": round(ours), "client_rows_s": round(client), "ratio": round(ours / client, 3)}
         results[name].update(EXTRA.get(name, {}))
-        print(f"{name:16s} sluice {ours:10.0f} rows/s   client {client:10.0f} rows/s   ratio {ours / client:.3f}",
-              flush=True)
+        print(f"{name:16s} sluice {ours:10.0f} rows/s   client {client:10.0f} rows/s   ratio {ours / client:.3f}", flush=True)
         if native:
-            results[name].update({"spark_kafka_rows_s": round(native[0]), "ratio_to_spark": round(ours / native[0], 3),
-                                  "spark_kafka": SPARK_KAFKA})
-            print(f"{'':16s} spark's own connector {native[0]:10.0f} rows/s   sluice/spark {ours / native[0]:.3f}",
-                  flush=True)
+            results[name].update(
+                {"spark_kafka_rows_s": round(native[0]), "ratio_to_spark": round(ours / native[0], 3), "spark_kafka": SPARK_KAFKA}
+            )
+            print(f"{'':16s} spark's own connector {native[0]:10.0f} rows/s   sluice/spark {ours / native[0]:.3f}", flush=True)
     env = environment(spark)
     spark.stop()
     ratios = [r["ratio"] for r in results.values()]
@@ -564,13 +589,19 @@ def main() -> int:
         "ratio": round(math.exp(sum(math.log(r) for r in ratios) / len(ratios)), 3) if ratios else None,
         "ratio_is": "geometric mean over connectors of Sluice rows/s / the broker client's rows/s",
         "min_ratio": min(ratios) if ratios else None,
-        "rows": n, "rows_per_batch": per_batch, "quick": args.quick,
+        "rows": n,
+        "rows_per_batch": per_batch,
+        "quick": args.quick,
         "connectors": results,
-        "kafka_source": results.get("kafka source"), "kafka_sink": results.get("kafka sink"),
-        "delta_sink": results.get("delta sink"), "iceberg_sink": results.get("iceberg sink"),
-        "anchor": {"client": "the broker's own Python client on the same data, one call per batch",
-                   "kafka": f"also Spark's own Kafka source and sink ({SPARK_KAFKA}), same topic and batch size",
-                   "lakehouse": "also Sluice's writer alone on the same batches, without Spark"},
+        "kafka_source": results.get("kafka source"),
+        "kafka_sink": results.get("kafka sink"),
+        "delta_sink": results.get("delta sink"),
+        "iceberg_sink": results.get("iceberg sink"),
+        "anchor": {
+            "client": "the broker's own Python client on the same data, one call per batch",
+            "kafka": f"also Spark's own Kafka source and sink ({SPARK_KAFKA}), same topic and batch size",
+            "lakehouse": "also Sluice's writer alone on the same batches, without Spark",
+        },
         **env,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

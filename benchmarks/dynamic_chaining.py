@@ -58,9 +58,14 @@ def heavy(batch):
 
 def pipeline(ops, rows: int, per_batch: int) -> sluice.Pipeline:
     p = sluice.Pipeline("chaining_bench")
-    s = p.source(sources.generator(fields={"k": sources.Keys(100), "v": sources.Normal(0, 1),
-                                           "w": sources.Normal(0, 1)},
-                                   total_rows=rows, max_rows_per_batch=per_batch, seed=3))
+    s = p.source(
+        sources.generator(
+            fields={"k": sources.Keys(100), "v": sources.Normal(0, 1), "w": sources.Normal(0, 1)},
+            total_rows=rows,
+            max_rows_per_batch=per_batch,
+            seed=3,
+        )
+    )
     for i, fn in enumerate(ops):
         s = s.map_batches(fn, name=f"op{i}")
     s.sink(sinks.callback(lambda batch_id, table: None))
@@ -100,8 +105,7 @@ def workload(spark, name, ops, rows, per_batch, start_fused: bool, target: Plan,
         m, decisions = run(spark, pipeline(ops, rows, per_batch), start, DynamicChaining(min_batches=2), start_fused)
         decided = [d for d in decisions if d.get("type") == "decision"]
         after = [x for x in m if decided and x.batch_id > decided[0]["batch_id"] + 1]
-        candidate = {"decision": decided[0] if decided else None,
-                     "batch_s_after": median_batch(after, 0) if after else None}
+        candidate = {"decision": decided[0] if decided else None, "batch_s_after": median_batch(after, 0) if after else None}
         if live is None or (candidate["batch_s_after"] or 1e9) < (live["batch_s_after"] or 1e9):
             live = candidate
     start_s, target_s = min(fixed["start"]), min(fixed["target"])
@@ -111,9 +115,9 @@ def workload(spark, name, ops, rows, per_batch, start_fused: bool, target: Plan,
         "start_batch_s": round(start_s, 4),
         "target_batch_s": round(target_s, 4),
         "speedup": round(start_s / target_s, 3),
-        "live_decision": None if decision is None else {
-            "batch_id": decision["batch_id"], "value": decision["action"]["value"],
-            "reason": decision["action"]["reason"]},
+        "live_decision": None
+        if decision is None
+        else {"batch_id": decision["batch_id"], "value": decision["action"]["value"], "reason": decision["action"]["reason"]},
         "live_chose_target": decision is not None and _layout_of(decision) == _layout_of_plan(target),
         "live_batch_s_after": None if live["batch_s_after"] is None else round(live["batch_s_after"], 4),
         "live_speedup": None if live["batch_s_after"] is None else round(start_s / live["batch_s_after"], 3),
@@ -144,9 +148,11 @@ def transfer_costs(spark, rows: int) -> dict:
             m, _ = run(spark, pipeline([ident] * n_ops, rows, per_batch), plan, None, False)
             samples.append(median_batch(m))
         times[label] = min(samples)
-    return {"pass_us_per_row": round((times["four"] - times["one"]) / 3 / per_batch * 1e6, 3),
-            "exchange_us_per_row": round((times["rebalanced"] - times["one"]) / per_batch * 1e6, 3),
-            "policy_defaults": {"pass_us_per_row": PASS_US_PER_ROW, "exchange_us_per_row": EXCHANGE_US_PER_ROW}}
+    return {
+        "pass_us_per_row": round((times["four"] - times["one"]) / 3 / per_batch * 1e6, 3),
+        "exchange_us_per_row": round((times["rebalanced"] - times["one"]) / per_batch * 1e6, 3),
+        "policy_defaults": {"pass_us_per_row": PASS_US_PER_ROW, "exchange_us_per_row": EXCHANGE_US_PER_ROW},
+    }
 
 
 def main() -> int:
@@ -168,8 +174,7 @@ def main() -> int:
     p = pipeline(heavy_ops, 1, 1)
     fused = initial_plan(p.graph, 2, fuse=True)
     heavy_target = Plan(fused.version, fused.max_parallelism, fused.keyed, fused.chains, rebalance={"op0": 2})
-    costly = workload(spark, "rebalance", heavy_ops, 60_000 * scale, 10_000, start_fused=True, target=heavy_target,
-                      runs=runs)
+    costly = workload(spark, "rebalance", heavy_ops, 60_000 * scale, 10_000, start_fused=True, target=heavy_target, runs=runs)
     print(json.dumps(costly), flush=True)
 
     costs = transfer_costs(spark, 480_000)

@@ -43,8 +43,7 @@ NAME = "dynamic_scheduling"
 
 
 def mean_summary(runs: list[dict]) -> dict:
-    keys = ["omega", "gamma", "cost", "profit", "violations", "excursions", "max_vms", "mean_cores",
-            "deploy_s", "adapt_s_mean"]
+    keys = ["omega", "gamma", "cost", "profit", "violations", "excursions", "max_vms", "mean_cores", "deploy_s", "adapt_s_mean"]
     return {k: float(np.mean([r[k] for r in runs])) for k in keys}
 
 
@@ -56,19 +55,35 @@ def run(sc_kwargs: dict, seeds) -> dict:
 
 
 def part_a(seeds) -> dict:
-    conditions = {"neither": (False, "constant"), "infra": (True, "constant"),
-                  "data": (False, "random_walk"), "both": (True, "random_walk")}
+    conditions = {
+        "neither": (False, "constant"),
+        "infra": (True, "constant"),
+        "data": (False, "random_walk"),
+        "both": (True, "random_walk"),
+    }
     table = {}
     for sched in ["BR", "GA", "CE", "SH"]:
         row = {}
         for cond, (infra, kind) in conditions.items():
-            res = run(dict(name=f"static-{sched}-{cond}", scheduler=sched, adapt=False, infra_variability=infra,
-                           rate={"kind": kind, "mean": 50.0}), seeds)
+            res = run(
+                dict(
+                    name=f"static-{sched}-{cond}",
+                    scheduler=sched,
+                    adapt=False,
+                    infra_variability=infra,
+                    rate={"kind": kind, "mean": 50.0},
+                ),
+                seeds,
+            )
             row[cond] = res
         # a static deployment's profit does not depend on the conditions it then meets
-        table[sched] = {"profit": row["neither"]["profit"], "cost": row["neither"]["cost"],
-                        "gamma": row["neither"]["gamma"], "deploy_s": row["neither"]["deploy_s"],
-                        **{f"omega_{c}": row[c]["omega"] for c in conditions}}
+        table[sched] = {
+            "profit": row["neither"]["profit"],
+            "cost": row["neither"]["cost"],
+            "gamma": row["neither"]["gamma"],
+            "deploy_s": row["neither"]["deploy_s"],
+            **{f"omega_{c}": row[c]["omega"] for c in conditions},
+        }
     p = {k: v["profit"] for k, v in table.items()}
     order_ok = p["BR"] >= p["GA"] - 1e-9 and p["GA"] > p["CE"] > p["SH"]
     return {"table": table, "ordering_BR>=GA>CE>SH": bool(order_ok)}
@@ -113,14 +128,18 @@ def part_b_c(rates, seeds, ga_rates) -> dict:
         for sched in ["CE", "SH"]:
             base = dict(scheduler=sched, rate={"kind": "random_walk", "mean": float(rate)})
             runtime[sched][str(rate)] = run({**base, "name": f"rt-{sched}-{rate}"}, seeds)
-            single[sched][str(rate)] = run({**base, "name": f"single-{sched}-{rate}", "single_implementation": True},
-                                           seeds)
+            single[sched][str(rate)] = run({**base, "name": f"single-{sched}-{rate}", "single_implementation": True}, seeds)
         if rate in ga_rates:
-            runtime["GA"][str(rate)] = run(dict(name=f"rt-GA-{rate}", scheduler="GA",
-                                                scheduler_options={"generations": 30},
-                                                rate={"kind": "random_walk", "mean": float(rate)}), seeds)
-    savings = {s: {r: 100.0 * (1 - runtime[s][r]["cost"] / single[s][r]["cost"]) for r in runtime[s]}
-               for s in ["CE", "SH"]}
+            runtime["GA"][str(rate)] = run(
+                dict(
+                    name=f"rt-GA-{rate}",
+                    scheduler="GA",
+                    scheduler_options={"generations": 30},
+                    rate={"kind": "random_walk", "mean": float(rate)},
+                ),
+                seeds,
+            )
+    savings = {s: {r: 100.0 * (1 - runtime[s][r]["cost"] / single[s][r]["cost"]) for r in runtime[s]} for s in ["CE", "SH"]}
     all_savings = [v for s in savings.values() for v in s.values()]
     return {
         "runtime": runtime,
@@ -138,28 +157,61 @@ def part_d(seeds, errors, horizons, biases) -> dict:
     base = dict(dataflow="synthetic", rate={"kind": "sinusoid", "peak": 75.0, "trough": 2.0, "noise": 0.2})
     accurate = {}
     for sched in ["PLASTICC", "CAF", "WAAF", "WPA", "WPO", "WPP"]:
-        accurate[sched] = run({**base, "name": f"pl-{sched}", "scheduler": sched,
-                               "forecast": {"horizon_steps": 4, "error": 0.0, "bias": 0.0, "every_steps": 2}}, seeds)
+        accurate[sched] = run(
+            {
+                **base,
+                "name": f"pl-{sched}",
+                "scheduler": sched,
+                "forecast": {"horizon_steps": 4, "error": 0.0, "bias": 0.0, "every_steps": 2},
+            },
+            seeds,
+        )
     with_error: dict[str, dict] = {}
     for sched in ["PLASTICC", "WPA", "WPO", "WPP"]:
         with_error[sched] = {}
         for e in errors:
-            with_error[sched][str(e)] = accurate[sched] if e == 0 else run(
-                {**base, "name": f"pl-{sched}-e{e}", "scheduler": sched,
-                 "forecast": {"horizon_steps": 4, "error": e, "bias": 0.0, "every_steps": 2}}, seeds)
+            with_error[sched][str(e)] = (
+                accurate[sched]
+                if e == 0
+                else run(
+                    {
+                        **base,
+                        "name": f"pl-{sched}-e{e}",
+                        "scheduler": sched,
+                        "forecast": {"horizon_steps": 4, "error": e, "bias": 0.0, "every_steps": 2},
+                    },
+                    seeds,
+                )
+            )
     by_horizon = {}
     for h in horizons:
-        by_horizon[str(h)] = {s: run({**base, "name": f"pl-{s}-h{h}", "scheduler": s,
-                                      "forecast": {"horizon_steps": h, "error": 0.0, "bias": 0.0,
-                                                   "every_steps": 2}}, seeds)
-                              for s in ["PLASTICC", "CAF"]}
+        by_horizon[str(h)] = {
+            s: run(
+                {
+                    **base,
+                    "name": f"pl-{s}-h{h}",
+                    "scheduler": s,
+                    "forecast": {"horizon_steps": h, "error": 0.0, "bias": 0.0, "every_steps": 2},
+                },
+                seeds,
+            )
+            for s in ["PLASTICC", "CAF"]
+        }
     with_bias: dict[str, dict] = {}
     if biases:
         for sched in ["PLASTICC", "WPA", "WPO", "WPP"]:
-            with_bias[sched] = {str(b): run({**base, "name": f"pl-{sched}-b{b}", "scheduler": sched,
-                                             "forecast": {"horizon_steps": 4, "error": 0.1, "bias": b,
-                                                          "every_steps": 2}}, seeds)
-                                for b in biases}
+            with_bias[sched] = {
+                str(b): run(
+                    {
+                        **base,
+                        "name": f"pl-{sched}-b{b}",
+                        "scheduler": sched,
+                        "forecast": {"horizon_steps": 4, "error": 0.1, "bias": b, "every_steps": 2},
+                    },
+                    seeds,
+                )
+                for b in biases
+            }
     p_err = [with_error["PLASTICC"][str(e)]["profit"] for e in errors]
     return {
         "accurate": accurate,
@@ -194,8 +246,9 @@ def plots(res: dict) -> list[str]:
     axes[1].set_title("(b) profit Theta with run-time adaptation", fontsize=9)
     for sched, rows in res["deploy_times"].items():
         if rows:
-            axes[2].plot([float(r) for r in rows], [max(v["seconds"], 1e-4) for v in rows.values()], "o-",
-                         label=sched, color=COLORS[sched])
+            axes[2].plot(
+                [float(r) for r in rows], [max(v["seconds"], 1e-4) for v in rows.values()], "o-", label=sched, color=COLORS[sched]
+            )
     axes[2].set_yscale("log")
     axes[2].set_title("(b) deployment time (CPU s)", fontsize=9)
     for sched in ["CE", "SH"]:
@@ -241,57 +294,109 @@ def plots(res: dict) -> list[str]:
 
 def markdown(res: dict) -> str:
     a, b, d = res["a"], res["b_c"], res["d"]
-    L = [f"# Dynamic dataflow scheduling (thesis ch. 4-5) - {res['mode']} mode", "",
-         "12 simulated hours at 5-minute steps, Omega-hat 0.8, epsilon 0.05, EC2 m1 classes; "
-         f"seeds {res['seeds']}. Produced by `benchmarks/dynamic_scheduling.py{' --quick' if res['mode'] == 'quick' else ''}`.",
-         "", "## (a) Static deployment of Linear Road at 50 msg/s (Table 4.2)", "",
-         "| algo | profit | cost $ | Omega neither | Omega infra | Omega data | Omega both |",
-         "|---|---|---|---|---|---|---|"]
+    L = [
+        f"# Dynamic dataflow scheduling (thesis ch. 4-5) - {res['mode']} mode",
+        "",
+        "12 simulated hours at 5-minute steps, Omega-hat 0.8, epsilon 0.05, EC2 m1 classes; "
+        f"seeds {res['seeds']}. Produced by `benchmarks/dynamic_scheduling.py{' --quick' if res['mode'] == 'quick' else ''}`.",
+        "",
+        "## (a) Static deployment of Linear Road at 50 msg/s (Table 4.2)",
+        "",
+        "| algo | profit | cost $ | Omega neither | Omega infra | Omega data | Omega both |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for s, r in a["table"].items():
-        L.append(f"| {s} | {r['profit']:.4f} | {r['cost']:.2f} | {r['omega_neither']:.3f} | {r['omega_infra']:.3f} | "
-                 f"{r['omega_data']:.3f} | {r['omega_both']:.3f} |")
-    L += ["", f"Ordering BR >= GA > CE > SH on profit: **{a['ordering_BR>=GA>CE>SH']}**.", "",
-          "## (b) Run-time adaptation, both variabilities", "",
-          "| algo | rate | Omega | profit | cost $ | max VMs | violations | adapt s/step |", "|---|---|---|---|---|---|---|---|"]
+        L.append(
+            f"| {s} | {r['profit']:.4f} | {r['cost']:.2f} | {r['omega_neither']:.3f} | {r['omega_infra']:.3f} | "
+            f"{r['omega_data']:.3f} | {r['omega_both']:.3f} |"
+        )
+    L += [
+        "",
+        f"Ordering BR >= GA > CE > SH on profit: **{a['ordering_BR>=GA>CE>SH']}**.",
+        "",
+        "## (b) Run-time adaptation, both variabilities",
+        "",
+        "| algo | rate | Omega | profit | cost $ | max VMs | violations | adapt s/step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for s, rows in b["runtime"].items():
         for rate, r in rows.items():
-            L.append(f"| {s} | {rate} | {r['omega']:.3f} | {r['profit']:.4f} | {r['cost']:.1f} | {r['max_vms']:.0f} | "
-                     f"{r['violations']:.0f} | {r['adapt_s_mean']:.4f} |")
-    L += ["", "Deployment time (CPU s) by rate:", "", "| algo | " + " | ".join(res["rates"]) + " | log-log slope |",
-          "|---|" + "---|" * (len(res["rates"]) + 1)]
+            L.append(
+                f"| {s} | {rate} | {r['omega']:.3f} | {r['profit']:.4f} | {r['cost']:.1f} | {r['max_vms']:.0f} | "
+                f"{r['violations']:.0f} | {r['adapt_s_mean']:.4f} |"
+            )
+    L += [
+        "",
+        "Deployment time (CPU s) by rate:",
+        "",
+        "| algo | " + " | ".join(res["rates"]) + " | log-log slope |",
+        "|---|" + "---|" * (len(res["rates"]) + 1),
+    ]
     for s, rows in res["deploy_times"].items():
         cells = [f"{rows[r]['seconds']:.4f}" if r in rows else "-" for r in res["rates"]]
         L.append(f"| {s} | " + " | ".join(cells) + f" | {res['time_slopes'].get(s, float('nan')):.2f} |")
-    L += ["", "## (c) Alternates against single-implementation dataflows (cost over 12 h)", "",
-          "| algo | rate | with alternates $ | single $ | saving % |", "|---|---|---|---|---|"]
+    L += [
+        "",
+        "## (c) Alternates against single-implementation dataflows (cost over 12 h)",
+        "",
+        "| algo | rate | with alternates $ | single $ | saving % |",
+        "|---|---|---|---|---|",
+    ]
     for s in ["CE", "SH"]:
         for rate in b["runtime"][s]:
-            L.append(f"| {s} | {rate} | {b['runtime'][s][rate]['cost']:.1f} | "
-                     f"{b['single_implementation'][s][rate]['cost']:.1f} | {b['alternate_cost_saving_pct'][s][rate]:.1f} |")
+            L.append(
+                f"| {s} | {rate} | {b['runtime'][s][rate]['cost']:.1f} | "
+                f"{b['single_implementation'][s][rate]['cost']:.1f} | {b['alternate_cost_saving_pct'][s][rate]:.1f} |"
+            )
     lo, hi = b["saving_range_pct"]
-    L += ["", f"Saving range: {lo:.1f}% to {hi:.1f}% (thesis: 6.9% to 27.5%).", "",
-          "## (d) PLAStiCC against reactive scheduling, 30-PE synthetic dataflow, daily sinusoid", "",
-          "| scheduler | profit | Omega | cost $ | Gamma | violations (< 0.75) | excursions (outside band) |",
-          "|---|---|---|---|---|---|---|"]
+    L += [
+        "",
+        f"Saving range: {lo:.1f}% to {hi:.1f}% (thesis: 6.9% to 27.5%).",
+        "",
+        "## (d) PLAStiCC against reactive scheduling, 30-PE synthetic dataflow, daily sinusoid",
+        "",
+        "| scheduler | profit | Omega | cost $ | Gamma | violations (< 0.75) | excursions (outside band) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for s, r in d["accurate"].items():
-        L.append(f"| {s} | {r['profit']:.4f} | {r['omega']:.3f} | {r['cost']:.2f} | {r['gamma']:.3f} | "
-                 f"{r['violations']:.1f} | {r['excursions']:.1f} |")
-    L += ["", "Profit (mean Omega, steps below 0.75) with forecast errors growing linearly over the "
-          "20-minute horizon:", "",
-          "| scheduler | " + " | ".join(f"{100 * float(e):.0f}%" for e in res["errors"]) + " |",
-          "|---|" + "---|" * len(res["errors"])]
+        L.append(
+            f"| {s} | {r['profit']:.4f} | {r['omega']:.3f} | {r['cost']:.2f} | {r['gamma']:.3f} | "
+            f"{r['violations']:.1f} | {r['excursions']:.1f} |"
+        )
+    L += [
+        "",
+        "Profit (mean Omega, steps below 0.75) with forecast errors growing linearly over the 20-minute horizon:",
+        "",
+        "| scheduler | " + " | ".join(f"{100 * float(e):.0f}%" for e in res["errors"]) + " |",
+        "|---|" + "---|" * len(res["errors"]),
+    ]
     for s, rows in d["with_error"].items():
-        L.append(f"| {s} | " + " | ".join(
-            f"{rows[str(e)]['profit']:.4f} ({rows[str(e)]['omega']:.3f}, {rows[str(e)]['violations']:.0f})"
-            for e in res["errors"]) + " |")
+        L.append(
+            f"| {s} | "
+            + " | ".join(
+                f"{rows[str(e)]['profit']:.4f} ({rows[str(e)]['omega']:.3f}, {rows[str(e)]['violations']:.0f})"
+                for e in res["errors"]
+            )
+            + " |"
+        )
     if d.get("error_10pct_by_bias"):
-        L += ["", "Profit (mean Omega) at 10% forecast error with a biased predictor (Fig. 5.5 b, c):", "",
-              "| scheduler | bias -5% | bias +5% |", "|---|---|---|"]
+        L += [
+            "",
+            "Profit (mean Omega) at 10% forecast error with a biased predictor (Fig. 5.5 b, c):",
+            "",
+            "| scheduler | bias -5% | bias +5% |",
+            "|---|---|---|",
+        ]
         for s, rows in d["error_10pct_by_bias"].items():
             L.append(f"| {s} | " + " | ".join(f"{r['profit']:.4f} ({r['omega']:.3f})" for r in rows.values()) + " |")
     if d["by_horizon_steps"]:
-        L += ["", "Profit by prediction interval (steps of 5 min), accurate forecasts:", "",
-              "| horizon | PLAStiCC | CAF |", "|---|---|---|"]
+        L += [
+            "",
+            "Profit by prediction interval (steps of 5 min), accurate forecasts:",
+            "",
+            "| horizon | PLAStiCC | CAF |",
+            "|---|---|---|",
+        ]
         for h, r in d["by_horizon_steps"].items():
             L.append(f"| {h} | {r['PLASTICC']['profit']:.4f} | {r['CAF']['profit']:.4f} |")
     L += ["", f"**ratio** (PLAStiCC profit / CAF profit, accurate forecasts) = {res['ratio']:.3f}", ""]
@@ -317,7 +422,8 @@ def notes(res: dict) -> list[str]:
     ga_ratio = [dt["GA"][r]["seconds"] / max(dt["CE"][r]["seconds"], 1e-6) for r in dt["GA"] if r in dt["CE"]]
     ga_lo, ga_hi = (min(ga_ratio), max(ga_ratio)) if ga_ratio else (float("nan"), float("nan"))
     return [
-        "## How this compares with the thesis", "",
+        "## How this compares with the thesis",
+        "",
         f"* (a) Profit ordering BR >= GA > CE > SH: {'reproduced' if a['ordering_BR>=GA>CE>SH'] else 'NOT reproduced'}. "
         "Absolute profits are smaller than Table 4.2's (0.45 to 0.67): with Eq. 4.8/4.9 and the thesis's break-even "
         "costs (0.5 and 1.0 x T x rate / 10) the largest profit any LRB deployment can reach is "
@@ -364,8 +470,9 @@ def notes(res: dict) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rates and seeds (about 2-3 minutes)")
-    ap.add_argument("--report-only", action="store_true",
-                    help="rebuild the markdown and plots from docs/results/dynamic_scheduling.json")
+    ap.add_argument(
+        "--report-only", action="store_true", help="rebuild the markdown and plots from docs/results/dynamic_scheduling.json"
+    )
     args = ap.parse_args(argv)
     if args.report_only:
         res = json.loads((RESULTS / f"{NAME}.json").read_text())
@@ -390,41 +497,60 @@ def main(argv=None) -> int:
         horizons = [2, 4, 6]
         biases = [-0.05, 0.05]
         ga_deploy_max = 8000
-    res: dict = {"benchmark": NAME, "mode": "quick" if args.quick else "full",
-                 "seeds": {"a": seeds_a, "b_c": seeds_b, "d": seeds_d},
-                 "rates": [str(r) for r in rates], "errors": errors}
+    res: dict = {
+        "benchmark": NAME,
+        "mode": "quick" if args.quick else "full",
+        "seeds": {"a": seeds_a, "b_c": seeds_b, "d": seeds_d},
+        "rates": [str(r) for r in rates],
+        "errors": errors,
+    }
 
     t = time.perf_counter()
     res["a"] = part_a(seeds_a)
     print(f"(a) static deployment at 50 msg/s  [{time.perf_counter() - t:.1f} s]")
     for s, r in res["a"]["table"].items():
-        print(f"   {s:3s} profit {r['profit']:.4f}  cost ${r['cost']:.2f}  Omega neither {r['omega_neither']:.3f} "
-              f"infra {r['omega_infra']:.3f} data {r['omega_data']:.3f} both {r['omega_both']:.3f}")
+        print(
+            f"   {s:3s} profit {r['profit']:.4f}  cost ${r['cost']:.2f}  Omega neither {r['omega_neither']:.3f} "
+            f"infra {r['omega_infra']:.3f} data {r['omega_data']:.3f} both {r['omega_both']:.3f}"
+        )
     print(f"   ordering BR >= GA > CE > SH: {res['a']['ordering_BR>=GA>CE>SH']}")
 
     t = time.perf_counter()
     res["deploy_times"] = deploy_times(rates, ga_deploy_max, 50)
-    res["time_slopes"] = {s: loglog_slope([float(r) for r in rows], [v["seconds"] for v in rows.values()])
-                          for s, rows in res["deploy_times"].items() if len(rows) >= 2}
+    res["time_slopes"] = {
+        s: loglog_slope([float(r) for r in rows], [v["seconds"] for v in rows.values()])
+        for s, rows in res["deploy_times"].items()
+        if len(rows) >= 2
+    }
     res["b_c"] = part_b_c(rates, seeds_b, ga_rates)
     print(f"(b) run-time adaptation  [{time.perf_counter() - t:.1f} s]")
     for s, rows in res["b_c"]["runtime"].items():
         for rate, r in rows.items():
-            print(f"   {s:3s} {rate:>5s} msg/s  Omega {r['omega']:.3f}  profit {r['profit']:.4f}  cost ${r['cost']:.1f}  "
-                  f"violations {r['violations']:.0f}")
+            print(
+                f"   {s:3s} {rate:>5s} msg/s  Omega {r['omega']:.3f}  profit {r['profit']:.4f}  cost ${r['cost']:.1f}  "
+                f"violations {r['violations']:.0f}"
+            )
     for s, rows in res["deploy_times"].items():
-        print(f"   deploy time {s:3s}: " + ", ".join(f"{r}: {v['seconds']:.3f}s" for r, v in rows.items())
-              + (f"  (log-log slope {res['time_slopes'][s]:.2f})" if s in res["time_slopes"] else ""))
-    print("(c) alternates vs single implementation: cost saving % " +
-          json.dumps({s: {r: round(v, 1) for r, v in rows.items()}
-                      for s, rows in res["b_c"]["alternate_cost_saving_pct"].items()}))
+        print(
+            f"   deploy time {s:3s}: "
+            + ", ".join(f"{r}: {v['seconds']:.3f}s" for r, v in rows.items())
+            + (f"  (log-log slope {res['time_slopes'][s]:.2f})" if s in res["time_slopes"] else "")
+        )
+    print(
+        "(c) alternates vs single implementation: cost saving % "
+        + json.dumps(
+            {s: {r: round(v, 1) for r, v in rows.items()} for s, rows in res["b_c"]["alternate_cost_saving_pct"].items()}
+        )
+    )
 
     t = time.perf_counter()
     res["d"] = part_d(seeds_d, errors, horizons, biases)
     print(f"(d) PLAStiCC vs reactive, synthetic 30-PE dataflow  [{time.perf_counter() - t:.1f} s]")
     for s, r in res["d"]["accurate"].items():
-        print(f"   {s:8s} profit {r['profit']:.4f}  Omega {r['omega']:.3f}  cost ${r['cost']:.2f}  "
-              f"violations {r['violations']:.1f}  excursions {r['excursions']:.1f}")
+        print(
+            f"   {s:8s} profit {r['profit']:.4f}  Omega {r['omega']:.3f}  cost ${r['cost']:.2f}  "
+            f"violations {r['violations']:.1f}  excursions {r['excursions']:.1f}"
+        )
     for s, rows in res["d"]["with_error"].items():
         print(f"   {s:8s} profit by error: " + ", ".join(f"{100 * float(e):.0f}%: {v['profit']:.4f}" for e, v in rows.items()))
 

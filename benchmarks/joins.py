@@ -58,15 +58,22 @@ LOWER_S, UPPER_S = -2, 1  # right.ts - left.ts within [LOWER_S, UPPER_S] seconds
 def make_spec(side: str, keys: int, rows: int, per_batch: int, span_s: float, delay_s: float, seed: int):
     """One side: ``per_batch`` rows span ``span_s`` s of event time, up to ``delay_s`` out of order."""
     return sources.generator(
-        fields={"meter": sources.Keys(keys, prefix="meter-"), f"{side}_row": sources.Sequence(),
-                "ts": sources.EventTime(jitter=delay_s, step=span_s / per_batch)},
-        total_rows=rows, seed=seed, start_time=START, max_rows_per_batch=per_batch, watermark_delay=delay_s,
+        fields={
+            "meter": sources.Keys(keys, prefix="meter-"),
+            f"{side}_row": sources.Sequence(),
+            "ts": sources.EventTime(jitter=delay_s, step=span_s / per_batch),
+        },
+        total_rows=rows,
+        seed=seed,
+        start_time=START,
+        max_rows_per_batch=per_batch,
+        watermark_delay=delay_s,
     )
 
 
 def pair_codes(table, left: str, right: str, n: int) -> np.ndarray:
     """Each output row's (left row, right row) as one int64."""
-    return (np.asarray(table[left].to_numpy(), np.int64) * n + np.asarray(table[right].to_numpy(), np.int64))
+    return np.asarray(table[left].to_numpy(), np.int64) * n + np.asarray(table[right].to_numpy(), np.int64)
 
 
 def run_sluice(spark, specs, workdir: str, warmup: int, n: int) -> dict:
@@ -77,15 +84,20 @@ def run_sluice(spark, specs, workdir: str, warmup: int, n: int) -> dict:
     right = p.source(specs[1], name="right").key_by("meter")
     pairs: list[np.ndarray] = []
     left.join(right, between=(LOWER_S, UPPER_S), name="join").sink(
-        sinks.callback(lambda batch_id, table: pairs.append(pair_codes(table, "left_row", "right_row", n))))
+        sinks.callback(lambda batch_id, table: pairs.append(pair_codes(table, "left_row", "right_row", n)))
+    )
     result = p.run(checkpoint, spark=spark)
     data = [m for m in result.metrics if m.rows_in]  # the end-of-input batch has no Spark twin
     batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in data]
-    state_bytes = max((sum(kg["state_bytes"] for kg in m.key_groups.get("join", {}).values())
-                       for m in result.metrics), default=0)
+    state_bytes = max((sum(kg["state_bytes"] for kg in m.key_groups.get("join", {}).values()) for m in result.metrics), default=0)
     buffered = max((m.operators.get("join", {}).get("buffered", 0) for m in result.metrics), default=0)
-    return {"throughput": sustained(batches, warmup), "batches": len(batches), "state_bytes": int(state_bytes),
-            "state_rows": int(buffered), "pairs": np.sort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)}
+    return {
+        "throughput": sustained(batches, warmup),
+        "batches": len(batches),
+        "state_bytes": int(state_bytes),
+        "state_rows": int(buffered),
+        "pairs": np.sort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64),
+    }
 
 
 def run_spark(spark, specs, workdir: str, warmup: int, n: int) -> dict:
@@ -104,17 +116,30 @@ def run_spark(spark, specs, workdir: str, warmup: int, n: int) -> dict:
         set_max_rows(controls, name, spec.max_rows_per_batch)
         frame = open_stream(spark, spec, controls, name).withWatermark("ts", f"{delay_ms} milliseconds")
         frames.append(frame.selectExpr(f"meter AS {name}_meter", f"{name}_row", f"ts AS {name}_ts"))
-    joined = frames[0].join(frames[1], F.expr(
-        f"left_meter = right_meter AND right_ts >= left_ts - INTERVAL {-LOWER_S} SECONDS "
-        f"AND right_ts <= left_ts + INTERVAL {UPPER_S} SECONDS")).select("left_row", "right_row")
+    joined = (
+        frames[0]
+        .join(
+            frames[1],
+            F.expr(
+                f"left_meter = right_meter AND right_ts >= left_ts - INTERVAL {-LOWER_S} SECONDS "
+                f"AND right_ts <= left_ts + INTERVAL {UPPER_S} SECONDS"
+            ),
+        )
+        .select("left_row", "right_row")
+    )
     pairs: list[np.ndarray] = []
 
     def collect(df, batch_id):
         pairs.append(pair_codes(df.toArrow(), "left_row", "right_row", n))
 
     spark.conf.set("spark.sql.shuffle.partitions", str(PARTITIONS))
-    query = (joined.writeStream.outputMode("append").foreachBatch(collect)
-             .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
+    query = (
+        joined.writeStream.outputMode("append")
+        .foreachBatch(collect)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     try:
         while query.isActive and not (is_exhausted(controls, "left") and is_exhausted(controls, "right")):
             time.sleep(0.1)
@@ -123,10 +148,13 @@ def run_spark(spark, specs, workdir: str, warmup: int, n: int) -> dict:
         query.stop()
     batches = [(start, end, rows) for start, end, rows, _ in spark_batches(query)]
     states = [op for progress in query.recentProgress for op in progress.get("stateOperators", [])]
-    return {"throughput": sustained(batches, warmup), "batches": len(batches),
-            "state_bytes": max((op["memoryUsedBytes"] for op in states), default=0),
-            "state_rows": max((op["numRowsTotal"] for op in states), default=0),
-            "pairs": np.sort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64)}
+    return {
+        "throughput": sustained(batches, warmup),
+        "batches": len(batches),
+        "state_bytes": max((op["memoryUsedBytes"] for op in states), default=0),
+        "state_rows": max((op["numRowsTotal"] for op in states), default=0),
+        "pairs": np.sort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=50_000, help="distinct meters (keys)")
     parser.add_argument("--rows-per-batch", type=int, default=None, help="rows per batch of each side")
     parser.add_argument("--batches", type=int, default=None)
-    parser.add_argument("--repeats", type=int, choices=(1, 2, 3), default=None,
-                        help="runs of each system, best kept (default: 1 quick, 3 full)")
+    parser.add_argument(
+        "--repeats", type=int, choices=(1, 2, 3), default=None, help="runs of each system, best kept (default: 1 quick, 3 full)"
+    )
     args = parser.parse_args(argv)
     per_batch = args.rows_per_batch or (50_000 if args.quick else 150_000)
     n_batches = args.batches or (8 if args.quick else 14)
@@ -144,19 +173,25 @@ def main(argv: list[str] | None = None) -> int:
     warmup = 3
     span_s, delay_s = 10.0, 2.0
     rows = per_batch * n_batches
-    spark = spark_session("local[2]", "joins_benchmark",
-                          conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"})
+    spark = spark_session(
+        "local[2]", "joins_benchmark", conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"}
+    )
     workdir = tempfile.mkdtemp(prefix="sluice-joins-")
     n = rows + 1  # pair codes: left row * n + right row
 
     def specs(total: int, seed: int):
-        return (make_spec("left", args.keys, total, per_batch, span_s, delay_s, seed),
-                make_spec("right", args.keys, total, per_batch, span_s, delay_s, seed + 1))
+        return (
+            make_spec("left", args.keys, total, per_batch, span_s, delay_s, seed),
+            make_spec("right", args.keys, total, per_batch, span_s, delay_s, seed + 1),
+        )
 
     mode = "quick" if args.quick else "full"
-    print(f"interval join: {args.keys} keys, {n_batches} batches of {per_batch:,} rows per side "
-          f"({span_s:g} s of event time each, watermark delay {delay_s:g} s), right.ts - left.ts in "
-          f"[{LOWER_S}s, {UPPER_S}s], {PARTITIONS} partitions on local[2] ({mode} mode)", flush=True)
+    print(
+        f"interval join: {args.keys} keys, {n_batches} batches of {per_batch:,} rows per side "
+        f"({span_s:g} s of event time each, watermark delay {delay_s:g} s), right.ts - left.ts in "
+        f"[{LOWER_S}s, {UPPER_S}s], {PARTITIONS} partitions on local[2] ({mode} mode)",
+        flush=True,
+    )
     warm = specs(per_batch * 3, 99)  # JVM code paths and Python workers, for both
     run_sluice(spark, warm, workdir, 1, per_batch * 3 + 1)
     run_spark(spark, warm, workdir, 1, per_batch * 3 + 1)
@@ -165,31 +200,64 @@ def main(argv: list[str] | None = None) -> int:
         run = run_sluice if system == "sluice" else run_spark
         runs[system].append(run(spark, specs(rows, 1), workdir, warmup, n))
         r = runs[system][-1]
-        print(f"  {system:>6}: {r['throughput']:>10,.0f} rows/s, {len(r['pairs']):,} pairs, state "
-              f"{r['state_bytes']:,} bytes / {r['state_rows']:,} rows", flush=True)
+        print(
+            f"  {system:>6}: {r['throughput']:>10,.0f} rows/s, {len(r['pairs']):,} pairs, state "
+            f"{r['state_bytes']:,} bytes / {r['state_rows']:,} rows",
+            flush=True,
+        )
     sluice, native = (max(runs[s], key=lambda r: r["throughput"]) for s in ("sluice", "spark"))
     equal = all(np.array_equal(r["pairs"], native["pairs"]) for r in runs["sluice"] + runs["spark"])
     ratio = sluice["throughput"] / native["throughput"]
     results = {
-        "benchmark": "joins", "mode": mode,
-        "setup": {"keys": args.keys, "rows_per_batch_per_side": per_batch, "batches": n_batches,
-                  "warmup_batches": warmup, "repeats_best_of": repeats, "event_span_per_batch_s": span_s,
-                  "watermark_delay_s": delay_s, "between_s": [LOWER_S, UPPER_S], "partitions": PARTITIONS,
-                  "master": "local[2]", "join": "inner, interval (time-range condition)",
-                  "throughput": "median over steady batches of input rows (both sides) / batch period"},
-        "sluice_rows_per_s": round(sluice["throughput"]), "spark_rows_per_s": round(native["throughput"]),
+        "benchmark": "joins",
+        "mode": mode,
+        "setup": {
+            "keys": args.keys,
+            "rows_per_batch_per_side": per_batch,
+            "batches": n_batches,
+            "warmup_batches": warmup,
+            "repeats_best_of": repeats,
+            "event_span_per_batch_s": span_s,
+            "watermark_delay_s": delay_s,
+            "between_s": [LOWER_S, UPPER_S],
+            "partitions": PARTITIONS,
+            "master": "local[2]",
+            "join": "inner, interval (time-range condition)",
+            "throughput": "median over steady batches of input rows (both sides) / batch period",
+        },
+        "sluice_rows_per_s": round(sluice["throughput"]),
+        "spark_rows_per_s": round(native["throughput"]),
         "sluice_runs_rows_per_s": [round(r["throughput"]) for r in runs["sluice"]],
         "spark_runs_rows_per_s": [round(r["throughput"]) for r in runs["spark"]],
-        "ratio": round(ratio, 3), "results_equal": equal, "pairs": len(native["pairs"]),
-        "sluice_state_bytes": sluice["state_bytes"], "spark_state_bytes": native["state_bytes"],
-        "sluice_state_rows": sluice["state_rows"], "spark_state_rows": native["state_rows"],
+        "ratio": round(ratio, 3),
+        "results_equal": equal,
+        "pairs": len(native["pairs"]),
+        "sluice_state_bytes": sluice["state_bytes"],
+        "spark_state_bytes": native["state_bytes"],
+        "sluice_state_rows": sluice["state_rows"],
+        "spark_state_rows": native["state_rows"],
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "joins.json").write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps({k: results[k] for k in ("ratio", "results_equal", "sluice_rows_per_s", "spark_rows_per_s",
-                                              "sluice_state_bytes", "spark_state_bytes", "pairs", "mode")}
-                     | {"benchmark": "joins"}))
+    print(
+        json.dumps(
+            {
+                k: results[k]
+                for k in (
+                    "ratio",
+                    "results_equal",
+                    "sluice_rows_per_s",
+                    "spark_rows_per_s",
+                    "sluice_state_bytes",
+                    "spark_state_bytes",
+                    "pairs",
+                    "mode",
+                )
+            }
+            | {"benchmark": "joins"}
+        )
+    )
     if not equal:
         print("the two systems' join results differ", file=sys.stderr)
         return 1

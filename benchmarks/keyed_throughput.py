@@ -98,13 +98,19 @@ STORES = ("default", "rocksdb")
 
 def to_wh(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The Python map: watt-hours from kilowatt-hours (vectorized over the batch)."""
-    return pa.RecordBatch.from_arrays([batch.column("meter"), batch.column("kwh"),
-                                       pc.multiply(batch.column("kwh"), 1000.0)], names=["meter", "kwh", "wh"])
+    return pa.RecordBatch.from_arrays(
+        [batch.column("meter"), batch.column("kwh"), pc.multiply(batch.column("kwh"), 1000.0)], names=["meter", "kwh", "wh"]
+    )
 
 
 def make_spec(per_batch: int, total_rows: int | None, rate: float | None, seed: int = 5):
-    return sources.generator(fields={"meter": sources.Keys(KEYS, prefix="meter-"), "kwh": sources.Normal(0.4, 0.2)},
-                             total_rows=total_rows, rate=rate, seed=seed, max_rows_per_batch=per_batch)
+    return sources.generator(
+        fields={"meter": sources.Keys(KEYS, prefix="meter-"), "kwh": sources.Normal(0.4, 0.2)},
+        total_rows=total_rows,
+        rate=rate,
+        seed=seed,
+        max_rows_per_batch=per_batch,
+    )
 
 
 # ---- the two systems ----------------------------------------------------------------------------
@@ -122,13 +128,20 @@ def run_sluice(spark, spec, workdir: str, batches: int | None, how: Setup) -> di
 
     p = Pipeline("keyed_throughput", partitions=how.partitions)
     source = p.source(spec, name="readings")
-    mapped = (source.map_batches(to_wh, schema=SCHEMA, name="to_wh") if how.map == "python"
-              else source.with_columns(wh=MAP_SQL, name="to_wh"))
-    (mapped.filter(FILTER, name="valid")
-     .key_by("meter").aggregate(n=agg.count(), total=agg.sum("wh"), name="per_meter")
-     .sink(sinks.callback(collect), name="out"))
-    result = p.run(checkpoint, spark=spark,
-                   stop_when=None if batches is None else (lambda executor: executor.batches_done >= batches))
+    mapped = (
+        source.map_batches(to_wh, schema=SCHEMA, name="to_wh")
+        if how.map == "python"
+        else source.with_columns(wh=MAP_SQL, name="to_wh")
+    )
+    (
+        mapped.filter(FILTER, name="valid")
+        .key_by("meter")
+        .aggregate(n=agg.count(), total=agg.sum("wh"), name="per_meter")
+        .sink(sinks.callback(collect), name="out")
+    )
+    result = p.run(
+        checkpoint, spark=spark, stop_when=None if batches is None else (lambda executor: executor.batches_done >= batches)
+    )
     data = [m for m in result.metrics if m.rows_in]
     batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in, m.batch_id) for m in data]
     profile: dict[str, float] = {}
@@ -141,9 +154,15 @@ def run_sluice(spark, spec, workdir: str, batches: int | None, how: Setup) -> di
         for op in ("to_wh", "valid", "per_meter.combine"):
             for name, value in m.operators.get(op, {}).items():
                 chain.setdefault(op, {})[name] = chain.get(op, {}).get(name, 0.0) + value
-    return {"batches": batches, "ends": ends, "offsets": os.path.join(checkpoint, "spark", "offsets"),
-            "profile": profile, "chain": chain, "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data),
-            "final": final_values(outputs) if how.keep_output else None}
+    return {
+        "batches": batches,
+        "ends": ends,
+        "offsets": os.path.join(checkpoint, "spark", "offsets"),
+        "profile": profile,
+        "chain": chain,
+        "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data),
+        "final": final_values(outputs) if how.keep_output else None,
+    }
 
 
 def run_spark(spark, spec, workdir: str, batches: int | None, how: Setup, store: str = "default") -> dict:
@@ -180,8 +199,7 @@ def run_spark(spark, spec, workdir: str, batches: int | None, how: Setup, store:
             outputs[batch_id] = table
 
     with spark_conf(spark, anchor_conf(store, how.partitions)):
-        writer = (counts.writeStream.outputMode("update").foreachBatch(collect)
-                  .option("checkpointLocation", checkpoint))
+        writer = counts.writeStream.outputMode("update").foreachBatch(collect).option("checkpointLocation", checkpoint)
         if how.files is not None and batches is None:
             query = writer.trigger(availableNow=True).start()
         else:
@@ -200,15 +218,20 @@ def run_spark(spark, spec, workdir: str, batches: int | None, how: Setup, store:
         query.stop()
     if query.exception() is not None:
         raise RuntimeError(f"Spark's query failed: {query.exception()}")
-    return {"batches": spark_batches(query), "ends": ends, "offsets": os.path.join(checkpoint, "offsets"),
-            "profile": {}, "output_rows": sum(rows.values()), "store": store,
-            "final": final_values(outputs) if how.keep_output else None}
+    return {
+        "batches": spark_batches(query),
+        "ends": ends,
+        "offsets": os.path.join(checkpoint, "offsets"),
+        "profile": {},
+        "output_rows": sum(rows.values()),
+        "store": store,
+        "final": final_values(outputs) if how.keep_output else None,
+    }
 
 
 def final_values(outputs: dict[int, pa.Table]) -> pa.Table:
     """The last (n, total) emitted per meter: the running aggregate's final state."""
-    table = pa.concat_tables([outputs[b].select(["meter", "n", "total"]) for b in sorted(outputs)
-                              if outputs[b].num_rows])
+    table = pa.concat_tables([outputs[b].select(["meter", "n", "total"]) for b in sorted(outputs) if outputs[b].num_rows])
     table = table.append_column("_i", pa.array(np.arange(table.num_rows), type=pa.int64()))
     last = table.group_by("meter", use_threads=False).aggregate([("_i", "max")]).column("_i_max")
     return table.take(last).drop_columns(["_i"])
@@ -232,9 +255,14 @@ def combined_by_hand(batch: pa.RecordBatch) -> pa.RecordBatch:
     wh = pc.multiply(batch.column("kwh"), 1000.0)
     rows = pa.table({"meter": batch.column("meter"), "wh": wh}).filter(pc.greater_equal(wh, 0))
     grouped = rows.group_by("meter", use_threads=False).aggregate([([], "count_all"), ("wh", "sum")])
-    return pa.RecordBatch.from_arrays([grouped.column("meter").combine_chunks(),
-                                       grouped.column("count_all").combine_chunks(),
-                                       grouped.column("wh_sum").combine_chunks()], names=["meter", "n", "wh"])
+    return pa.RecordBatch.from_arrays(
+        [
+            grouped.column("meter").combine_chunks(),
+            grouped.column("count_all").combine_chunks(),
+            grouped.column("wh_sum").combine_chunks(),
+        ],
+        names=["meter", "n", "wh"],
+    )
 
 
 def run_sluice_headroom(spark, spec, workdir: str, batches: int | None, how: Setup) -> dict:
@@ -244,19 +272,25 @@ def run_sluice_headroom(spark, spec, workdir: str, batches: int | None, how: Set
     checkpoint = os.path.join(workdir, "sluice-headroom")
     shutil.rmtree(checkpoint, ignore_errors=True)
     p = Pipeline("keyed_throughput_headroom", partitions=how.partitions)
-    (p.source(spec, name="readings")
-     .map_batches(combined_by_hand, schema={"meter": "string", "n": "int64", "wh": "double"}, name="to_wh")
-     .key_by("meter").aggregate(n=agg.sum("n"), total=agg.sum("wh"), name="per_meter")
-     .sink(sinks.callback(lambda batch_id, table: None), name="out"))
+    (
+        p.source(spec, name="readings")
+        .map_batches(combined_by_hand, schema={"meter": "string", "n": "int64", "wh": "double"}, name="to_wh")
+        .key_by("meter")
+        .aggregate(n=agg.sum("n"), total=agg.sum("wh"), name="per_meter")
+        .sink(sinks.callback(lambda batch_id, table: None), name="out")
+    )
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(spec.max_rows_per_batch))
     try:
-        result = p.run(checkpoint, spark=spark,
-                       stop_when=None if batches is None else (lambda executor: executor.batches_done >= batches))
+        result = p.run(
+            checkpoint, spark=spark, stop_when=None if batches is None else (lambda executor: executor.batches_done >= batches)
+        )
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     data = [m for m in result.metrics if m.rows_in]
-    return {"batches": [(m.started_at, m.started_at + m.duration_s, m.rows_in, m.batch_id) for m in data],
-            "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data)}
+    return {
+        "batches": [(m.started_at, m.started_at + m.duration_s, m.rows_in, m.batch_id) for m in data],
+        "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data),
+    }
 
 
 RUNNERS = {"sluice": run_sluice, "spark": run_spark, "headroom": run_sluice_headroom}
@@ -308,6 +342,7 @@ def record_latencies(run: dict, warmup: int, rate: float) -> tuple[float, float]
 
 def _row_range(offsets_dir: str, batch_id: int) -> tuple[int, int, int]:
     """(first row, end row, start_us) of one batch, from the source's offsets in Spark's log."""
+
     def end_offset(b: int) -> dict | None:
         path = os.path.join(offsets_dir, str(b))
         if b < 0 or not os.path.exists(path):
@@ -365,18 +400,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None, help="runs of each system, best kept (2 quick, 3 full)")
     parser.add_argument("--latency-batches", type=int, default=None, help="batches of each half-rate run")
-    parser.add_argument("--cluster", action="store_true",
-                        help="run on a standalone cluster started here: 2 workers x 1 core (overrides --master)")
-    parser.add_argument("--name", default=None,
-                        help="results file name (docs/results/NAME.json; default keyed_throughput[_cluster][_quick])")
+    parser.add_argument(
+        "--cluster", action="store_true", help="run on a standalone cluster started here: 2 workers x 1 core (overrides --master)"
+    )
+    parser.add_argument(
+        "--name", default=None, help="results file name (docs/results/NAME.json; default keyed_throughput[_cluster][_quick])"
+    )
     parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
-    parser.add_argument("--source", choices=("files", "generator"), default="files",
-                        help="both read the same Parquet files (default), or the generator (Sluice by splits)")
-    parser.add_argument("--map", choices=("sql", "python"), default="sql",
-                        help="the map as SQL on both (default) or as a Python function over Arrow on both")
-    parser.add_argument("--headroom", action="store_true",
-                        help="also run Sluice with the filter and a combine written into the map by hand "
-                             "(the yardstick for the plan's own fusion; reported beside the ratio)")
+    parser.add_argument(
+        "--source",
+        choices=("files", "generator"),
+        default="files",
+        help="both read the same Parquet files (default), or the generator (Sluice by splits)",
+    )
+    parser.add_argument(
+        "--map",
+        choices=("sql", "python"),
+        default="sql",
+        help="the map as SQL on both (default) or as a Python function over Arrow on both",
+    )
+    parser.add_argument(
+        "--headroom",
+        action="store_true",
+        help="also run Sluice with the filter and a combine written into the map by hand "
+        "(the yardstick for the plan's own fusion; reported beside the ratio)",
+    )
     args = parser.parse_args(argv)
     # quick runs never overwrite the full runs' results
     args.name = args.name or ("keyed_throughput" + ("_cluster" if args.cluster else "") + ("_quick" if args.quick else ""))
@@ -399,18 +447,24 @@ def benchmark(args: argparse.Namespace) -> int:
     latency_batches = args.latency_batches or (8 if args.quick else 20)
     warmup = 2
     mode = "quick" if args.quick else "full"
-    spark = spark_session(args.master, "keyed_throughput_benchmark",
-                          conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"})
+    spark = spark_session(
+        args.master,
+        "keyed_throughput_benchmark",
+        conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"},
+    )
     if not args.master.startswith("local"):  # executors import this directory's helpers too
         from sluice.runtime.shipping import ship_code
 
         ship_code(spark, __file__)
     workdir = tempfile.mkdtemp(prefix="sluice-keyed-")
     by_files = args.source == "files"
-    print(f"keyed throughput: running count and sum over {KEYS:,} keys behind a {args.map} map and a filter, "
-          f"{n_batches} batches of {per_batch:,} rows from {'Parquet files' if by_files else 'the generator'}, "
-          f"{PARTITIONS} partitions on {args.master}, best of {repeats}, Spark on {' and '.join(STORES)} "
-          f"({mode} mode)", flush=True)
+    print(
+        f"keyed throughput: running count and sum over {KEYS:,} keys behind a {args.map} map and a filter, "
+        f"{n_batches} batches of {per_batch:,} rows from {'Parquet files' if by_files else 'the generator'}, "
+        f"{PARTITIONS} partitions on {args.master}, best of {repeats}, Spark on {' and '.join(STORES)} "
+        f"({mode} mode)",
+        flush=True,
+    )
 
     def setup_for(spec, name: str) -> tuple:
         """(spec Sluice reads, Setup): the files written from ``spec``, or the generator itself."""
@@ -432,7 +486,7 @@ def benchmark(args: argparse.Namespace) -> int:
         order = [s for system in order for s in ([system, "headroom"] if system == "sluice" else [system])]
     headroom: list[dict] = []
     for system in order:
-        for store in (STORES if system == "spark" else (None,)):
+        for store in STORES if system == "spark" else (None,):
             if store is None:
                 run = retrying(RUNNERS[system], spark, spec, workdir, None, how)
             else:
@@ -440,20 +494,22 @@ def benchmark(args: argparse.Namespace) -> int:
             run["rate"] = max_rate(run, warmup)
             if system == "headroom":
                 headroom.append(run)
-                print(f"  {'(headroom: filter and combine in the map by hand)':<7} {run['rate']:>11,.0f} rows/s",
-                      flush=True)
+                print(f"  {'(headroom: filter and combine in the map by hand)':<7} {run['rate']:>11,.0f} rows/s", flush=True)
                 continue
             label = "sluice" if store is None else f"spark_{store}"
             runs[label].append(run)
-            print(f"  {label:<14} max sustained {run['rate']:>11,.0f} rows/s ({len(run['batches'])} batches, "
-                  f"{run['output_rows']:,} rows out)", flush=True)
+            print(
+                f"  {label:<14} max sustained {run['rate']:>11,.0f} rows/s ({len(run['batches'])} batches, "
+                f"{run['output_rows']:,} rows out)",
+                flush=True,
+            )
     best = {s: max(rs, key=lambda r: r["rate"]) for s, rs in runs.items()}
-    anchor = AnchorResult({s: best[f"spark_{s}"] for s in STORES}, max(STORES, key=lambda s: best[f"spark_{s}"]["rate"]),
-                          "rate", PARTITIONS)
+    anchor = AnchorResult(
+        {s: best[f"spark_{s}"] for s in STORES}, max(STORES, key=lambda s: best[f"spark_{s}"]["rate"]), "rate", PARTITIONS
+    )
     best["spark"] = anchor.result
     ratio = best["sluice"]["rate"] / best["spark"]["rate"]
-    outputs_equal = all(tables_equal(best["sluice"]["final"], best[f"spark_{s}"]["final"], sort_by=["meter"])
-                        for s in STORES)
+    outputs_equal = all(tables_equal(best["sluice"]["final"], best[f"spark_{s}"]["final"], sort_by=["meter"]) for s in STORES)
     print(f"  anchor: Spark on its {anchor.best} store; final values per key equal on both: {outputs_equal}", flush=True)
 
     # the same offered rate for both: half the slower one's max sustained rate
@@ -467,58 +523,95 @@ def benchmark(args: argparse.Namespace) -> int:
         else:
             run = retrying(run_spark, spark, generator, workdir, latency_batches, latency_how, anchor.best)
         latency[system] = record_latencies(run, warmup, offered)
-        print(f"  {system:<7} at {offered:>11,.0f} rows/s: latency p50 {latency[system][0]:,.0f} ms, "
-              f"p95 {latency[system][1]:,.0f} ms", flush=True)
+        print(
+            f"  {system:<7} at {offered:>11,.0f} rows/s: latency p50 {latency[system][0]:,.0f} ms, "
+            f"p95 {latency[system][1]:,.0f} ms",
+            flush=True,
+        )
 
     steady = len(best["sluice"]["batches"])
-    profile = {PROFILE_PARTS[k]: round(v / steady, 3) for k, v in best["sluice"]["profile"].items()
-               if k in PROFILE_PARTS}
+    profile = {PROFILE_PARTS[k]: round(v / steady, 3) for k, v in best["sluice"]["profile"].items() if k in PROFILE_PARTS}
     results = {
-        "benchmark": "keyed_throughput", "mode": mode, "ratio": round(ratio, 3),
-        "anchor": {**anchor.to_json(), "map": f"SQL ({MAP_SQL})" if args.map == "sql" else "mapInArrow (Python)",
-                   "source": ("the same Parquet files, readStream.parquet, maxFilesPerTrigger 1, availableNow"
-                              if by_files else "Sluice's generator through the JVM (Sluice reads it by splits)")},
+        "benchmark": "keyed_throughput",
+        "mode": mode,
+        "ratio": round(ratio, 3),
+        "anchor": {
+            **anchor.to_json(),
+            "map": f"SQL ({MAP_SQL})" if args.map == "sql" else "mapInArrow (Python)",
+            "source": (
+                "the same Parquet files, readStream.parquet, maxFilesPerTrigger 1, availableNow"
+                if by_files
+                else "Sluice's generator through the JVM (Sluice reads it by splits)"
+            ),
+        },
         "outputs_equal": outputs_equal,
-        "setup": {"keys": KEYS, "rows_per_batch": per_batch, "batches": n_batches, "warmup_batches": warmup,
-                  "best_of": repeats, "partitions": PARTITIONS, "master": args.master, "filter": FILTER,
-                  "map": args.map, "source": args.source,
-                  "max_rate": "fixed rows per batch with a full backlog; median over steady batches of rows / "
-                              "batch period",
-                  "latency": "per record: end of its batch's sink write - its arrival at the source, both at "
-                             "half the slower system's max rate (the same offered rate), p50/p95 over the steady "
-                             "batches, from the generator"},
-        **{s: {"max_rows_per_s": round(best[s]["rate"]), "runs_rows_per_s": [round(r["rate"]) for r in runs[s]]}
-           for s in runs},
+        "setup": {
+            "keys": KEYS,
+            "rows_per_batch": per_batch,
+            "batches": n_batches,
+            "warmup_batches": warmup,
+            "best_of": repeats,
+            "partitions": PARTITIONS,
+            "master": args.master,
+            "filter": FILTER,
+            "map": args.map,
+            "source": args.source,
+            "max_rate": "fixed rows per batch with a full backlog; median over steady batches of rows / batch period",
+            "latency": "per record: end of its batch's sink write - its arrival at the source, both at "
+            "half the slower system's max rate (the same offered rate), p50/p95 over the steady "
+            "batches, from the generator",
+        },
+        **{s: {"max_rows_per_s": round(best[s]["rate"]), "runs_rows_per_s": [round(r["rate"]) for r in runs[s]]} for s in runs},
         **environment(spark),
     }
-    results["spark"] = {"max_rows_per_s": round(best["spark"]["rate"]), "store": anchor.best,
-                        "runs_rows_per_s": results[f"spark_{anchor.best}"]["runs_rows_per_s"]}
+    results["spark"] = {
+        "max_rows_per_s": round(best["spark"]["rate"]),
+        "store": anchor.best,
+        "runs_rows_per_s": results[f"spark_{anchor.best}"]["runs_rows_per_s"],
+    }
     for s in ("sluice", "spark"):
-        results[s].update({"offered_rows_per_s": round(offered), "latency_p50_ms": round(latency[s][0], 1),
-                           "latency_p95_ms": round(latency[s][1], 1)})
+        results[s].update(
+            {
+                "offered_rows_per_s": round(offered),
+                "latency_p50_ms": round(latency[s][0], 1),
+                "latency_p95_ms": round(latency[s][1], 1),
+            }
+        )
     results["sluice"]["profile_s_per_batch"] = profile
     if headroom:
         best_headroom = max(r["rate"] for r in headroom)
         results["headroom"] = {
             "what": "Sluice with the filter and a per-task combine written into the Python map by hand: what fusing "
-                    "them into the chain would buy (not the headline: the user wrote that plan)",
-            "max_rows_per_s": round(best_headroom), "runs_rows_per_s": [round(r["rate"]) for r in headroom],
+            "them into the chain would buy (not the headline: the user wrote that plan)",
+            "max_rows_per_s": round(best_headroom),
+            "runs_rows_per_s": [round(r["rate"]) for r in headroom],
             "ratio_to_spark": round(best_headroom / best["spark"]["rate"], 3),
-            "ratio_to_sluice": round(best_headroom / best["sluice"]["rate"], 3)}
+            "ratio_to_sluice": round(best_headroom / best["sluice"]["rate"], 3),
+        }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, RESULTS / f"{args.name}.png")
     shutil.rmtree(workdir, ignore_errors=True)
-    print("Sluice keyed stage, seconds per batch summed over tasks: "
-          + ", ".join(f"{k} {v}" for k, v in profile.items()))
-    print(json.dumps({"benchmark": "keyed_throughput", "ratio": round(ratio, 3), "mode": mode, "master": args.master,
-                      "sluice_rows_per_s": results["sluice"]["max_rows_per_s"],
-                      "spark_rows_per_s": results["spark"]["max_rows_per_s"], "spark_store": anchor.best,
-                      **{f"spark_{s}_rows_per_s": results[f"spark_{s}"]["max_rows_per_s"] for s in STORES},
-                      "outputs_equal": outputs_equal, "load": results["load"],
-                      "sluice_p95_ms": results["sluice"]["latency_p95_ms"],
-                      "spark_p95_ms": results["spark"]["latency_p95_ms"],
-                      **({"headroom_ratio": results["headroom"]["ratio_to_spark"]} if headroom else {})}))
+    print("Sluice keyed stage, seconds per batch summed over tasks: " + ", ".join(f"{k} {v}" for k, v in profile.items()))
+    print(
+        json.dumps(
+            {
+                "benchmark": "keyed_throughput",
+                "ratio": round(ratio, 3),
+                "mode": mode,
+                "master": args.master,
+                "sluice_rows_per_s": results["sluice"]["max_rows_per_s"],
+                "spark_rows_per_s": results["spark"]["max_rows_per_s"],
+                "spark_store": anchor.best,
+                **{f"spark_{s}_rows_per_s": results[f"spark_{s}"]["max_rows_per_s"] for s in STORES},
+                "outputs_equal": outputs_equal,
+                "load": results["load"],
+                "sluice_p95_ms": results["sluice"]["latency_p95_ms"],
+                "spark_p95_ms": results["spark"]["latency_p95_ms"],
+                **({"headroom_ratio": results["headroom"]["ratio_to_spark"]} if headroom else {}),
+            }
+        )
+    )
     return 0
 
 

@@ -81,7 +81,7 @@ HOLD_BATCHES = 3  # converged: within the bound for this many batches in a row (
 RAMP_FROM, RAMP_FACTOR, RAMP_STEPS = 10_000.0, 1.3, 16
 LEAD_S = 8.0  # a run's first seconds, at WARM_RATE, before its trace starts (not measured)
 WARM_RATE = 1000.0  # rows/s while the query starts: its first batches pay one-time costs
-UNCAPPED = 10 ** 12  # uncapped: trigger 0 takes all that has arrived (Sluice's sources cap at 100k rows)
+UNCAPPED = 10**12  # uncapped: trigger 0 takes all that has arrived (Sluice's sources cap at 100k rows)
 
 
 def work(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -97,11 +97,11 @@ def build(schedule: RateSchedule, start_time: float, bound_s: float) -> Pipeline
     (the configurations' policies set the admission limit while it runs)."""
     p = Pipeline("latency_constraint", partitions=2, max_parallelism=32)
     fields = {"meter": sources.Keys(KEYS, prefix="m"), "value": sources.Uniform(0.0, 10.0)}
-    p.source(sources.generator(fields=fields, rate=schedule, start_time=start_time, seed=7,
-                               max_rows_per_batch=UNCAPPED), name=SOURCE) \
-        .map_batches(work, schema={"meter": "string", "value": "float64"}, name="work") \
-        .key_by("meter").aggregate(n=agg.count(), avg=agg.mean("value"), name="per_meter") \
-        .sink(sinks.memory(f"latency_constraint_{time.time_ns()}"), name="out")
+    p.source(
+        sources.generator(fields=fields, rate=schedule, start_time=start_time, seed=7, max_rows_per_batch=UNCAPPED), name=SOURCE
+    ).map_batches(work, schema={"meter": "string", "value": "float64"}, name="work").key_by("meter").aggregate(
+        n=agg.count(), avg=agg.mean("value"), name="per_meter"
+    ).sink(sinks.memory(f"latency_constraint_{time.time_ns()}"), name="out")
     p.constrain(f"{bound_s}s", p95=f"{bound_s}s", over="10s", name=CONSTRAINT)
     return p
 
@@ -109,16 +109,29 @@ def build(schedule: RateSchedule, start_time: float, bound_s: float) -> Pipeline
 def batch_record(m) -> dict:
     """What the benchmark keeps of a batch: size, time, latency and its split."""
     path = (m.paths or {}).get(CONSTRAINT) or {}
-    return {"batch": m.batch_id, "t": m.started_at, "rows": m.rows_in, "duration_s": m.duration_s,
-            "p95_ms": path.get("p95_ms"), "mean_ms": path.get("mean_ms"),
-            "backlog": sum(v for v in (m.backlog or {}).values() if v) if m.backlog else None,
-            "split": {"source_wait": path.get("source_wait"), "operators": sum((path.get("operators") or {}).values()),
-                      "exchange": path.get("exchange"), "sink_commit": path.get("sink_commit"),
-                      "rest": path.get("rest")} if path else None}
+    return {
+        "batch": m.batch_id,
+        "t": m.started_at,
+        "rows": m.rows_in,
+        "duration_s": m.duration_s,
+        "p95_ms": path.get("p95_ms"),
+        "mean_ms": path.get("mean_ms"),
+        "backlog": sum(v for v in (m.backlog or {}).values() if v) if m.backlog else None,
+        "split": {
+            "source_wait": path.get("source_wait"),
+            "operators": sum((path.get("operators") or {}).values()),
+            "exchange": path.get("exchange"),
+            "sink_commit": path.get("sink_commit"),
+            "rest": path.get("rest"),
+        }
+        if path
+        else None,
+    }
 
 
-def run(spark, policies, schedule: RateSchedule, duration: float, bound_s: float, workdir: Path, tag: str,
-        stop_when=None) -> dict:
+def run(
+    spark, policies, schedule: RateSchedule, duration: float, bound_s: float, workdir: Path, tag: str, stop_when=None
+) -> dict:
     """One configuration on the trace; returns its batches (clock: seconds since the trace
     began). The source runs at WARM_RATE for LEAD_S seconds first, so the query's start-up
     (which takes seconds, and far longer on a loaded machine) is not part of the trace."""
@@ -132,13 +145,22 @@ def run(spark, policies, schedule: RateSchedule, duration: float, bound_s: float
         t0 = started + LEAD_S
         seen: list = []
         result = build(warmed, started, bound_s).run(
-            str(workdir / f"{tag}_{n}"), spark=spark, duration=duration + LEAD_S, policies=policies,
+            str(workdir / f"{tag}_{n}"),
+            spark=spark,
+            duration=duration + LEAD_S,
+            policies=policies,
             on_batch=lambda m: seen.append(batch_record(m)),
-            stop_when=None if stop_when is None else (
-                lambda executor: stop_when([{**b, "t": b["t"] - t0} for b in seen if b["t"] >= t0], t0)))
+            stop_when=None
+            if stop_when is None
+            else (lambda executor: stop_when([{**b, "t": b["t"] - t0} for b in seen if b["t"] >= t0], t0)),
+        )
         batches = [{**b, "t": b["t"] - t0} for b in seen if b["rows"] and b["t"] >= t0]
-        return {"batches": batches, "decisions": read_decisions(str(workdir / f"{tag}_{n}")),
-                "rows": result.rows_in, "control": result.control}
+        return {
+            "batches": batches,
+            "decisions": read_decisions(str(workdir / f"{tag}_{n}")),
+            "rows": result.rows_in,
+            "control": result.control,
+        }
 
     return retrying(attempt)
 
@@ -148,16 +170,23 @@ def warm_up(spark, bound_s: float, workdir: Path, batches: int = 4) -> float:
     code generation and the Python workers' start (tens of seconds on a loaded machine),
     which would otherwise land in the ramp's first step. Returns the seconds it took."""
     started = time.time()
-    retrying(lambda: build(RateSchedule(((0.0, WARM_RATE),)), time.time(), bound_s).run(
-        str(workdir / f"warm_up_{time.time_ns()}"), spark=spark, duration=300.0, policies=[],
-        stop_when=lambda executor: executor.batches_done >= batches))
+    retrying(
+        lambda: build(RateSchedule(((0.0, WARM_RATE),)), time.time(), bound_s).run(
+            str(workdir / f"warm_up_{time.time_ns()}"),
+            spark=spark,
+            duration=300.0,
+            policies=[],
+            stop_when=lambda executor: executor.batches_done >= batches,
+        )
+    )
     return time.time() - started
 
 
 # ---- the peak: a ramp ----------------------------------------------------------------------------
 
+
 def ramp_rates() -> list[float]:
-    return [RAMP_FROM * RAMP_FACTOR ** j for j in range(RAMP_STEPS)]
+    return [RAMP_FROM * RAMP_FACTOR**j for j in range(RAMP_STEPS)]
 
 
 def ramp_step(j: int, step_s: float) -> tuple[float, float]:
@@ -208,15 +237,24 @@ def measure_peak(spark, bound_s: float, step_s: float, workdir: Path) -> dict:
     gaps = [b2["t"] - (b1["t"] + b1["duration_s"]) for b1, b2 in pairwise(useful)]
     gap = float(np.median([g for g in gaps if g >= 0] or [0.0]))
     if peak <= 0:
-        raise SystemExit(f"calibration: a p95 bound of {bound_s:g} s did not hold even at {RAMP_FROM:,.0f} rows/s "
-                         f"here and now (steps {steps}; batches (s, rows, batch s, p95 ms): "
-                         f"{[(round(b['t'], 1), b['rows'], round(b['duration_s'], 2), b['p95_ms']) for b in batches]}); "
-                         f"give a larger --bound")
-    return {"peak_rows_s": peak, "steps": steps, "a_s": None if fit is None else fit.a,
-            "b_us": None if fit is None else fit.b * 1e6, "gap_s": gap, "batches": batches}
+        raise SystemExit(
+            f"calibration: a p95 bound of {bound_s:g} s did not hold even at {RAMP_FROM:,.0f} rows/s "
+            f"here and now (steps {steps}; batches (s, rows, batch s, p95 ms): "
+            f"{[(round(b['t'], 1), b['rows'], round(b['duration_s'], 2), b['p95_ms']) for b in batches]}); "
+            f"give a larger --bound"
+        )
+    return {
+        "peak_rows_s": peak,
+        "steps": steps,
+        "a_s": None if fit is None else fit.a,
+        "b_us": None if fit is None else fit.b * 1e6,
+        "gap_s": gap,
+        "batches": batches,
+    }
 
 
 # ---- the trace and its summary -------------------------------------------------------------------
+
 
 def trace(peak: float, quick: bool, bound_s: float) -> list[tuple[float, float]]:
     """(seconds, rows/s) per phase: 5k -> 60 % -> 90 % of peak -> 10k (scaled down on a machine
@@ -225,8 +263,13 @@ def trace(peak: float, quick: bool, bound_s: float) -> list[tuple[float, float]]
     bound, so each phase has the same number of them whatever the bound."""
     long_s = (6.0 if quick else 20.0) * bound_s
     short_s = long_s / 2
-    return [(short_s, min(5000.0, 0.3 * peak)), (long_s, 0.6 * peak), (long_s, 0.9 * peak),
-            (short_s, 1.2 * peak), (short_s, min(10_000.0, 0.45 * peak))]
+    return [
+        (short_s, min(5000.0, 0.3 * peak)),
+        (long_s, 0.6 * peak),
+        (long_s, 0.9 * peak),
+        (short_s, 1.2 * peak),
+        (short_s, min(10_000.0, 0.45 * peak)),
+    ]
 
 
 def schedule_of(phases: list[tuple[float, float]]) -> RateSchedule:
@@ -239,7 +282,7 @@ def converged_at(during: list[dict], bound_ms: float) -> int | None:
     batches (or to the phase's end)."""
     ok = [b["p95_ms"] is not None and b["p95_ms"] <= bound_ms for b in during]
     for k in range(len(ok)):
-        if ok[k] and all(ok[k:k + HOLD_BATCHES]):
+        if ok[k] and all(ok[k : k + HOLD_BATCHES]):
             return k
     return None
 
@@ -256,25 +299,37 @@ def summarize(res: dict, phases: list[tuple[float, float]], bound_ms: float) -> 
         transients = sum(1 for b in during[:CONVERGE_BATCHES] if b["p95_ms"] is not None and b["p95_ms"] > bound_ms)
         arrived = schedule.rows_by(end) - schedule.rows_by(start)
         splits = [b["split"] for b in during if b.get("split")]
-        out.append({
-            "rate": round(rate), "seconds": length, "batches": len(during), "steady": len(steady),
-            "transients": transients,
-            "within_share": round(len(within) / len(steady), 3) if steady else None,
-            "throughput_over_offered": round(sum(b["rows"] for b in during) / arrived, 3),
-            "batches_to_converge": converged_at(during, bound_ms),
-            "p95_median_ms": round(float(np.median([b["p95_ms"] for b in steady])), 1) if steady else None,
-            "rows_median": int(np.median([b["rows"] for b in during])) if during else None,
-            "split_median_ms": {k: round(float(np.median([s[k] or 0.0 for s in splits])), 1)
-                                for k in ("source_wait", "operators", "exchange", "sink_commit", "rest")}
-            if splits else None,
-        })
+        out.append(
+            {
+                "rate": round(rate),
+                "seconds": length,
+                "batches": len(during),
+                "steady": len(steady),
+                "transients": transients,
+                "within_share": round(len(within) / len(steady), 3) if steady else None,
+                "throughput_over_offered": round(sum(b["rows"] for b in during) / arrived, 3),
+                "batches_to_converge": converged_at(during, bound_ms),
+                "p95_median_ms": round(float(np.median([b["p95_ms"] for b in steady])), 1) if steady else None,
+                "rows_median": int(np.median([b["rows"] for b in during])) if during else None,
+                "split_median_ms": {
+                    k: round(float(np.median([s[k] or 0.0 for s in splits])), 1)
+                    for k in ("source_wait", "operators", "exchange", "sink_commit", "rest")
+                }
+                if splits
+                else None,
+            }
+        )
         start = end
     counted = [p for p in out if p["steady"]]
     share = sum(p["within_share"] * p["steady"] for p in counted) / max(sum(p["steady"] for p in counted), 1)
     escalations = [d for d in res["decisions"] if d["type"] == "escalation" and d["state"] == "started"]
-    return {"phases": out, "within_share": round(share, 3), "transients": sum(p["transients"] for p in out),
-            "decisions": sum(1 for d in res["decisions"] if d["type"] == "decision"),
-            "escalations": [{"batch": d["batch_id"], "max_rate": d["details"].get("max_rate")} for d in escalations]}
+    return {
+        "phases": out,
+        "within_share": round(share, 3),
+        "transients": sum(p["transients"] for p in out),
+        "decisions": sum(1 for d in res["decisions"] if d["type"] == "decision"),
+        "escalations": [{"batch": d["batch_id"], "max_rate": d["details"].get("max_rate")} for d in escalations],
+    }
 
 
 def targets(summaries: dict, peak: float) -> dict:
@@ -298,8 +353,11 @@ def targets(summaries: dict, peak: float) -> dict:
     measures = {
         "within_share": (sluice["within_share"], das["within_share"], "higher"),
         "worst_batches_to_converge": (max(conv(sluice, i) for i in inside), max(conv(das, i) for i in inside), "lower"),
-        "worst_throughput_over_offered": (min(kept_up(sluice, i) for i in inside),
-                                          min(kept_up(das, i) for i in inside), "higher"),
+        "worst_throughput_over_offered": (
+            min(kept_up(sluice, i) for i in inside),
+            min(kept_up(das, i) for i in inside),
+            "higher",
+        ),
     }
     better = [k for k, (s, d, way) in measures.items() if (s > d if way == "higher" else s < d)]
     return {
@@ -313,8 +371,9 @@ def targets(summaries: dict, peak: float) -> dict:
     }
 
 
-def run_simulated(policies, phases: list[tuple[float, float]], bound_s: float, a: float, b: float,
-                  gap: float, seed: int = 1) -> dict:
+def run_simulated(
+    policies, phases: list[tuple[float, float]], bound_s: float, a: float, b: float, gap: float, seed: int = 1
+) -> dict:
     """The same trace and policies on the simulated engine (``sluice.sim.microbatch``: batch
     time = (a + b*rows) x lognormal noise of 10 %), with the fitted a, b and gap."""
     from sluice.control import Controller
@@ -324,8 +383,9 @@ def run_simulated(policies, phases: list[tuple[float, float]], bound_s: float, a
     schedule = schedule_of(phases)
     graph = build(schedule, 0.0, bound_s).graph
     graph.validate()
-    engine = MicroBatchEngine(a, b, rate_steps=list(schedule.steps), noise=0.1, gap=gap, seed=seed, source=SOURCE,
-                              constraint=CONSTRAINT)
+    engine = MicroBatchEngine(
+        a, b, rate_steps=list(schedule.steps), noise=0.1, gap=gap, seed=seed, source=SOURCE, constraint=CONSTRAINT
+    )
     controller = Controller(graph, policies)
     batches = []
     plan = initial_plan(graph, 2)
@@ -382,8 +442,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short phases (under 5 minutes in all)")
     parser.add_argument("--bound", default="2s", help="the p95 latency bound (default 2s)")
-    parser.add_argument("--rejudge", action="store_true",
-                        help="recompute the targets of the results file from its measured phases, and stop")
+    parser.add_argument(
+        "--rejudge", action="store_true", help="recompute the targets of the results file from its measured phases, and stop"
+    )
     args = parser.parse_args()
     if args.rejudge:
         path = RESULTS / "latency_constraint.json"
@@ -402,10 +463,13 @@ def main() -> None:
         cal = measure_peak(spark, bound_s, (2.0 if args.quick else 4.0) * bound_s, workdir)
         cal["warm_up_s"] = round(warm_s, 1)
         peak = cal["peak_rows_s"]
-        print(f"peak: the p95 held {bound_s:g} s up to {peak:,.0f} rows/s (ramp: "
-              + ", ".join(f"{s['rate'] / 1000:.0f}k {'ok' if s['held'] else 'broke'}" for s in cal["steps"])
-              + f"); fitted batch = {(cal['a_s'] or 0) * 1000:.0f} ms + {cal['b_us'] or 0:.2f} us/row, gap "
-              f"{cal['gap_s'] * 1000:.0f} ms", flush=True)
+        print(
+            f"peak: the p95 held {bound_s:g} s up to {peak:,.0f} rows/s (ramp: "
+            + ", ".join(f"{s['rate'] / 1000:.0f}k {'ok' if s['held'] else 'broke'}" for s in cal["steps"])
+            + f"); fitted batch = {(cal['a_s'] or 0) * 1000:.0f} ms + {cal['b_us'] or 0:.2f} us/row, gap "
+            f"{cal['gap_s'] * 1000:.0f} ms",
+            flush=True,
+        )
         phases = trace(peak, args.quick, bound_s)
         schedule = schedule_of(phases)
         total = sum(s for s, _ in phases)
@@ -413,9 +477,15 @@ def main() -> None:
         for tag, policies in configs(phases).items():
             runs[tag] = run(spark, policies, schedule, total + 1.0, bound_s, workdir, tag)
             summaries[tag] = summarize(runs[tag], phases, bound_ms)
-            print(f"{tag:>18}: within bound {summaries[tag]['within_share']:.0%} of steady batches; "
-                  + "; ".join(f"{p['rate']:,}/s: {p['within_share']} in, x{p['throughput_over_offered']} out, "
-                              f"conv {p['batches_to_converge']}" for p in summaries[tag]["phases"]), flush=True)
+            print(
+                f"{tag:>18}: within bound {summaries[tag]['within_share']:.0%} of steady batches; "
+                + "; ".join(
+                    f"{p['rate']:,}/s: {p['within_share']} in, x{p['throughput_over_offered']} out, "
+                    f"conv {p['batches_to_converge']}"
+                    for p in summaries[tag]["phases"]
+                ),
+                flush=True,
+            )
         simulated = {}
         if cal["a_s"] is not None:
             # the same trace (60 s phases) and configurations on the simulated engine with the
@@ -433,28 +503,48 @@ def main() -> None:
         ratio = sluice_share / base if base > 0 else (math.inf if sluice_share > 0 else 1.0)
         goals = targets(summaries, peak)
         out = {
-            "benchmark": "latency_constraint", "quick": args.quick, "bound_s": bound_s,
+            "benchmark": "latency_constraint",
+            "quick": args.quick,
+            "bound_s": bound_s,
             "phases": [{"seconds": s, "rate": round(r)} for s, r in phases],
             "steady": f"a phase's batches after its first {CONVERGE_BATCHES} (the convergence window)",
             "converged": f"the first batch from which the p95 stays within the bound for {HOLD_BATCHES} batches",
             "peak": {k: v for k, v in cal.items() if k != "batches"},
-            "configs": summaries, "best_fixed": best_fixed, "ratio": round(ratio, 3),
-            "sluice_within_share": sluice_share, "das_within_share": summaries["das_fixed_point"]["within_share"],
+            "configs": summaries,
+            "best_fixed": best_fixed,
+            "ratio": round(ratio, 3),
+            "sluice_within_share": sluice_share,
+            "das_within_share": summaries["das_fixed_point"]["within_share"],
             "targets": goals,
             "simulated": simulated,
-            "simulated_ratio": round(simulated["sluice"]["within_share"]
-                                     / max(*(simulated[t]["within_share"] for t in fixed), 1e-9), 3)
-            if simulated else None,
+            "simulated_ratio": round(
+                simulated["sluice"]["within_share"] / max(*(simulated[t]["within_share"] for t in fixed), 1e-9), 3
+            )
+            if simulated
+            else None,
             "elapsed_s": round(time.time() - started, 1),
             # a shared machine makes every absolute figure slower: say how busy it was
-            "load_average": [round(x, 1) for x in os.getloadavg()], "cpus": os.cpu_count(),
+            "load_average": [round(x, 1) for x in os.getloadavg()],
+            "cpus": os.cpu_count(),
         }
         (RESULTS / "latency_constraint.json").write_text(json.dumps(out, indent=2))
-        print(json.dumps({"benchmark": "latency_constraint", "ratio": out["ratio"], "best_fixed": best_fixed,
-                          "sluice_within_share": sluice_share, "das_within_share": out["das_within_share"],
-                          "peak_rows_s": round(peak), "targets_met": {k: goals[k] for k in (
-                              "within_95_of_steady", "converged_within_5", "throughput_95_of_uncapped")},
-                          "better_than_das_on": goals["better_than_das_on"], "elapsed_s": out["elapsed_s"]}))
+        print(
+            json.dumps(
+                {
+                    "benchmark": "latency_constraint",
+                    "ratio": out["ratio"],
+                    "best_fixed": best_fixed,
+                    "sluice_within_share": sluice_share,
+                    "das_within_share": out["das_within_share"],
+                    "peak_rows_s": round(peak),
+                    "targets_met": {
+                        k: goals[k] for k in ("within_95_of_steady", "converged_within_5", "throughput_95_of_uncapped")
+                    },
+                    "better_than_das_on": goals["better_than_das_on"],
+                    "elapsed_s": out["elapsed_s"],
+                }
+            )
+        )
     finally:
         spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -58,6 +58,7 @@ GOAL_REAL_TIME = "200ms"  # below the micro-batch floor: plan.mode chooses real-
 
 # --- the worker: one system's queries, one at a time, driven over stdin/stdout ----------------------
 
+
 def _say(**fields) -> None:
     print("@@" + json.dumps(fields, default=str), flush=True)
 
@@ -88,16 +89,26 @@ def _spark_query(spark, kind: str, src: str, dst: str, real_time: bool, checkpoi
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    raw = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", KAFKA).option("subscribe", src)
-           .option("startingOffsets", "earliest").load())
+    raw = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", KAFKA)
+        .option("subscribe", src)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
     rows = raw.select(F.from_json(F.col("value").cast("string"), from_arrow_schema(_schema())).alias("r")).select("r.*")
     if kind == "stateless":
         out = rows.filter("v >= 0").selectExpr("id", "k", "ts", "v * 2 AS v2")
     else:
         out = rows.groupBy("k").agg(F.count(F.lit(1)).alias("n"), F.max("ts").alias("ts"))
-    writer = (out.select(F.col("k").alias("key"), F.to_json(F.struct(*out.columns)).alias("value")).writeStream
-              .format("kafka").option("kafka.bootstrap.servers", KAFKA).option("topic", dst)
-              .option("checkpointLocation", checkpoint).outputMode("update"))
+    writer = (
+        out.select(F.col("k").alias("key"), F.to_json(F.struct(*out.columns)).alias("value"))
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", KAFKA)
+        .option("topic", dst)
+        .option("checkpointLocation", checkpoint)
+        .outputMode("update")
+    )
     if real_time:
         return writer.trigger(realTime="5 seconds").start()
     return writer.trigger(processingTime="0 seconds").start()
@@ -111,8 +122,9 @@ def worker(system: str) -> None:
     if system != "sluice_microbatch":
         conf["spark.jars.packages"] = SPARK_KAFKA_PACKAGE
     if system.startswith("spark"):
-        conf["spark.sql.streaming.stateStore.providerClass"] = \
+        conf["spark.sql.streaming.stateStore.providerClass"] = (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        )
     # real-time mode holds a task slot per source partition and per shuffle partition for
     # the whole batch duration: 2 + 2 here, more than the 2 cores (threads, not cores)
     slots = (os.cpu_count() or 2) * (2 if system.endswith("realtime") else 1)
@@ -122,9 +134,14 @@ def worker(system: str) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
 
         class Progress(StreamingQueryListener):
-            def onQueryStarted(self, event): pass
-            def onQueryIdle(self, event): pass
-            def onQueryTerminated(self, event): pass
+            def onQueryStarted(self, event):
+                pass
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                pass
 
             def onQueryProgress(self, event):
                 progress.append({"rows": event.progress.numInputRows, **dict(event.progress.durationMs)})
@@ -206,12 +223,20 @@ def _run_sluice(spark, system, kind, src, dst, checkpoint, stop, progress) -> di
 
 # --- the parent: produce, read, measure ---------------------------------------------------------------
 
+
 class Worker:
     def __init__(self, system: str):
         self.system = system
         env = {**os.environ, "SLUICE_SPARK_UI": "0"}
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker", system], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", system],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
         self.expect("up", 300)
 
     def expect(self, key: str, timeout: float) -> dict:
@@ -261,9 +286,16 @@ class Reader(threading.Thread):
         super().__init__(daemon=True)
         from confluent_kafka import Consumer
 
-        self.consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": f"lat-{uuid.uuid4().hex[:6]}",
-                                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                                  "fetch.wait.max.ms": 5, "enable.auto.commit": False})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": KAFKA,
+                "group.id": f"lat-{uuid.uuid4().hex[:6]}",
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 5,
+                "enable.auto.commit": False,
+            }
+        )
         self.consumer.subscribe([topic])
         self.arrivals: list[tuple[float, bytes]] = []
         self.stop = threading.Event()
@@ -294,8 +326,9 @@ def produce(topic: str, rate: int, seconds: float) -> tuple[np.ndarray, np.ndarr
             time.sleep(pause)
         now_us = int(time.time() * 1e6)
         for i in range(n, n + per_step):
-            producer.produce(topic, b'{"id":%d,"k":"k%d","v":%d.5,"ts":%d}' % (i, i % KEYS, i % 7, now_us),
-                             partition=i % IN_PARTITIONS)
+            producer.produce(
+                topic, b'{"id":%d,"k":"k%d","v":%d.5,"ts":%d}' % (i, i % KEYS, i % 7, now_us), partition=i % IN_PARTITIONS
+            )
         ts_all.extend([now_us] * per_step)
         n += per_step
         producer.poll(0)
@@ -343,8 +376,15 @@ def measure(kind: str, arrivals: list[tuple[float, bytes]], ids, ts, seq, warm_u
     if len(lat) == 0:
         return {"outputs_equal": equal, "missing": missing}
     p50, p95, p99 = np.percentile(lat, [50, 95, 99])
-    return {"outputs_equal": equal and missing == 0, "p50": round(float(p50), 1), "p95": round(float(p95), 1),
-            "p99": round(float(p99), 1), "records": int(counted.sum()), "missing": missing, "duplicates": dup}
+    return {
+        "outputs_equal": equal and missing == 0,
+        "p50": round(float(p50), 1),
+        "p95": round(float(p95), 1),
+        "p99": round(float(p99), 1),
+        "records": int(counted.sum()),
+        "missing": missing,
+        "duplicates": dup,
+    }
 
 
 def run_one(w: Worker, kind: str, rate: int, warm_s: float, measure_s: float) -> dict:
@@ -372,8 +412,7 @@ def run_one(w: Worker, kind: str, rate: int, warm_s: float, measure_s: float) ->
                 for _, v in list(reader.arrivals):
                     d = json.loads(v)
                     best[d["k"]] = max(best.get(d["k"], 0), d["n"])
-                if len(best) == KEYS and all(best.get(f"k{i % KEYS}", 0) >= s for i, s in
-                                             zip(ids[-KEYS:], last_seq)):
+                if len(best) == KEYS and all(best.get(f"k{i % KEYS}", 0) >= s for i, s in zip(ids[-KEYS:], last_seq)):
                     break
                 time.sleep(0.3)
         time.sleep(0.5)
@@ -425,8 +464,17 @@ def main() -> None:
             r = run_one(w, "keyed", 1000, 5.0, 20.0)
         finally:
             w.close()
-        print(json.dumps({"profile": profile_table(r), "p50_ms": r.get("p50"), "p95_ms": r.get("p95"),
-                          "p99_ms": r.get("p99"), "outputs_equal": r.get("outputs_equal")}))
+        print(
+            json.dumps(
+                {
+                    "profile": profile_table(r),
+                    "p50_ms": r.get("p50"),
+                    "p95_ms": r.get("p95"),
+                    "p99_ms": r.get("p99"),
+                    "outputs_equal": r.get("outputs_equal"),
+                }
+            )
+        )
         return
     started = time.time()
     load = os.getloadavg()[0]
@@ -461,10 +509,21 @@ def main() -> None:
                     equal = equal and bool(r["outputs_equal"])
         finally:
             w.close()
-    line = {"benchmark": "latency_floor", "quick": args.quick, "outputs_equal": equal, "p99_ms": table,
-            "p95_ms": p95, "p50_ms": p50, "reasons": reasons, "runs": detail, "warm_s": warm_s,
-            "measure_s": measure_s, "cores": os.cpu_count(), "load_at_start": round(load, 2),
-            "elapsed_s": round(time.time() - started, 1)}
+    line = {
+        "benchmark": "latency_floor",
+        "quick": args.quick,
+        "outputs_equal": equal,
+        "p99_ms": table,
+        "p95_ms": p95,
+        "p50_ms": p50,
+        "reasons": reasons,
+        "runs": detail,
+        "warm_s": warm_s,
+        "measure_s": measure_s,
+        "cores": os.cpu_count(),
+        "load_at_start": round(load, 2),
+        "elapsed_s": round(time.time() - started, 1),
+    }
     text = json.dumps(line)
     print(text)
     if args.out:

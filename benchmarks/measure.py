@@ -76,8 +76,7 @@ def retrying(run, *args, attempts: int = 3):
             transient = "failed to connect back" in str(exc) or "CANNOT_OPEN_SOCKET" in str(exc)
             if not transient or attempt == attempts:
                 raise
-            print(f"  (Spark's Python worker did not connect back in time; run again, attempt {attempt + 1})",
-                  flush=True)
+            print(f"  (Spark's Python worker did not connect back in time; run again, attempt {attempt + 1})", flush=True)
 
 
 def batch_tables(directory: str) -> Iterator:
@@ -99,10 +98,11 @@ def batch_tables(directory: str) -> Iterator:
 STATE_STORE_PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 STATE_STORES: dict[str, dict[str, str | None]] = {
     # Spark's default: the HDFS-backed store (state in JVM memory, snapshots and deltas to files)
-    "default": {STATE_STORE_PROVIDER: None,
-                "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": None},
-    "rocksdb": {STATE_STORE_PROVIDER: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-                "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"},
+    "default": {STATE_STORE_PROVIDER: None, "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": None},
+    "rocksdb": {
+        STATE_STORE_PROVIDER: "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    },
 }
 
 
@@ -159,14 +159,29 @@ class AnchorResult:
 
     def to_json(self) -> dict:
         """The anchor's configuration and both stores' rates, for a results file."""
-        return {"engine": "Spark Structured Streaming", "shuffle_partitions": self.partitions,
-                "state_stores": {s: {"conf": {k: v for k, v in STATE_STORES[s].items() if v is not None},
-                                     self.rate_key: round(r[self.rate_key], 1)} for s, r in self.runs.items()},
-                "best_store": self.best}
+        return {
+            "engine": "Spark Structured Streaming",
+            "shuffle_partitions": self.partitions,
+            "state_stores": {
+                s: {
+                    "conf": {k: v for k, v in STATE_STORES[s].items() if v is not None},
+                    self.rate_key: round(r[self.rate_key], 1),
+                }
+                for s, r in self.runs.items()
+            },
+            "best_store": self.best,
+        }
 
 
-def spark_anchor(spark, run, *, rate_key: str = "throughput", stateful: bool = True,
-                 stores: tuple[str, ...] = ("default", "rocksdb"), n_cores: int | None = None) -> AnchorResult:
+def spark_anchor(
+    spark,
+    run,
+    *,
+    rate_key: str = "throughput",
+    stateful: bool = True,
+    stores: tuple[str, ...] = ("default", "rocksdb"),
+    n_cores: int | None = None,
+) -> AnchorResult:
     """Run ``run(store)`` once per state store (only Spark's default for a stateless query),
     each with shuffle partitions = cores, and keep both results and the better one.
 
@@ -220,9 +235,13 @@ def environment(spark=None) -> dict:
         "load": [round(x, 2) for x in os.getloadavg()],
         "cores": os.cpu_count(),
         "spark_cores": cores(spark) if spark is not None else None,
-        "versions": {"python": platform.python_version(), "pyspark": spark_version, "pyarrow": pyarrow.__version__,
-                     "java": java[0] if java else None,
-                     "sluice_commit": quiet(["git", "-C", str(root), "rev-parse", "--short", "HEAD"]) or None},
+        "versions": {
+            "python": platform.python_version(),
+            "pyspark": spark_version,
+            "pyarrow": pyarrow.__version__,
+            "java": java[0] if java else None,
+            "sluice_commit": quiet(["git", "-C", str(root), "rev-parse", "--short", "HEAD"]) or None,
+        },
         "machine": platform.machine(),
         "time": datetime.now().astimezone().isoformat(timespec="seconds"),
     }

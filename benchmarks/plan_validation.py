@@ -95,8 +95,14 @@ def profile_all(quick: bool, duration: float) -> None:
             if quick:
                 threads = threads[:2] if len(threads) <= 3 else threads[:4]
             t0 = time.monotonic()
-            model = profile_on_spark(spark, operator_spec(name, server.url), name, thread_counts=threads,
-                                     duration=duration, progress=lambda m: print("  " + m, flush=True))
+            model = profile_on_spark(
+                spark,
+                operator_spec(name, server.url),
+                name,
+                thread_counts=threads,
+                duration=duration,
+                progress=lambda m: print("  " + m, flush=True),
+            )
             models[name] = model.to_dict()
             print(f"profiled {name} in {time.monotonic() - t0:.0f} s", flush=True)
     spark.stop()
@@ -140,8 +146,7 @@ def run_case(spark, case, models, blob_url: str, repeats: int, duration: float, 
     from sluice.runtime.profiler import SparkSlotRunner, bisect_peak_rate
 
     name, chain, allocation, mapping, n_slots = case
-    dag = Dag(tuple(Task(t, models[m]) for t, m in chain),
-              tuple((a[0], b[0]) for a, b in zip(chain, chain[1:])), name=name)
+    dag = Dag(tuple(Task(t, models[m]) for t, m in chain), tuple((a[0], b[0]) for a, b in zip(chain, chain[1:])), name=name)
     dag_models = {t: models[m] for t, m in chain}
     planned = planned_rate(dag, allocation, mapping, dag_models, n_slots)
     alloc = allocate(allocation, dag, planned, dag_models)
@@ -160,8 +165,7 @@ def run_case(spark, case, models, blob_url: str, repeats: int, duration: float, 
     peaks, cpu_pairs = [], []
     for _ in range(repeats):
         # geometric bisection over [predicted / 3, predicted x 3]: not anchored at the prediction
-        best = bisect_peak_rate(lambda r: runner.trial(r, duration), prediction.rate / 3, prediction.rate * 3,
-                                steps=steps)
+        best = bisect_peak_rate(lambda r: runner.trial(r, duration), prediction.rate / 3, prediction.rate * 3, steps=steps)
         peaks.append(best.rate if best else 0.0)
         if best:
             at = predict(dag, placed, dag_models, routing="even", cpu_scope="slot", at_rate=best.rate)
@@ -239,9 +243,11 @@ def main() -> int:
             t0 = time.monotonic()
             row = run_case(spark, case, models, server.url, repeats, duration, steps)
             rows.append(row)
-            print(f"{row['case']:<26} planned {row['planned']:>9.1f}  predicted {row['predicted']:>9.1f}  "
-                  f"measured {row['measured']:>9.1f} {row['measured_runs']}  ({time.monotonic() - t0:.0f} s)",
-                  flush=True)
+            print(
+                f"{row['case']:<26} planned {row['planned']:>9.1f}  predicted {row['predicted']:>9.1f}  "
+                f"measured {row['measured']:>9.1f} {row['measured_runs']}  ({time.monotonic() - t0:.0f} s)",
+                flush=True,
+            )
     spark.stop()
 
     pred = [r["predicted"] for r in rows]
@@ -250,6 +256,7 @@ def main() -> int:
     logp = [math.log10(max(p, 1e-9)) for p in pred]
     logm = [math.log10(max(m, 1e-9)) for m in meas]
     cpu = [pair for r in rows for pair in r["slot_cpu_predicted_measured"]]
+
     def bias(rs):
         return round(statistics.median(r["predicted"] / r["measured"] for r in rs), 3) if rs else None
 
@@ -270,12 +277,16 @@ def main() -> int:
         "seconds": round(time.monotonic() - t_start),
     }
     summary["ratio"] = summary["r2"]
-    print(f"\nR^2 (squared correlation, as the paper) predicted vs measured: {summary['r2']} "
-          f"(paper: 0.71-0.95); against the 1:1 line {summary['r2_identity']}, on log rates {summary['r2_log']}; "
-          f"planned vs measured {summary['r2_planned']}; per-slot CPU {summary['r2_slot_cpu']}")
-    print(f"predicted / measured (median): all {summary['median_predicted_over_measured']}, "
-          f"1-slot plans {summary['median_predicted_over_measured_1_slot']}, "
-          f"2-slot plans {summary['median_predicted_over_measured_2_slots']}")
+    print(
+        f"\nR^2 (squared correlation, as the paper) predicted vs measured: {summary['r2']} "
+        f"(paper: 0.71-0.95); against the 1:1 line {summary['r2_identity']}, on log rates {summary['r2_log']}; "
+        f"planned vs measured {summary['r2_planned']}; per-slot CPU {summary['r2_slot_cpu']}"
+    )
+    print(
+        f"predicted / measured (median): all {summary['median_predicted_over_measured']}, "
+        f"1-slot plans {summary['median_predicted_over_measured_1_slot']}, "
+        f"2-slot plans {summary['median_predicted_over_measured_2_slots']}"
+    )
     (RESULTS / "plan_validation.json").write_text(json.dumps({**summary, "rows": rows}, indent=2) + "\n")
     _plot(rows, summary)
     print(json.dumps(summary))

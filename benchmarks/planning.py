@@ -69,20 +69,26 @@ def main() -> int:
                 }
             cases.append(row)
 
-    print(f"{'DAG':<9}{'rate':>5} | {'LSA+RSM rho':>11}{'+map':>5}{'slots':>6}{'pred':>7} | "
-          f"{'MBA+SAM rho':>11}{'+map':>5}{'slots':>6}{'pred':>7} | {'ms (L/M)':>12}")
+    print(
+        f"{'DAG':<9}{'rate':>5} | {'LSA+RSM rho':>11}{'+map':>5}{'slots':>6}{'pred':>7} | "
+        f"{'MBA+SAM rho':>11}{'+map':>5}{'slots':>6}{'pred':>7} | {'ms (L/M)':>12}"
+    )
     for c in cases:
         a, b = c["LSA+RSM"], c["MBA+SAM"]
-        print(f"{c['dag']:<9}{c['rate']:>5} | {a['allocated_slots']:>11}{a['extra_slots']:>5}{a['slots']:>6}"
-              f"{a['predicted_rate_even']:>7.0f} | {b['allocated_slots']:>11}{b['extra_slots']:>5}{b['slots']:>6}"
-              f"{b['predicted_rate_even']:>7.0f} | {a['planning_ms']:>5.2f}/{b['planning_ms']:<5.2f}")
+        print(
+            f"{c['dag']:<9}{c['rate']:>5} | {a['allocated_slots']:>11}{a['extra_slots']:>5}{a['slots']:>6}"
+            f"{a['predicted_rate_even']:>7.0f} | {b['allocated_slots']:>11}{b['extra_slots']:>5}{b['slots']:>6}"
+            f"{b['predicted_rate_even']:>7.0f} | {a['planning_ms']:>5.2f}/{b['planning_ms']:<5.2f}"
+        )
     lsa = sum(c["LSA+RSM"]["slots"] for c in cases)
     mba = sum(c["MBA+SAM"]["slots"] for c in cases)
     ratio = lsa / mba
     linear = {k: [c[k]["slots"] for c in cases if c["dag"] == "linear"] for k in ("LSA+RSM", "MBA+SAM")}
     print(f"\nslots summed over 9 cases: LSA+RSM {lsa}, MBA+SAM {mba}, ratio {ratio:.2f} (paper: about 2)")
-    print(f"Linear DAG slots at 50/100/200 t/s: LSA+RSM {linear['LSA+RSM']} (paper {list(PAPER_LINEAR['LSA+RSM'])}), "
-          f"MBA+SAM {linear['MBA+SAM']} (paper {list(PAPER_LINEAR['MBA+SAM'])})")
+    print(
+        f"Linear DAG slots at 50/100/200 t/s: LSA+RSM {linear['LSA+RSM']} (paper {list(PAPER_LINEAR['LSA+RSM'])}), "
+        f"MBA+SAM {linear['MBA+SAM']} (paper {list(PAPER_LINEAR['MBA+SAM'])})"
+    )
     print("pred = rate the model predicts for the mapping with Storm-like even routing (t/s)")
 
     summary = {

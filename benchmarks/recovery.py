@@ -60,9 +60,13 @@ SOURCE = "readings"
 def make_spec(rate: float, total_rows: int, per_batch: int):
     from sluice import sources
 
-    return sources.generator(fields={"meter": sources.Keys(KEYS, prefix="meter-"), "units": sources.Uniform(0, 100),
-                                     "ts": sources.EventTime()},
-                             rate=rate, total_rows=total_rows, seed=11, max_rows_per_batch=per_batch)
+    return sources.generator(
+        fields={"meter": sources.Keys(KEYS, prefix="meter-"), "units": sources.Uniform(0, 100), "ts": sources.EventTime()},
+        rate=rate,
+        total_rows=total_rows,
+        seed=11,
+        max_rows_per_batch=per_batch,
+    )
 
 
 # ---- the child: one run of one system ------------------------------------------------------------
@@ -73,8 +77,13 @@ def child(system: str, workdir: str, rate: float, total_rows: int, per_batch: in
         from sluice import Pipeline, agg, sinks
 
         p = Pipeline("recovery", partitions=2)
-        (p.source(spec, name=SOURCE).with_columns(units="CAST(units AS BIGINT)").key_by("meter")
-         .aggregate(n=agg.count(), total=agg.sum("units"), name="per_meter").sink(sinks.files(out), name="out"))
+        (
+            p.source(spec, name=SOURCE)
+            .with_columns(units="CAST(units AS BIGINT)")
+            .key_by("meter")
+            .aggregate(n=agg.count(), total=agg.sum("units"), name="per_meter")
+            .sink(sinks.files(out), name="out")
+        )
         ready = os.path.join(workdir, system, f"standby-{os.getpid()}.ready")
 
         def on_standby(line: str) -> None:
@@ -91,15 +100,22 @@ def child(system: str, workdir: str, rate: float, total_rows: int, per_batch: in
     spark = spark_session("local[2]", "recovery_anchor", conf={"spark.sql.shuffle.partitions": "2"})
     controls = os.path.join(workdir, system, "checkpoint", "sources")
     set_max_rows(controls, SOURCE, per_batch)
-    counts = (open_stream(spark, spec, controls, SOURCE).groupBy("meter")
-              .agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("units").cast("bigint")).alias("total")))
+    counts = (
+        open_stream(spark, spec, controls, SOURCE)
+        .groupBy("meter")
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("units").cast("bigint")).alias("total"))
+    )
 
     def write(df, batch_id):
         df.write.mode("overwrite").parquet(os.path.join(out, f"batch={batch_id}"))
 
-    query = (counts.writeStream.outputMode("update").foreachBatch(write)
-             .option("checkpointLocation", os.path.join(workdir, system, "checkpoint", "spark"))
-             .trigger(processingTime="0 seconds").start())
+    query = (
+        counts.writeStream.outputMode("update")
+        .foreachBatch(write)
+        .option("checkpointLocation", os.path.join(workdir, system, "checkpoint", "spark"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     while query.isActive and not is_exhausted(controls, SOURCE):
         time.sleep(0.1)
     query.processAllAvailable()
@@ -133,14 +149,37 @@ def backlog_when_planned(workdir: str, system: str, batch_id: int, rate: float, 
 def launch(system: str, workdir: str, args, standby: bool = False) -> subprocess.Popen:
     log = open(os.path.join(workdir, f"{system}.log"), "ab")
     return subprocess.Popen(
-        [sys.executable, __file__, "--child", system, "--workdir", workdir, "--rate", str(args.rate),
-         "--total-rows", str(args.total_rows), "--rows-per-batch", str(args.rows_per_batch)]
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            system,
+            "--workdir",
+            workdir,
+            "--rate",
+            str(args.rate),
+            "--total-rows",
+            str(args.total_rows),
+            "--rows-per-batch",
+            str(args.rows_per_batch),
+        ]
         + (["--as-standby"] if standby else []),
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
-def watch_restart(system: str, workdir: str, proc: subprocess.Popen, launched: float, before: set[int],
-                  rate: float, total_rows: int, timeout: float = 900) -> dict:
+def watch_restart(
+    system: str,
+    workdir: str,
+    proc: subprocess.Popen,
+    launched: float,
+    before: set[int],
+    rate: float,
+    total_rows: int,
+    timeout: float = 900,
+) -> dict:
     """Seconds from launch to the first batch the new run commits, and to the commit of the
     first batch planned with less than a second of input left waiting (caught up)."""
     first = caught = None
@@ -156,8 +195,10 @@ def watch_restart(system: str, workdir: str, proc: subprocess.Popen, launched: f
         if proc.poll() is not None:
             break
         time.sleep(0.1)
-    return {"first_commit_s": None if first is None else round(first, 2),
-            "caught_up_s": None if caught is None else round(caught, 2)}
+    return {
+        "first_commit_s": None if first is None else round(first, 2),
+        "caught_up_s": None if caught is None else round(caught, 2),
+    }
 
 
 def start(system: str, workdir: str, args, before: set[int]) -> tuple[subprocess.Popen, dict]:
@@ -170,8 +211,9 @@ def start(system: str, workdir: str, args, before: set[int]) -> tuple[subprocess
         r = watch_restart(system, workdir, proc, launched, before, args.rate, args.total_rows)
         if proc.poll() in (None, 0):
             return proc, r
-        print(f"  {system}: the job died while starting ({proc.returncode}, see {workdir}/{system}.log); "
-              f"launched again", flush=True)
+        print(
+            f"  {system}: the job died while starting ({proc.returncode}, see {workdir}/{system}.log); launched again", flush=True
+        )
     raise SystemExit(f"{system} failed to start three times; see {workdir}/{system}.log")
 
 
@@ -211,8 +253,11 @@ def run_with_standby(workdir: str, args, rng: random.Random) -> dict:
         r = watch_restart(system, workdir, proc, killed, before, args.rate, args.total_rows)
         r["killed_after_s"] = round(wait, 2)
         restarts.append(r)
-        print(f"  {system}: kill {k + 1} after {wait:.1f} s; the standby took over: first commit "
-              f"{_s(r['first_commit_s'])} after the kill, caught up {_s(r['caught_up_s'])}", flush=True)
+        print(
+            f"  {system}: kill {k + 1} after {wait:.1f} s; the standby took over: first commit "
+            f"{_s(r['first_commit_s'])} after the kill, caught up {_s(r['caught_up_s'])}",
+            flush=True,
+        )
     return finish(system, workdir, args, proc, start_times, restarts)
 
 
@@ -234,8 +279,11 @@ def run_system(system: str, workdir: str, args, rng: random.Random) -> dict:
         proc, r = start(system, workdir, args, set(commits(workdir, system)))
         r["killed_after_s"] = round(wait, 2)
         restarts.append(r)
-        print(f"  {system}: kill {k + 1} after {wait:.1f} s; back: first commit {_s(r['first_commit_s'])}, "
-              f"caught up {_s(r['caught_up_s'])}", flush=True)
+        print(
+            f"  {system}: kill {k + 1} after {wait:.1f} s; back: first commit {_s(r['first_commit_s'])}, "
+            f"caught up {_s(r['caught_up_s'])}",
+            flush=True,
+        )
     return finish(system, workdir, args, proc, start_times, restarts)
 
 
@@ -286,10 +334,12 @@ def summary(runs: dict) -> dict:
         values = [v for v in values if v is not None]
         return round(statistics.median(values), 2) if values else None
 
-    return {"first_commit_s_median": med([r["first_commit_s"] for r in runs["restarts"]]),
-            "caught_up_s_median": med([r["caught_up_s"] for r in runs["restarts"]]),
-            "first_commit_s_max": max((r["first_commit_s"] or 0 for r in runs["restarts"]), default=None),
-            "cold_start_first_commit_s": round(runs["start"]["first_commit_s"] or 0, 2)}
+    return {
+        "first_commit_s_median": med([r["first_commit_s"] for r in runs["restarts"]]),
+        "caught_up_s_median": med([r["caught_up_s"] for r in runs["restarts"]]),
+        "first_commit_s_max": max((r["first_commit_s"] or 0 for r in runs["restarts"]), default=None),
+        "cold_start_first_commit_s": round(runs["start"]["first_commit_s"] or 0, 2),
+    }
 
 
 def plot(results: dict, path: Path) -> None:
@@ -305,12 +355,14 @@ def plot(results: dict, path: Path) -> None:
             ys = [r[what] for r in restarts if r[what] is not None]
             xs = [i * 3 + j + (k - len(ys) / 2) * 0.08 for k in range(len(ys))]
             ax.scatter(xs, ys, color=color, marker="o" if j == 0 else "s", alpha=0.8)
-    ax.set_xticks([0, 1, 3, 4], ["Sluice\nfirst commit", "Sluice\ncaught up", "Spark\nfirst commit",
-                                 "Spark\ncaught up"])
+    ax.set_xticks([0, 1, 3, 4], ["Sluice\nfirst commit", "Sluice\ncaught up", "Spark\nfirst commit", "Spark\ncaught up"])
     ax.set_ylabel("seconds after restart")
-    ax.set_title(f"Restart after SIGKILL, {results['setup']['kills']} kills each, local[2]\n"
-                 f"lost/duplicated rows: Sluice {results['sluice']['lost_rows']}/{results['sluice']['duplicated_rows']}, "
-                 f"Spark {results['spark']['lost_rows']}/{results['spark']['duplicated_rows']}", fontsize=10)
+    ax.set_title(
+        f"Restart after SIGKILL, {results['setup']['kills']} kills each, local[2]\n"
+        f"lost/duplicated rows: Sluice {results['sluice']['lost_rows']}/{results['sluice']['duplicated_rows']}, "
+        f"Spark {results['spark']['lost_rows']}/{results['spark']['duplicated_rows']}",
+        fontsize=10,
+    )
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -324,15 +376,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=5_000, help="source rows per second")
     parser.add_argument("--total-rows", type=int, default=None)
     parser.add_argument("--rows-per-batch", type=int, default=100_000)
-    parser.add_argument("--kill-after", type=float, nargs=2, default=(3.0, 12.0), metavar=("MIN", "MAX"),
-                        help="a kill comes uniformly MIN..MAX s after the job caught up (after its start or restart)")
+    parser.add_argument(
+        "--kill-after",
+        type=float,
+        nargs=2,
+        default=(3.0, 12.0),
+        metavar=("MIN", "MAX"),
+        help="a kill comes uniformly MIN..MAX s after the job caught up (after its start or restart)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--name", default="recovery", help="results file name (docs/results/NAME.json and .png)")
-    parser.add_argument("--systems", default=None,
-                        help="comma-separated subset of sluice,spark,sluice_standby (default: sluice,spark, "
-                             "and sluice_standby with --standby)")
-    parser.add_argument("--standby", action="store_true",
-                        help="also Sluice with a hot standby beside the job (sluice run --standby): kill to its first commit")
+    parser.add_argument(
+        "--systems",
+        default=None,
+        help="comma-separated subset of sluice,spark,sluice_standby (default: sluice,spark, and sluice_standby with --standby)",
+    )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="also Sluice with a hot standby beside the job (sluice run --standby): kill to its first commit",
+    )
     parser.add_argument("--child", choices=("sluice", "spark", STANDBY), help=argparse.SUPPRESS)
     parser.add_argument("--as-standby", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -347,22 +410,31 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     workdir = tempfile.mkdtemp(prefix="sluice-recovery-")
     mode = "quick" if args.quick else "full"
-    print(f"recovery: {args.kills} SIGKILLs each, source {args.rate:,.0f} rows/s ({args.total_rows:,} rows, "
-          f"{KEYS:,} keys), at most {args.rows_per_batch:,} rows a batch, local[2] ({mode} mode); work in {workdir}",
-          flush=True)
+    print(
+        f"recovery: {args.kills} SIGKILLs each, source {args.rate:,.0f} rows/s ({args.total_rows:,} rows, "
+        f"{KEYS:,} keys), at most {args.rows_per_batch:,} rows a batch, local[2] ({mode} mode); work in {workdir}",
+        flush=True,
+    )
     rng = random.Random(args.seed)
     runs = {}
     systems = args.systems.split(",") if args.systems else ["sluice", "spark"] + ([STANDBY] if args.standby else [])
     for system in systems:
         runs[system] = run_system(system, workdir, args, rng)
     results = {
-        "benchmark": "recovery", "mode": mode,
-        "setup": {"kills": args.kills, "rate_rows_per_s": args.rate, "total_rows": args.total_rows, "keys": KEYS,
-                  "rows_per_batch": args.rows_per_batch, "kill_after_s": list(args.kill_after), "master": "local[2]",
-                  "first_commit": "process launch to the first batch committed by the new run",
-                  "caught_up": "process launch to the commit of the first batch planned with less than 1 s of "
-                               "input waiting",
-                  STANDBY: "first commit and caught up counted from the kill (the standby was ready before it)"},
+        "benchmark": "recovery",
+        "mode": mode,
+        "setup": {
+            "kills": args.kills,
+            "rate_rows_per_s": args.rate,
+            "total_rows": args.total_rows,
+            "keys": KEYS,
+            "rows_per_batch": args.rows_per_batch,
+            "kill_after_s": list(args.kill_after),
+            "master": "local[2]",
+            "first_commit": "process launch to the first batch committed by the new run",
+            "caught_up": "process launch to the commit of the first batch planned with less than 1 s of input waiting",
+            STANDBY: "first commit and caught up counted from the kill (the standby was ready before it)",
+        },
         **{s: {**runs[s], **summary(runs[s])} for s in runs},
     }
     sluice_first = results.get("sluice", {}).get("first_commit_s_median")
@@ -373,9 +445,20 @@ def main(argv: list[str] | None = None) -> int:
     if "sluice" in results and "spark" in results:
         plot(results, RESULTS / f"{args.name}.png")
     shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps({"benchmark": "recovery", "ratio": results["ratio"], "mode": mode,
-                      **{f"{s}_{k}": results[s][k] for s in runs
-                         for k in ("first_commit_s_median", "caught_up_s_median", "lost_rows", "duplicated_rows")}}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "recovery",
+                "ratio": results["ratio"],
+                "mode": mode,
+                **{
+                    f"{s}_{k}": results[s][k]
+                    for s in runs
+                    for k in ("first_commit_s_median", "caught_up_s_median", "lost_rows", "duplicated_rows")
+                },
+            }
+        )
+    )
     return 0
 
 

@@ -86,8 +86,9 @@ def needed_executors(rate: float) -> int:
 def generator(rate: float, start: float, seed: int):
     from sluice import sources
 
-    return sources.generator(fields={"k": sources.Keys(KEYS), "v": sources.Uniform(0.0, 1.0)},
-                             rate=rate, start_time=start, seed=seed)
+    return sources.generator(
+        fields={"k": sources.Keys(KEYS), "v": sources.Uniform(0.0, 1.0)}, rate=rate, start_time=start, seed=seed
+    )
 
 
 def count_and_wait(key, rows, state):
@@ -108,8 +109,12 @@ def sluice_pipeline(t0: float, pre: float, latest: dict):
     p = Pipeline("rescaling", partitions=1, max_parallelism=64)
     base = p.source(generator(R1, t0, 1), name="base")
     step = p.source(generator(R2 - R1, t0 + pre, 2), name="step")
-    (base.union(step).key_by("k").process(count_and_wait, schema={"k": "int", "n": "int"}, name="per_key")
-     .sink(sinks.callback(keep), name="out"))
+    (
+        base.union(step)
+        .key_by("k")
+        .process(count_and_wait, schema={"k": "int", "n": "int"}, name="per_key")
+        .sink(sinks.callback(keep), name="out")
+    )
     return p
 
 
@@ -158,27 +163,49 @@ def run_sluice(spark, pool, policy, workdir: str, pre: float, post: float) -> di
     t0 = time.time() + LEAD_S
     p = sluice_pipeline(t0, pre, latest)
     with Sampler(Checkpoint.of(checkpoint).sources, ["base", "step"], pool) as sampler:
-        result = run_pipeline(p, checkpoint, spark=spark, policies=[policy], executors=1, max_executors=WORKERS,
-                              duration=(t0 - time.time()) + pre + post)
+        result = run_pipeline(
+            p,
+            checkpoint,
+            spark=spark,
+            policies=[policy],
+            executors=1,
+            max_executors=WORKERS,
+            duration=(t0 - time.time()) + pre + post,
+        )
     decisions = [d for d in read_decisions(checkpoint) if d["type"] == "decision"]
     admitted = sum(m.rows_in for m in result.metrics)
     assert sum(latest.values()) == admitted, f"{policy.name}: counts add up to {sum(latest.values())}, admitted {admitted}"
-    steps = [{"t": d["time"] - (t0 + pre), "kind": d["action"]["kind"], "value": d["action"]["value"]}
-             for d in decisions]
-    return {"t0": t0, "samples": sampler.samples, "steps": steps, "restarts": 0, "downtime_s": 0.0,
-            "batches": [{"t": m.started_at - (t0 + pre), "duration_s": m.duration_s, "rows": m.rows_in}
-                        for m in result.metrics if m.rows_in], "rows": admitted}
+    steps = [{"t": d["time"] - (t0 + pre), "kind": d["action"]["kind"], "value": d["action"]["value"]} for d in decisions]
+    return {
+        "t0": t0,
+        "samples": sampler.samples,
+        "steps": steps,
+        "restarts": 0,
+        "downtime_s": 0.0,
+        "batches": [
+            {"t": m.started_at - (t0 + pre), "duration_s": m.duration_s, "rows": m.rows_in} for m in result.metrics if m.rows_in
+        ],
+        "rows": admitted,
+    }
 
 
 def run_spark_restart(spark, pool, workdir: str, pre: float, post: float, decide_after_s: float, executors: int) -> dict:
     """Spark's native stateful query, stopped and restarted with ``executors`` executors
     ``decide_after_s`` after the step."""
-    return run_spark_query(spark, pool, workdir, pre, post, "spark_restart", executors=1,
-                           restart=(decide_after_s, executors))
+    return run_spark_query(spark, pool, workdir, pre, post, "spark_restart", executors=1, restart=(decide_after_s, executors))
 
 
-def run_spark_query(spark, pool, workdir: str, pre: float, post: float, tag: str, *, executors: int | None,
-                    restart: tuple[float, int] | None = None) -> dict:
+def run_spark_query(
+    spark,
+    pool,
+    workdir: str,
+    pre: float,
+    post: float,
+    tag: str,
+    *,
+    executors: int | None,
+    restart: tuple[float, int] | None = None,
+) -> dict:
     """Spark's native stateful query (``applyInPandasWithState``, the same count and work).
     ``executors``: held from the start through ``pool`` (None: Spark's dynamic allocation
     decides, ``pool`` is only read); ``restart``: (seconds after the step, executors) to stop
@@ -208,10 +235,18 @@ def run_spark_query(spark, pool, workdir: str, pre: float, post: float, tag: str
         spark.conf.set("spark.sql.shuffle.partitions", str(WORKERS))  # fixed by the checkpoint from its first batch
         base = open_stream(spark, generator(R1, t0, 1), controls, "base").select("k")
         step = open_stream(spark, generator(R2 - R1, t0 + pre, 2), controls, "step").select("k")
-        counts = base.unionByName(step).groupBy("k").applyInPandasWithState(
-            count_and_wait_pandas, "k long, n long", "n long", "Update", GroupStateTimeout.NoTimeout)
-        return counts.writeStream.format("noop").outputMode("update").option("checkpointLocation", checkpoint) \
-            .trigger(processingTime="0 seconds").start()
+        counts = (
+            base.unionByName(step)
+            .groupBy("k")
+            .applyInPandasWithState(count_and_wait_pandas, "k long, n long", "n long", "Update", GroupStateTimeout.NoTimeout)
+        )
+        return (
+            counts.writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
 
     downtime = 0.0
     progress: list[dict] = []
@@ -242,10 +277,22 @@ def run_spark_query(spark, pool, workdir: str, pre: float, post: float, tag: str
                     progress.append(p)
         query.stop()
     step_at = t0 + pre
-    batches = [{"t": _epoch(p["timestamp"]) - step_at, "duration_s": p["durationMs"].get("triggerExecution", 0) / 1000,
-                "rows": int(p.get("numInputRows") or 0)} for p in progress]
-    return {"t0": t0, "samples": sampler.samples, "restarts": 0 if restart is None else 1,
-            "downtime_s": round(downtime, 2), "steps": steps, "batches": [b for b in batches if b["rows"]]}
+    batches = [
+        {
+            "t": _epoch(p["timestamp"]) - step_at,
+            "duration_s": p["durationMs"].get("triggerExecution", 0) / 1000,
+            "rows": int(p.get("numInputRows") or 0),
+        }
+        for p in progress
+    ]
+    return {
+        "t0": t0,
+        "samples": sampler.samples,
+        "restarts": 0 if restart is None else 1,
+        "downtime_s": round(downtime, 2),
+        "steps": steps,
+        "batches": [b for b in batches if b["rows"]],
+    }
 
 
 class HeldBySpark:
@@ -311,15 +358,19 @@ def figures(run: dict, pre: float) -> dict:
     held = max(set(end), key=end.count) if end else None
     need = needed_executors(R2)
     scaling = [s for s in run["steps"] if s["t"] >= 0 and s["kind"] in ("partitions", "restart")]
-    return {"steps_to_converge": len(scaling),
-            "time_to_target_s": None if held_rate is None else round(held_rate, 1),
-            "time_to_drain_s": None if drained is None else round(drained, 1),
-            "executors_at_end": held, "executors_needed": need,
-            "provisioning_at_end": None if held is None else round(held / need - 1, 3),
-            "restarts": run["restarts"], "restart_downtime_s": run["downtime_s"],
-            "max_backlog_s": round(max((s["backlog"] for s in after), default=0) / R2, 1),
-            "max_lag_s": round(max((x for t, x in lag if t >= 0), default=0) / R2, 1),
-            "lag_s": [[round(t, 1), round(x / R2, 1)] for t, x in lag]}
+    return {
+        "steps_to_converge": len(scaling),
+        "time_to_target_s": None if held_rate is None else round(held_rate, 1),
+        "time_to_drain_s": None if drained is None else round(drained, 1),
+        "executors_at_end": held,
+        "executors_needed": need,
+        "provisioning_at_end": None if held is None else round(held / need - 1, 3),
+        "restarts": run["restarts"],
+        "restart_downtime_s": run["downtime_s"],
+        "max_backlog_s": round(max((s["backlog"] for s in after), default=0) / R2, 1),
+        "max_lag_s": round(max((x for t, x in lag if t >= 0), default=0) / R2, 1),
+        "lag_s": [[round(t, 1), round(x / R2, 1)] for t, x in lag],
+    }
 
 
 def plot(runs: dict, pre: float, path: Path) -> None:
@@ -357,13 +408,17 @@ def main() -> None:
 
     os.environ.setdefault("SLUICE_SPARK_UI", "0")
     runs: dict = {}
-    with tempfile.TemporaryDirectory(prefix="rescaling_") as workdir, \
-            LocalCluster(workers=WORKERS, cores=1, memory="1g", root=os.path.join(workdir, "cluster")) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="rescaling_") as workdir,
+        LocalCluster(workers=WORKERS, cores=1, memory="1g", root=os.path.join(workdir, "cluster")) as cluster,
+    ):
         spark = spark_session(cluster.master_url, conf={"spark.executor.memory": "512m"})
         pool = ExecutorPool(spark, max_executors=WORKERS)
         pool.settle()
-        for policy in (OneStepScaling(target_utilization=TARGET_UTILIZATION, window=WINDOW),
-                       IncrementalScaling(target_utilization=TARGET_UTILIZATION, window=WINDOW)):
+        for policy in (
+            OneStepScaling(target_utilization=TARGET_UTILIZATION, window=WINDOW),
+            IncrementalScaling(target_utilization=TARGET_UTILIZATION, window=WINDOW),
+        ):
             print(f"running {policy.name} ...", flush=True)
             runs["ds2" if policy.name == "scaling" else "incremental"] = run_sluice(spark, pool, policy, workdir, pre, post)
         ds2_steps = [s for s in runs["ds2"]["steps"] if s["t"] >= 0]
@@ -373,22 +428,29 @@ def main() -> None:
         runs["spark_restart"] = run_spark_restart(spark, pool, workdir, pre, post, decide_after, chosen)
         peak = needed_executors(R2)
         print(f"running spark_static_peak ({peak} executors from the start) ...", flush=True)
-        runs["spark_static_peak"] = run_spark_query(spark, pool, workdir, pre, post, "spark_static_peak",
-                                                    executors=peak)
+        runs["spark_static_peak"] = run_spark_query(spark, pool, workdir, pre, post, "spark_static_peak", executors=peak)
         spark.stop()
         # Spark's dynamic allocation on Spark's own query, in a session of its own (the
         # allocation manager is set when the context starts; shuffle tracking stands in for
         # the external shuffle service a standalone cluster here does not run)
         print("running spark_dynamic_allocation ...", flush=True)
-        spark = spark_session(cluster.master_url, app_name="rescaling_dynamic_allocation", conf={
-            "spark.executor.memory": "512m", "spark.dynamicAllocation.enabled": "true",
-            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-            "spark.dynamicAllocation.minExecutors": "1", "spark.dynamicAllocation.initialExecutors": "1",
-            "spark.dynamicAllocation.maxExecutors": str(WORKERS),
-            "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
-            "spark.dynamicAllocation.executorIdleTimeout": "60s"})
-        runs["spark_dynamic_allocation"] = run_spark_query(spark, HeldBySpark(spark), workdir, pre, post,
-                                                           "spark_dynamic_allocation", executors=None)
+        spark = spark_session(
+            cluster.master_url,
+            app_name="rescaling_dynamic_allocation",
+            conf={
+                "spark.executor.memory": "512m",
+                "spark.dynamicAllocation.enabled": "true",
+                "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+                "spark.dynamicAllocation.minExecutors": "1",
+                "spark.dynamicAllocation.initialExecutors": "1",
+                "spark.dynamicAllocation.maxExecutors": str(WORKERS),
+                "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
+                "spark.dynamicAllocation.executorIdleTimeout": "60s",
+            },
+        )
+        runs["spark_dynamic_allocation"] = run_spark_query(
+            spark, HeldBySpark(spark), workdir, pre, post, "spark_dynamic_allocation", executors=None
+        )
         spark.stop()
 
     results = {name: figures(run, pre) for name, run in runs.items()}
@@ -401,22 +463,42 @@ def main() -> None:
     # the anchor still behind when the run ends: its time is at least the run's, so is the ratio
     at_least = round(post / ds2, 3) if ds2 and anchor is None else None
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = {"benchmark": "rescaling", "quick": args.quick, "ratio": ratio, "ratio_at_least": at_least,
-           "ratio_is": "time from the step to the target rate: Spark stop-and-restart over Sluice DS2",
-           "ratio_dynamic_allocation": round(da / ds2, 3) if ds2 and da else None,
-           "ratio_static_peak": round(peak_t / ds2, 3) if ds2 and peak_t else None,
-           "workers": WORKERS, "work_s_per_row": WORK_S, "rates": [R1, R2], "pre_s": pre, "post_s": post,
-           "target_utilization": TARGET_UTILIZATION, "window_batches": WINDOW, "lead_s": LEAD_S, "results": results,
-           "decisions": {name: run["steps"] for name, run in runs.items()},
-           "note": "measured on a shared 2-core machine (about 8 engineers at once): times are inflated and noisy; "
-                   "the per-record work is waiting, not CPU, so parallelism can exceed the 2 cores"}
+    out = {
+        "benchmark": "rescaling",
+        "quick": args.quick,
+        "ratio": ratio,
+        "ratio_at_least": at_least,
+        "ratio_is": "time from the step to the target rate: Spark stop-and-restart over Sluice DS2",
+        "ratio_dynamic_allocation": round(da / ds2, 3) if ds2 and da else None,
+        "ratio_static_peak": round(peak_t / ds2, 3) if ds2 and peak_t else None,
+        "workers": WORKERS,
+        "work_s_per_row": WORK_S,
+        "rates": [R1, R2],
+        "pre_s": pre,
+        "post_s": post,
+        "target_utilization": TARGET_UTILIZATION,
+        "window_batches": WINDOW,
+        "lead_s": LEAD_S,
+        "results": results,
+        "decisions": {name: run["steps"] for name, run in runs.items()},
+        "note": "measured on a shared 2-core machine (about 8 engineers at once): times are inflated and noisy; "
+        "the per-record work is waiting, not CPU, so parallelism can exceed the 2 cores",
+    }
     (RESULTS / "rescaling.json").write_text(json.dumps(out, indent=1))
     plot(runs, pre, RESULTS / "rescaling.png")
     brief = {name: {k: v for k, v in fig.items() if k != "lag_s"} for name, fig in results.items()}
-    print(json.dumps({"benchmark": out["benchmark"], "ratio": out["ratio"], "ratio_at_least": at_least,
-                      "ratio_dynamic_allocation": out["ratio_dynamic_allocation"],
-                      "ratio_static_peak": out["ratio_static_peak"],
-                      "results": brief}))
+    print(
+        json.dumps(
+            {
+                "benchmark": out["benchmark"],
+                "ratio": out["ratio"],
+                "ratio_at_least": at_least,
+                "ratio_dynamic_allocation": out["ratio_dynamic_allocation"],
+                "ratio_static_peak": out["ratio_static_peak"],
+                "results": brief,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def phase_keys(seed: int) -> np.ndarray:
     drawn = rng.choice(KEYS, size=PHASES * HOT, replace=False)
     table = np.empty((PHASES, KEYS), np.int64)
     for p in range(PHASES):
-        hot = drawn[p * HOT:(p + 1) * HOT]
+        hot = drawn[p * HOT : (p + 1) * HOT]
         rest = np.setdiff1d(np.arange(KEYS), hot)
         table[p] = np.concatenate([hot, rest])
     return table
@@ -111,6 +111,7 @@ def rotate_keys(table: np.ndarray, phase_rows: int):
         phase = np.minimum(seq // phase_rows, PHASES - 1)
         keys = table[phase, batch.column("k").to_numpy()]
         return pa.RecordBatch.from_arrays([pa.array(keys), batch.column("seq")], names=["k", "seq"])
+
     return rotate
 
 
@@ -136,19 +137,25 @@ def count_and_burn(key, rows: pa.Table, state):
 
 
 def pipeline(total_rows: int, per_batch: int, table: np.ndarray, latest: dict) -> Pipeline:
-    spec = sources.generator(fields={"k": sources.Keys(KEYS, distribution="zipf", skew=SKEW), "seq": sources.Sequence()},
-                             total_rows=total_rows, max_rows_per_batch=per_batch, seed=17)
+    spec = sources.generator(
+        fields={"k": sources.Keys(KEYS, distribution="zipf", skew=SKEW), "seq": sources.Sequence()},
+        total_rows=total_rows,
+        max_rows_per_batch=per_batch,
+        seed=17,
+    )
 
     def keep(batch_id, table):
         for row in table.to_pylist():
             latest[row["k"]] = (row["n"], row["total"])
 
     p = Pipeline("skew_balancing", partitions=PARTITIONS)
-    (p.source(spec, name="events")
-     .map_batches(rotate_keys(table, -(-total_rows // PHASES)), schema={"k": "int", "seq": "int"}, name="rotate")
-     .key_by("k").process(count_and_burn, schema={"k": "int", "n": "int", "total": "int", "work": "double"},
-                          name="per_key")
-     .sink(sinks.callback(keep), name="out"))
+    (
+        p.source(spec, name="events")
+        .map_batches(rotate_keys(table, -(-total_rows // PHASES)), schema={"k": "int", "seq": "int"}, name="rotate")
+        .key_by("k")
+        .process(count_and_burn, schema={"k": "int", "n": "int", "total": "int", "work": "double"}, name="per_key")
+        .sink(sinks.callback(keep), name="out")
+    )
     return p
 
 
@@ -180,7 +187,7 @@ def run(spark, system: str, total_rows: int, per_batch: int, table: np.ndarray, 
 
 
 def _rows_by_key_group(m, size: int) -> np.ndarray:
-    (_, groups), = m.key_groups.items()  # one keyed operator
+    ((_, groups),) = m.key_groups.items()  # one keyed operator
     rows = np.zeros(size)
     for kg, values in groups.items():
         rows[int(kg)] = values.get("rows", 0)
@@ -203,8 +210,11 @@ def row_imbalance(metrics: list, initial: list[int], decisions: list[dict]) -> d
         per_partition = np.bincount(routing, weights=rows, minlength=PARTITIONS)
         values.append((m.batch_id, float(per_partition.max() / per_partition.mean())))
     steady = [v for b, v in values[WARMUP:]]
-    return {"median": round(statistics.median(steady), 3), "mean": round(statistics.mean(steady), 3),
-            "per_batch": [round(v, 3) for _, v in values]}
+    return {
+        "median": round(statistics.median(steady), 3),
+        "mean": round(statistics.mean(steady), 3),
+        "per_batch": [round(v, 3) for _, v in values],
+    }
 
 
 def balance_bound(metrics: list, routing: list[int], phase_rows: int, per_batch: int) -> dict:
@@ -225,7 +235,7 @@ def balance_bound(metrics: list, routing: list[int], phase_rows: int, per_batch:
     hash_s = ideal_s = reactive_s = fixed_s = 0.0
     hot_shares = []
     for m in steady:
-        (op_id, _), = m.key_groups.items()
+        ((op_id, _),) = m.key_groups.items()
         rows = _rows_by_key_group(m, len(table))
         ops = m.operators[op_id]
         busy = max(ops.get("time_s", 0.0) - ops.get("input_wait_s", 0.0), 0.0) * rows / max(rows.sum(), 1)
@@ -238,8 +248,12 @@ def balance_bound(metrics: list, routing: list[int], phase_rows: int, per_batch:
         reactive_s += m.duration_s if first_of_phase else m.duration_s - hottest + balanced
         fixed_s += m.duration_s - hottest
         hot_shares.append(hottest / max(float(busy.sum()), 1e-9))
-    return {"ideal_ratio": round(hash_s / ideal_s, 3), "reactive_ideal_ratio": round(hash_s / reactive_s, 3),
-            "fixed_share": round(fixed_s / hash_s, 3), "hot_partition_share": round(statistics.median(hot_shares), 3)}
+    return {
+        "ideal_ratio": round(hash_s / ideal_s, 3),
+        "reactive_ideal_ratio": round(hash_s / reactive_s, 3),
+        "fixed_share": round(fixed_s / hash_s, 3),
+        "hot_partition_share": round(statistics.median(hot_shares), 3),
+    }
 
 
 def _decisions(checkpoint: str) -> list[dict]:
@@ -261,13 +275,18 @@ def figures(batches: list[tuple[int, float, float, int]], decisions: list[dict])
         if first in durations and neighbours:
             pauses.append(round(durations[first] / statistics.median(neighbours), 3))
     moved = [d["action"]["expected"].get("migrations", 0) for d in decisions]
-    return {"rows_per_s": round(sum(r for *_, r in steady) / elapsed, 1),
-            "p95_batch_s": round(float(np.percentile([d for _, _, d, _ in steady], 95)), 3),
-            "median_batch_s": round(statistics.median(d for _, _, d, _ in steady), 3),
-            "batches": len(batches), "migrations": len(decisions), "key_groups_moved": int(sum(moved)),
-            "migration_batches": [d["batch_id"] + 1 for d in decisions], "pause_ratios": pauses,
-            "max_pause_ratio": max(pauses) if pauses else None,
-            "batch_durations_s": [round(d, 3) for _, _, d, _ in batches]}
+    return {
+        "rows_per_s": round(sum(r for *_, r in steady) / elapsed, 1),
+        "p95_batch_s": round(float(np.percentile([d for _, _, d, _ in steady], 95)), 3),
+        "median_batch_s": round(statistics.median(d for _, _, d, _ in steady), 3),
+        "batches": len(batches),
+        "migrations": len(decisions),
+        "key_groups_moved": int(sum(moved)),
+        "migration_batches": [d["batch_id"] + 1 for d in decisions],
+        "pause_ratios": pauses,
+        "max_pause_ratio": max(pauses) if pauses else None,
+        "batch_durations_s": [round(d, 3) for _, _, d, _ in batches],
+    }
 
 
 def plot(results: dict, path: Path) -> None:
@@ -302,8 +321,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="hot sets drawn at random with this many seeds, figures averaged (default 1 quick, 3 full)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="hot sets drawn at random with this many seeds, figures averaged (default 1 quick, 3 full)",
+    )
     args = parser.parse_args()
     load_at_start = os.getloadavg()[0]
     per_batch = 6_000 if args.quick else 12_000
@@ -336,20 +359,30 @@ def main() -> None:
                 runs[system].append(result["figures"])
                 outputs[f"{system}#{len(runs[system])}"] = result["latest"]
                 f = result["figures"]
-                print(f"  seed {seed} {LABELS[system]:26s} {f['rows_per_s']:9.0f} rows/s  p95 {f['p95_batch_s']:.2f} s  "
-                      f"migrations {f['migrations']} ({f['key_groups_moved']} key groups)  pauses {f['pause_ratios']}  "
-                      f"row imbalance {f['row_imbalance']['median']}  {f.get('bound', '')}  "
-                      f"[{time.time() - t0:.0f} s]", flush=True)
+                print(
+                    f"  seed {seed} {LABELS[system]:26s} {f['rows_per_s']:9.0f} rows/s  p95 {f['p95_batch_s']:.2f} s  "
+                    f"migrations {f['migrations']} ({f['key_groups_moved']} key groups)  pauses {f['pause_ratios']}  "
+                    f"row imbalance {f['row_imbalance']['median']}  {f.get('bound', '')}  "
+                    f"[{time.time() - t0:.0f} s]",
+                    flush=True,
+                )
         reference = next(iter(outputs.values()))
         seed_exact = all(out == reference for out in outputs.values())
         counted = sum(n for n, _ in reference.values())
-        print(f"seed {seed}: final per-key aggregates equal across all {len(outputs)} runs: {seed_exact} "
-              f"({len(reference)} keys, {counted} rows counted of {total_rows})", flush=True)
+        print(
+            f"seed {seed}: final per-key aggregates equal across all {len(outputs)} runs: {seed_exact} "
+            f"({len(reference)} keys, {counted} rows counted of {total_rows})",
+            flush=True,
+        )
         if not seed_exact or counted != total_rows:
             raise SystemExit("the runs' outputs differ: exactly-once broken under migrations")
         exact = exact and seed_exact
-        per_seed.append({s: max(rs, key=lambda f: f["rows_per_s"]) | {"runs_rows_per_s": [f["rows_per_s"] for f in rs]}
-                         for s, rs in runs.items()})
+        per_seed.append(
+            {
+                s: max(rs, key=lambda f: f["rows_per_s"]) | {"runs_rows_per_s": [f["rows_per_s"] for f in rs]}
+                for s, rs in runs.items()
+            }
+        )
     # the figures of the first seed's best runs stand for each system; the ratios are the means
     # of each seed's ratio
     best = per_seed[0]
@@ -358,32 +391,56 @@ def main() -> None:
         return statistics.mean(b[system]["rows_per_s"] / b["hash"]["rows_per_s"] for b in per_seed)
 
     ratio = mean_ratio("sluice")
-    results = {"benchmark": "skew_balancing", "ratio": round(ratio, 3), "quick": args.quick,
-               "flux_ratio": round(mean_ratio("flux"), 3),
-               "ring_ratio": round(mean_ratio("ring"), 3),
-               "seeds": seeds, "ratio_by_seed": [round(b["sluice"]["rows_per_s"] / b["hash"]["rows_per_s"], 3)
-                                                 for b in per_seed],
-               "hash": "hash routing held fixed (Sluice's runtime without a controller), not Spark's own query",
-               "row_imbalance_by_seed": [{s: b[s]["row_imbalance"]["median"] for s in b} for b in per_seed],
-               "max_pause_ratio": best["sluice"]["max_pause_ratio"],
-               # what perfect balancing could gain, from the (best) hash run's own key-group loads
-               "ideal_ratio": best["hash"]["bound"]["ideal_ratio"],
-               "reactive_ideal_ratio": best["hash"]["bound"]["reactive_ideal_ratio"],
-               "row_imbalance": {s: best[s]["row_imbalance"]["median"] for s in best},
-               "outputs_equal": exact, "rows": total_rows, "rows_per_batch": per_batch, "keys": KEYS, "skew": SKEW,
-               "phases": PHASES, "hot_keys": HOT, "work_s_per_row": WORK_S, "partitions": PARTITIONS, "repeats": repeats,
-               "systems": best,
-               "load_average": [round(load_at_start, 2), round(os.getloadavg()[0], 2)],
-               "note": f"best of {repeats} alternating runs per system on a 2-core machine (1-minute load "
-                       f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; other work on it "
-                       "disturbs the timings, not the row imbalance); throughput = rows / time over the batches after "
-                       f"the first {WARMUP}, adaptation after each shift of the hot set included"}
+    results = {
+        "benchmark": "skew_balancing",
+        "ratio": round(ratio, 3),
+        "quick": args.quick,
+        "flux_ratio": round(mean_ratio("flux"), 3),
+        "ring_ratio": round(mean_ratio("ring"), 3),
+        "seeds": seeds,
+        "ratio_by_seed": [round(b["sluice"]["rows_per_s"] / b["hash"]["rows_per_s"], 3) for b in per_seed],
+        "hash": "hash routing held fixed (Sluice's runtime without a controller), not Spark's own query",
+        "row_imbalance_by_seed": [{s: b[s]["row_imbalance"]["median"] for s in b} for b in per_seed],
+        "max_pause_ratio": best["sluice"]["max_pause_ratio"],
+        # what perfect balancing could gain, from the (best) hash run's own key-group loads
+        "ideal_ratio": best["hash"]["bound"]["ideal_ratio"],
+        "reactive_ideal_ratio": best["hash"]["bound"]["reactive_ideal_ratio"],
+        "row_imbalance": {s: best[s]["row_imbalance"]["median"] for s in best},
+        "outputs_equal": exact,
+        "rows": total_rows,
+        "rows_per_batch": per_batch,
+        "keys": KEYS,
+        "skew": SKEW,
+        "phases": PHASES,
+        "hot_keys": HOT,
+        "work_s_per_row": WORK_S,
+        "partitions": PARTITIONS,
+        "repeats": repeats,
+        "systems": best,
+        "load_average": [round(load_at_start, 2), round(os.getloadavg()[0], 2)],
+        "note": f"best of {repeats} alternating runs per system on a 2-core machine (1-minute load "
+        f"{load_at_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; other work on it "
+        "disturbs the timings, not the row imbalance); throughput = rows / time over the batches after "
+        f"the first {WARMUP}, adaptation after each shift of the hot set included",
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "skew_balancing.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, RESULTS / "skew_balancing.png")
-    summary = {k: results[k]
-               for k in ("benchmark", "ratio", "flux_ratio", "ring_ratio", "ideal_ratio", "reactive_ideal_ratio",
-                         "row_imbalance", "max_pause_ratio", "outputs_equal", "note")}
+    summary = {
+        k: results[k]
+        for k in (
+            "benchmark",
+            "ratio",
+            "flux_ratio",
+            "ring_ratio",
+            "ideal_ratio",
+            "reactive_ideal_ratio",
+            "row_imbalance",
+            "max_pause_ratio",
+            "outputs_equal",
+            "note",
+        )
+    }
     summary |= {f"{s}_rows_per_s": best[s]["rows_per_s"] for s in best}
     print(json.dumps(summary))
 

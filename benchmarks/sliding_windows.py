@@ -85,7 +85,11 @@ def make_spec(keys: int, rows: int, per_batch: int, span_s: float, delay_s: floa
             "value": sources.Uniform(0.0, 10.0),
             "ts": sources.EventTime(jitter=delay_s, step=span_s / per_batch),
         },
-        total_rows=rows, seed=seed, start_time=START, max_rows_per_batch=per_batch, watermark_delay=delay_s,
+        total_rows=rows,
+        seed=seed,
+        start_time=START,
+        max_rows_per_batch=per_batch,
+        watermark_delay=delay_s,
     )
 
 
@@ -94,6 +98,7 @@ def _count_rows(counter, tables=None):
         counter[batch_id] = table.num_rows
         if tables is not None:
             tables[batch_id] = table.select(["meter", "window_start", "n", "avg"])
+
     return sink
 
 
@@ -107,22 +112,28 @@ def run_sluice(spark, spec, queries: list[list], shared: bool, workdir: str, war
     tables: dict[int, pa.Table] = {}
     keep = tables if len(queries) == 1 else None  # the windows of a single query, for the comparison
     if shared:
-        meters.windows(*[W.query(W.sliding(size, slide), name=name, n=agg.count(), avg=agg.mean("value"))
-                         for name, size, slide in queries], name="windows") \
-            .sink(sinks.callback(_count_rows(counter, keep)))
+        meters.windows(
+            *[W.query(W.sliding(size, slide), name=name, n=agg.count(), avg=agg.mean("value")) for name, size, slide in queries],
+            name="windows",
+        ).sink(sinks.callback(_count_rows(counter, keep)))
     else:
         for i, (name, size, slide) in enumerate(queries):
             counters = counter if i == 0 else {}
-            meters.window(W.sliding(size, slide)).aggregate(n=agg.count(), avg=agg.mean("value"), name=f"w_{name}") \
-                .sink(sinks.callback(_count_rows(counters)), name=f"out_{name}")
+            meters.window(W.sliding(size, slide)).aggregate(n=agg.count(), avg=agg.mean("value"), name=f"w_{name}").sink(
+                sinks.callback(_count_rows(counters)), name=f"out_{name}"
+            )
     result = p.run(checkpoint, spark=spark)
     # the batch that ends the input (no rows; it flushes the open windows) has no Spark twin
     data = [m for m in result.metrics if m.rows_in]
     batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in data]
     output_rows = sum(counter.get(m.batch_id, 0) for m in data)
-    return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": output_rows,
-            "late": sum(m.operators.get(op, {}).get("side_late", 0) for m in result.metrics for op in m.operators),
-            "windows": _windows(tables) if keep is not None else None}
+    return {
+        "throughput": sustained(batches, warmup),
+        "batches": len(batches),
+        "output_rows": output_rows,
+        "late": sum(m.operators.get(op, {}).get("side_late", 0) for m in result.metrics for op in m.operators),
+        "windows": _windows(tables) if keep is not None else None,
+    }
 
 
 def _windows(tables: dict[int, pa.Table]) -> pa.Table | None:
@@ -134,8 +145,9 @@ def _windows(tables: dict[int, pa.Table]) -> pa.Table | None:
     return out.set_column(1, "window_start", out.column("window_start").cast(pa.timestamp("us", tz="UTC")))
 
 
-def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: int, store: str = "default",
-              panes: bool = True) -> dict:
+def run_spark(
+    spark, spec, size_s: float, slide_s: float, workdir: str, warmup: int, store: str = "default", panes: bool = True
+) -> dict:
     """Spark on ``store``, shuffle partitions = cores, the same source and batches: with
     ``panes`` the windows over pre-aggregated panes (two chained aggregations), else Spark's
     native sliding ``window()``."""
@@ -148,14 +160,18 @@ def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: 
     size, slide = f"{int(size_s * 1000)} milliseconds", f"{int(slide_s * 1000)} milliseconds"
     watermarked = frame.withWatermark("ts", f"{delay_ms} milliseconds")
     if panes:
-        partials = (watermarked.groupBy(F.window("ts", slide), "meter")
-                    .agg(F.count(F.lit(1)).alias("pn"), F.sum("value").alias("ps"))
-                    .select(F.window_time("window").alias("pt"), "meter", "pn", "ps"))
-        aggregated = (partials.groupBy(F.window("pt", size, slide), "meter")
-                      .agg(F.sum("pn").alias("n"), (F.sum("ps") / F.sum("pn")).alias("avg")))
+        partials = (
+            watermarked.groupBy(F.window("ts", slide), "meter")
+            .agg(F.count(F.lit(1)).alias("pn"), F.sum("value").alias("ps"))
+            .select(F.window_time("window").alias("pt"), "meter", "pn", "ps")
+        )
+        aggregated = partials.groupBy(F.window("pt", size, slide), "meter").agg(
+            F.sum("pn").alias("n"), (F.sum("ps") / F.sum("pn")).alias("avg")
+        )
     else:
-        aggregated = (watermarked.groupBy(F.window("ts", size, slide), "meter")
-                      .agg(F.count(F.lit(1)).alias("n"), F.avg("value").alias("avg")))
+        aggregated = watermarked.groupBy(F.window("ts", size, slide), "meter").agg(
+            F.count(F.lit(1)).alias("n"), F.avg("value").alias("avg")
+        )
     counter: dict[int, int] = {}
     tables: dict[int, pa.Table] = {}
 
@@ -165,8 +181,13 @@ def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: 
         tables[batch_id] = table
 
     with spark_conf(spark, anchor_conf(store, PARTITIONS)):
-        query = (aggregated.writeStream.outputMode("append").foreachBatch(collect)
-                 .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
+        query = (
+            aggregated.writeStream.outputMode("append")
+            .foreachBatch(collect)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
     try:
         while query.isActive and not is_exhausted(controls, "readings"):
             time.sleep(0.1)
@@ -175,8 +196,13 @@ def run_spark(spark, spec, size_s: float, slide_s: float, workdir: str, warmup: 
         query.stop()
     batches = [(start, end, rows) for start, end, rows, _ in spark_batches(query)]
     output_rows = sum(counter.get(batch_id, 0) for *_, batch_id in spark_batches(query))
-    return {"throughput": sustained(batches, warmup), "batches": len(batches), "output_rows": output_rows,
-            "store": store, "windows": _windows(tables)}
+    return {
+        "throughput": sustained(batches, warmup),
+        "batches": len(batches),
+        "output_rows": output_rows,
+        "store": store,
+        "windows": _windows(tables),
+    }
 
 
 def compare_windows(sluice: pa.Table | None, spark: pa.Table | None) -> dict:
@@ -189,11 +215,10 @@ def compare_windows(sluice: pa.Table | None, spark: pa.Table | None) -> dict:
     spark_both = spark.join(sluice.select(keys), keys, join_type="inner")
     only_sluice = sluice.num_rows - both.num_rows
     only_spark = spark.num_rows - spark_both.num_rows
-    equal = only_spark == 0 and tables_equal(both.select(["meter", "window_start", "n", "avg"]),
-                                              spark_both.select(["meter", "window_start", "n", "avg"]),
-                                              sort_by=keys)
-    return {"equal": bool(equal), "compared_windows": both.num_rows, "only_sluice": only_sluice,
-            "only_spark": only_spark}
+    equal = only_spark == 0 and tables_equal(
+        both.select(["meter", "window_start", "n", "avg"]), spark_both.select(["meter", "window_start", "n", "avg"]), sort_by=keys
+    )
+    return {"equal": bool(equal), "compared_windows": both.num_rows, "only_sluice": only_sluice, "only_spark": only_spark}
 
 
 def plot(results: dict, path: Path) -> None:
@@ -206,7 +231,7 @@ def plot(results: dict, path: Path) -> None:
     ratios = [r["size_over_slide"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
     for system, marker, label in (("sluice", "o-", "Sluice (shared panes)"), ("spark", "s-", "Spark panes, best store")):
-        line, = ax.plot(ratios, [r[f"{system}_rows_per_s"] for r in rows], marker, label=f"{label}, best run")
+        (line,) = ax.plot(ratios, [r[f"{system}_rows_per_s"] for r in rows], marker, label=f"{label}, best run")
         # the spread of the runs behind each best one (older results files lack it)
         runs = [r.get(f"{system}_runs_rows_per_s") or [r[f"{system}_rows_per_s"]] for r in rows]
         ax.vlines(ratios, [min(x) for x in runs], [max(x) for x in runs], colors=line.get_color(), alpha=0.5)
@@ -229,14 +254,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=10_000, help="distinct meters (keys)")
     parser.add_argument("--rows-per-batch", type=int, default=None)
     parser.add_argument("--batches", type=int, default=None)
-    parser.add_argument("--ratios", type=lambda s: tuple(int(x) for x in s.split(",")), default=RATIOS,
-                        help="size/slide values to run, comma-separated (default: 1,4,15,60)")
+    parser.add_argument(
+        "--ratios",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=RATIOS,
+        help="size/slide values to run, comma-separated (default: 1,4,15,60)",
+    )
     parser.add_argument("--skip-shared", action="store_true", help="skip the 3-queries shared-panes case")
-    parser.add_argument("--repeats", type=int, choices=(1, 2, 3), default=None,
-                        help="runs of each system per case, best kept (default: 1 quick, 3 full)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        choices=(1, 2, 3),
+        default=None,
+        help="runs of each system per case, best kept (default: 1 quick, 3 full)",
+    )
     parser.add_argument("--name", default="sliding_windows", help="results file name (docs/results/NAME.json)")
-    parser.add_argument("--spark-native", action="store_true",
-                        help="also measure Spark's naive window(ts, size, slide) (default store), reported beside")
+    parser.add_argument(
+        "--spark-native",
+        action="store_true",
+        help="also measure Spark's naive window(ts, size, slide) (default store), reported beside",
+    )
     parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
     args = parser.parse_args(argv)
     if args.replot:
@@ -249,15 +286,20 @@ def main(argv: list[str] | None = None) -> int:
     warmup = 3
     span_s, delay_s = 10.0, 2.0  # event time per batch, and out-of-orderness = watermark delay
     rows = per_batch * n_batches
-    spark = spark_session("local[2]", "sliding_windows_benchmark",
-                          conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"})
+    spark = spark_session(
+        "local[2]",
+        "sliding_windows_benchmark",
+        conf={"spark.sql.shuffle.partitions": str(PARTITIONS), "spark.driver.memory": "3g"},
+    )
     assert int(spark.sparkContext.defaultParallelism) == PARTITIONS, "partitions = cores"
     workdir = tempfile.mkdtemp(prefix="sluice-sliding-")
     spec = make_spec(args.keys, rows, per_batch, span_s, delay_s)
     mode = "quick" if args.quick else "full"
-    print(f"sliding windows: {args.keys} keys, {n_batches} batches of {per_batch:,} rows "
-          f"({span_s:g} s of event time each, watermark delay {delay_s:g} s), slide {SLIDE_S:g} s, "
-          f"{PARTITIONS} partitions on local[2], {warmup} warm-up batches ({mode} mode)")
+    print(
+        f"sliding windows: {args.keys} keys, {n_batches} batches of {per_batch:,} rows "
+        f"({span_s:g} s of event time each, watermark delay {delay_s:g} s), slide {SLIDE_S:g} s, "
+        f"{PARTITIONS} partitions on local[2], {warmup} warm-up batches ({mode} mode)"
+    )
     # warm both up once (JVM code paths, Python workers), so the first measured run is not penalized
     warm = make_spec(args.keys, per_batch * 3, per_batch, span_s, delay_s, seed=99)
     run_sluice(spark, warm, [["warm", 4 * SLIDE_S, SLIDE_S]], True, workdir, 1)
@@ -280,17 +322,20 @@ def main(argv: list[str] | None = None) -> int:
                     spark_runs[store].append(run_spark(spark, spec, size, SLIDE_S, workdir, warmup, store))
         sluice = max(sluice_runs, key=lambda r: r["throughput"])
         best_store = {s: max(rs, key=lambda r: r["throughput"]) for s, rs in spark_runs.items()}
-        anchor = AnchorResult(best_store, max(STORES, key=lambda s: best_store[s]["throughput"]), "throughput",
-                              PARTITIONS)
+        anchor = AnchorResult(best_store, max(STORES, key=lambda s: best_store[s]["throughput"]), "throughput", PARTITIONS)
         native = anchor.result
         compared = compare_windows(sluice["windows"], native["windows"])
         row = {
-            "size_over_slide": ratio, "size_s": size, "slide_s": SLIDE_S,
-            "sluice_rows_per_s": round(sluice["throughput"]), "spark_rows_per_s": round(native["throughput"]),
+            "size_over_slide": ratio,
+            "size_s": size,
+            "slide_s": SLIDE_S,
+            "sluice_rows_per_s": round(sluice["throughput"]),
+            "spark_rows_per_s": round(native["throughput"]),
             "spark_store": anchor.best,
             **{f"spark_{s}_rows_per_s": round(best_store[s]["throughput"]) for s in STORES},
             "ratio": round(sluice["throughput"] / native["throughput"], 3),
-            "sluice_windows_out": sluice["output_rows"], "spark_windows_out": native["output_rows"],
+            "sluice_windows_out": sluice["output_rows"],
+            "spark_windows_out": native["output_rows"],
             "windows_equal": compared,
             # every run, not only the best: the spread on this shared machine, for the reader
             "sluice_runs_rows_per_s": [round(r["throughput"]) for r in sluice_runs],
@@ -300,10 +345,13 @@ def main(argv: list[str] | None = None) -> int:
             naive = run_spark(spark, spec, size, SLIDE_S, workdir, warmup, "default", panes=False)
             row["spark_native_window_rows_per_s"] = round(naive["throughput"])
         per_ratio.append(row)
-        print(f"{ratio:>10} {row['sluice_rows_per_s']:>14,} {row['spark_rows_per_s']:>13,} {row['ratio']:>7.2f} "
-              f"{sluice['output_rows']:>6,}/{native['output_rows']:<6,} (Spark on {anchor.best}: "
-              + ", ".join(f"{s} {row[f'spark_{s}_rows_per_s']:,}" for s in STORES)
-              + f"; windows equal: {compared['equal']})", flush=True)
+        print(
+            f"{ratio:>10} {row['sluice_rows_per_s']:>14,} {row['spark_rows_per_s']:>13,} {row['ratio']:>7.2f} "
+            f"{sluice['output_rows']:>6,}/{native['output_rows']:<6,} (Spark on {anchor.best}: "
+            + ", ".join(f"{s} {row[f'spark_{s}_rows_per_s']:,}" for s in STORES)
+            + f"; windows equal: {compared['equal']})",
+            flush=True,
+        )
 
     if args.skip_shared or set(args.ratios) != set(RATIOS):
         print("a partial run (--ratios or --skip-shared): results not written")
@@ -318,39 +366,65 @@ def main(argv: list[str] | None = None) -> int:
     shared = max(runs[True], key=lambda r: r["throughput"])
     separate = max(runs[False], key=lambda r: r["throughput"])
     shared_ratio = shared["throughput"] / separate["throughput"]
-    print(f"3 queries {', '.join(q[0] for q in queries)}: shared panes {shared['throughput']:,.0f} rows/s, "
-          f"3 separate window operators {separate['throughput']:,.0f} rows/s, ratio {shared_ratio:.2f}")
+    print(
+        f"3 queries {', '.join(q[0] for q in queries)}: shared panes {shared['throughput']:,.0f} rows/s, "
+        f"3 separate window operators {separate['throughput']:,.0f} rows/s, ratio {shared_ratio:.2f}"
+    )
 
     by_ratio = {r["size_over_slide"]: r["ratio"] for r in per_ratio}
     results = {
         "benchmark": "sliding_windows",
         "mode": mode,
-        "anchor": {"engine": "Spark Structured Streaming", "formulation": "panes pre-aggregated (groupBy(window(ts, "
-                   "slide), meter)), then windows over the panes' partials (groupBy(window(window_time, size, slide), "
-                   "meter)): two chained stateful aggregations, append mode", "shuffle_partitions": PARTITIONS,
-                   "state_stores": {s: anchor_conf(s, PARTITIONS) for s in STORES},
-                   "best_store_per_ratio": {r["size_over_slide"]: r["spark_store"] for r in per_ratio},
-                   "source": "Sluice's generator (Sluice reads it by splits in its Python worker, Spark through "
-                             "the JVM)"},
+        "anchor": {
+            "engine": "Spark Structured Streaming",
+            "formulation": "panes pre-aggregated (groupBy(window(ts, "
+            "slide), meter)), then windows over the panes' partials (groupBy(window(window_time, size, slide), "
+            "meter)): two chained stateful aggregations, append mode",
+            "shuffle_partitions": PARTITIONS,
+            "state_stores": {s: anchor_conf(s, PARTITIONS) for s in STORES},
+            "best_store_per_ratio": {r["size_over_slide"]: r["spark_store"] for r in per_ratio},
+            "source": "Sluice's generator (Sluice reads it by splits in its Python worker, Spark through the JVM)",
+        },
         "outputs_equal": all(r["windows_equal"]["equal"] for r in per_ratio),
         **environment(spark),
-        "setup": {"keys": args.keys, "rows_per_batch": per_batch, "batches": n_batches, "warmup_batches": warmup,
-                  "repeats_best_of": args.repeats, "throughput": "median over steady batches of rows / batch period",
-                  "event_span_per_batch_s": span_s, "watermark_delay_s": delay_s, "slide_s": SLIDE_S,
-                  "partitions": PARTITIONS, "master": "local[2]", "aggregates": ["count", "mean(value)"]},
+        "setup": {
+            "keys": args.keys,
+            "rows_per_batch": per_batch,
+            "batches": n_batches,
+            "warmup_batches": warmup,
+            "repeats_best_of": args.repeats,
+            "throughput": "median over steady batches of rows / batch period",
+            "event_span_per_batch_s": span_s,
+            "watermark_delay_s": delay_s,
+            "slide_s": SLIDE_S,
+            "partitions": PARTITIONS,
+            "master": "local[2]",
+            "aggregates": ["count", "mean(value)"],
+        },
         "per_ratio": per_ratio,
-        "shared": {"queries": queries, "shared_rows_per_s": round(shared["throughput"]),
-                   "separate_rows_per_s": round(separate["throughput"]), "ratio": round(shared_ratio, 3)},
+        "shared": {
+            "queries": queries,
+            "shared_rows_per_s": round(shared["throughput"]),
+            "separate_rows_per_s": round(separate["throughput"]),
+            "ratio": round(shared_ratio, 3),
+        },
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, RESULTS / f"{args.name}.png")
     shutil.rmtree(workdir, ignore_errors=True)
     summary = {
-        "benchmark": "sliding_windows", "ratio": by_ratio[60], "ratio_1": by_ratio[1], "ratio_4": by_ratio[4],
-        "ratio_15": by_ratio[15], "shared_ratio": round(shared_ratio, 3), "mode": mode,
-        "outputs_equal": results["outputs_equal"], "load": results["load"],
-        "sluice_rows_per_s_60": per_ratio[-1]["sluice_rows_per_s"], "spark_rows_per_s_60": per_ratio[-1]["spark_rows_per_s"],
+        "benchmark": "sliding_windows",
+        "ratio": by_ratio[60],
+        "ratio_1": by_ratio[1],
+        "ratio_4": by_ratio[4],
+        "ratio_15": by_ratio[15],
+        "shared_ratio": round(shared_ratio, 3),
+        "mode": mode,
+        "outputs_equal": results["outputs_equal"],
+        "load": results["load"],
+        "sluice_rows_per_s_60": per_ratio[-1]["sluice_rows_per_s"],
+        "spark_rows_per_s_60": per_ratio[-1]["spark_rows_per_s"],
     }
     print(json.dumps(summary))
     return 0

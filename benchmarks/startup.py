@@ -125,6 +125,7 @@ def child(system: str, workdir: str, launched: float, standby: bool = False) -> 
     import pyspark  # noqa: F401
 
     import sluice  # noqa: F401
+
     mark("imports")
     instrument(mark)
     from sluice.demo import build_pipeline
@@ -142,13 +143,18 @@ def child(system: str, workdir: str, launched: float, standby: bool = False) -> 
                 mark("first_trigger", progress=_first_progress())
 
         def on_standby(line: str) -> None:
-            for words, phase in (("rehearsed", "rehearsed"), ("rehearsal failed", "rehearsal_failed"),
-                                 ("waiting for", "standby_ready"), ("took over", "took_over")):
+            for words, phase in (
+                ("rehearsed", "rehearsed"),
+                ("rehearsal failed", "rehearsal_failed"),
+                ("waiting for", "standby_ready"),
+                ("took over", "took_over"),
+            ):
                 if words in line:
                     mark(phase, line=line)
 
-        pipeline.run(os.path.join(workdir, "checkpoint"), master="local[2]", on_batch=on_batch, standby=standby,
-                     on_standby=on_standby)
+        pipeline.run(
+            os.path.join(workdir, "checkpoint"), master="local[2]", on_batch=on_batch, standby=standby, on_standby=on_standby
+        )
         return
     from pyspark.sql import functions as F
 
@@ -158,9 +164,17 @@ def child(system: str, workdir: str, launched: float, standby: bool = False) -> 
     spec = build_pipeline(out, rate=RATE).graph["readings"].params["spec"]
     controls = os.path.join(workdir, "checkpoint", "sources")
     set_max_rows(controls, "readings", spec.max_rows_per_batch)
-    stats = (open_stream(spark, spec, controls, "readings").filter("voltage BETWEEN 210 AND 250 AND kwh >= 0")
-             .groupBy("meter").agg(F.count(F.lit(1)).alias("readings"), F.avg("kwh").alias("mean_kwh"),
-                                   F.max("kwh").alias("max_kwh"), F.sum("kwh").alias("total_kwh")))
+    stats = (
+        open_stream(spark, spec, controls, "readings")
+        .filter("voltage BETWEEN 210 AND 250 AND kwh >= 0")
+        .groupBy("meter")
+        .agg(
+            F.count(F.lit(1)).alias("readings"),
+            F.avg("kwh").alias("mean_kwh"),
+            F.max("kwh").alias("max_kwh"),
+            F.sum("kwh").alias("total_kwh"),
+        )
+    )
     state = {"first": None}
 
     def write(df, batch_id):
@@ -173,9 +187,13 @@ def child(system: str, workdir: str, launched: float, standby: bool = False) -> 
             mark("first_commit", batch=batch_id)
         mark("batch_done", batch=batch_id, duration_s=round(time.time() - t, 4))
 
-    query = (stats.writeStream.outputMode("update").foreachBatch(write)
-             .option("checkpointLocation", os.path.join(workdir, "checkpoint", "spark"))
-             .trigger(processingTime="0 seconds").start())
+    query = (
+        stats.writeStream.outputMode("update")
+        .foreachBatch(write)
+        .option("checkpointLocation", os.path.join(workdir, "checkpoint", "spark"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
     query.awaitTermination()
 
 
@@ -228,16 +246,23 @@ def one_run(system: str, workdir: str, batches_before_kill: int, timeout: float 
     for m in marks:
         phases.setdefault(m["phase"], m["t"])
     steady = [m["duration_s"] for m in marks if m["phase"] == "batch_done"][2:]
-    return {"phases": phases, "cpu_s_to_first_commit": cpu_to_first_commit, "cpu_s_to_query_start": cpu_at_query_start,
-            "steady_batch_s": round(sorted(steady)[len(steady) // 2], 3) if steady else None,
-            "first_trigger_ms": next((m.get("progress") for m in marks if "progress" in m), None)}
+    return {
+        "phases": phases,
+        "cpu_s_to_first_commit": cpu_to_first_commit,
+        "cpu_s_to_query_start": cpu_at_query_start,
+        "steady_batch_s": round(sorted(steady)[len(steady) // 2], 3) if steady else None,
+        "first_trigger_ms": next((m.get("progress") for m in marks if "progress" in m), None),
+    }
 
 
 def launch_child(system: str, workdir: str, launched: float, standby: bool = False) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, __file__, "--child", system, "--workdir", workdir,
-                             "--launched", repr(launched)] + (["--standby"] if standby else []),
-                            stdout=open(os.path.join(workdir, "standby.log" if standby else "child.log"), "ab"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, __file__, "--child", system, "--workdir", workdir, "--launched", repr(launched)]
+        + (["--standby"] if standby else []),
+        stdout=open(os.path.join(workdir, "standby.log" if standby else "child.log"), "ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def _wait_for(workdir: str, name: str, done, proc: subprocess.Popen, what: str, timeout: float = 600) -> list[dict]:
@@ -267,12 +292,14 @@ def standby_run(workdir: str) -> dict:
         launched = time.time()
         standby = launch_child("sluice", workdir, launched, standby=True)
         try:
-            marks = _wait_for(workdir, STANDBY_MARKS, lambda m: _count(m, "standby_ready") > 0, standby,
-                              "the standby to be ready")
+            marks = _wait_for(
+                workdir, STANDBY_MARKS, lambda m: _count(m, "standby_ready") > 0, standby, "the standby to be ready"
+            )
             ready_s = next(m["t"] for m in marks if m["phase"] == "standby_ready")
             seen = _count(read_marks(workdir), "batch_done")
-            _wait_for(workdir, "marks.jsonl", lambda m: _count(m, "batch_done") >= seen + 2, active,
-                      "the active job's steady batches")
+            _wait_for(
+                workdir, "marks.jsonl", lambda m: _count(m, "batch_done") >= seen + 2, active, "the active job's steady batches"
+            )
             cpu: dict[int, float] = {}
             _sample_cpu(standby.pid, cpu)
             cpu_before = sum(cpu.values())
@@ -306,8 +333,13 @@ def standby_run(workdir: str) -> dict:
         if m["t"] >= kill_t and m["phase"] not in after:
             after[m["phase"]] = round(m["t"] - kill_t, 3)
     before = {m["phase"]: m["t"] for m in marks if m["t"] < kill_t}
-    return {"standby_ready_s": ready_s, "phases_before_kill": before, "phases_after_kill": after,
-            "kill_to_first_commit_s": after.get("first_commit"), "cpu_s_kill_to_first_commit": cpu_to_commit}
+    return {
+        "standby_ready_s": ready_s,
+        "phases_before_kill": before,
+        "phases_after_kill": after,
+        "kill_to_first_commit_s": after.get("first_commit"),
+        "cpu_s_kill_to_first_commit": cpu_to_commit,
+    }
 
 
 def _count(marks: list[dict], phase: str) -> int:
@@ -371,29 +403,40 @@ def main(argv: list[str] | None = None) -> int:
     systems = ("sluice",) if args.sluice_only else ("sluice", "spark")
     results: dict[str, list[dict]] = {s: [] for s in systems}
     for i in range(runs):
-        for system in (systems if i % 2 == 0 else systems[::-1]):
+        for system in systems if i % 2 == 0 else systems[::-1]:
             r = measure(system, root)
             results[system].append(r)
-            print(f"  {system:<7} cold: first commit {r['cold']['phases'].get('first_commit')} s "
-                  f"({r['cold']['cpu_s_to_first_commit']} CPU s), restart: first commit "
-                  f"{r['restart']['phases'].get('first_commit')} s ({r['restart']['cpu_s_to_first_commit']} CPU s), "
-                  f"steady batch {r['cold']['steady_batch_s']} s", flush=True)
+            print(
+                f"  {system:<7} cold: first commit {r['cold']['phases'].get('first_commit')} s "
+                f"({r['cold']['cpu_s_to_first_commit']} CPU s), restart: first commit "
+                f"{r['restart']['phases'].get('first_commit')} s ({r['restart']['cpu_s_to_first_commit']} CPU s), "
+                f"steady batch {r['cold']['steady_batch_s']} s",
+                flush=True,
+            )
             print("          cold phases:    " + json.dumps(r["cold"]["phases"]), flush=True)
             print("          restart phases: " + json.dumps(r["restart"]["phases"]), flush=True)
             if "standby" in r:
-                print(f"          standby: kill to first commit {r['standby']['kill_to_first_commit_s']} s "
-                      f"({r['standby']['cpu_s_kill_to_first_commit']} CPU s); after the kill: "
-                      + json.dumps(r["standby"]["phases_after_kill"]), flush=True)
+                print(
+                    f"          standby: kill to first commit {r['standby']['kill_to_first_commit_s']} s "
+                    f"({r['standby']['cpu_s_kill_to_first_commit']} CPU s); after the kill: "
+                    + json.dumps(r["standby"]["phases_after_kill"]),
+                    flush=True,
+                )
 
     def best(system: str, which: str) -> dict:
         return min(results[system], key=lambda r: r[which]["phases"].get("first_commit", 1e9))[which]
 
     summary = {s: {w: best(s, w) for w in ("cold", "restart")} for s in results}
-    summary["sluice"]["standby"] = min((r["standby"] for r in results["sluice"]),
-                                       key=lambda r: r["kill_to_first_commit_s"] or 1e9)
-    out = {"benchmark": "startup", "runs": runs, "setup": {"pipeline": "sluice demo (smart meters)", "rate": RATE,
-                                                          "master": "local[2]"},
-           "best": summary, "all": results}
+    summary["sluice"]["standby"] = min(
+        (r["standby"] for r in results["sluice"]), key=lambda r: r["kill_to_first_commit_s"] or 1e9
+    )
+    out = {
+        "benchmark": "startup",
+        "runs": runs,
+        "setup": {"pipeline": "sluice demo (smart meters)", "rate": RATE, "master": "local[2]"},
+        "best": summary,
+        "all": results,
+    }
     sluice_restart = summary["sluice"]["restart"]["phases"].get("first_commit")
     spark_restart = summary["spark"]["restart"]["phases"].get("first_commit") if "spark" in summary else None
     out["ratio"] = round(spark_restart / sluice_restart, 3) if sluice_restart and spark_restart else None
@@ -403,15 +446,23 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(out, indent=2) + "\n")
     shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps({"benchmark": "startup", "ratio": out["ratio"], "standby_ratio": out["standby_ratio"],
-                      "sluice_cold_first_commit_s": summary["sluice"]["cold"]["phases"].get("first_commit"),
-                      "sluice_restart_first_commit_s": sluice_restart,
-                      "sluice_standby_kill_to_first_commit_s": summary["sluice"]["standby"]["kill_to_first_commit_s"],
-                      "sluice_first_batch_cold_s": _first_batch_s(summary["sluice"]["cold"]),
-                      "sluice_first_batch_restart_s": _first_batch_s(summary["sluice"]["restart"]),
-                      "spark_cold_first_commit_s": summary.get("spark", {}).get("cold", {}).get("phases", {}).get("first_commit"),
-                      "spark_restart_first_commit_s": spark_restart,
-                      "sluice_steady_batch_s": summary["sluice"]["cold"]["steady_batch_s"]}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "startup",
+                "ratio": out["ratio"],
+                "standby_ratio": out["standby_ratio"],
+                "sluice_cold_first_commit_s": summary["sluice"]["cold"]["phases"].get("first_commit"),
+                "sluice_restart_first_commit_s": sluice_restart,
+                "sluice_standby_kill_to_first_commit_s": summary["sluice"]["standby"]["kill_to_first_commit_s"],
+                "sluice_first_batch_cold_s": _first_batch_s(summary["sluice"]["cold"]),
+                "sluice_first_batch_restart_s": _first_batch_s(summary["sluice"]["restart"]),
+                "spark_cold_first_commit_s": summary.get("spark", {}).get("cold", {}).get("phases", {}).get("first_commit"),
+                "spark_restart_first_commit_s": spark_restart,
+                "sluice_steady_batch_s": summary["sluice"]["cold"]["steady_batch_s"],
+            }
+        )
+    )
     return 0
 
 

@@ -60,10 +60,10 @@ def write_input(directory: str, batches: int, per_batch: int) -> None:
     for b in range(batches):
         i = np.arange(b * per_batch, (b + 1) * per_batch, dtype=np.int64)
         recurring = i % RECURRING_EVERY == 0
-        users = np.where(recurring, np.char.add("r", (i % RECURRING_USERS).astype(str)),
-                         np.char.add("u", i.astype(str)))
-        table = pa.table({"user": pa.array(users.astype(object), pa.string()),
-                          "ts": pa.array(start + i * 10, pa.timestamp("us", tz="UTC"))})
+        users = np.where(recurring, np.char.add("r", (i % RECURRING_USERS).astype(str)), np.char.add("u", i.astype(str)))
+        table = pa.table(
+            {"user": pa.array(users.astype(object), pa.string()), "ts": pa.array(start + i * 10, pa.timestamp("us", tz="UTC"))}
+        )
         pq.write_table(table, os.path.join(directory, f"part-{b:05d}.parquet"))
 
 
@@ -75,8 +75,7 @@ def run_sluice(spark, files: str, workdir: str, batches: int, per_batch: int, tt
     p = Pipeline("state_ttl", partitions=cores(spark))
     users = p.source(sources.directory(files, format="parquet", max_rows_per_batch=per_batch), name="events")
     ttl = {"ttl": ttl_s, "ttl_time": "processing"} if ttl_s else {}
-    users.key_by("user").aggregate(n=agg.count(), name="counts", **ttl).sink(sinks.callback(lambda b, t: None),
-                                                                           name="out")
+    users.key_by("user").aggregate(n=agg.count(), name="counts", **ttl).sink(sinks.callback(lambda b, t: None), name="out")
     result = p.run(checkpoint, spark=spark, stop_when=lambda ex: ex.batches_done >= batches)
     data = [m for m in result.metrics if m.rows_in]
     rate = sustained([(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in data], warmup=2)
@@ -84,11 +83,15 @@ def run_sluice(spark, files: str, workdir: str, batches: int, per_batch: int, tt
     store = KeyGroupStore(checkpoint, "counts", ["user"])
     index = store.index(before_batch=max(m.batch_id for m in result.metrics) + 1)
     live = store.read(index, range(p.graph.max_parallelism))
-    return {"rows_per_s": round(rate, 1), "state_bytes": int(live.nbytes) if live is not None else 0,
-            "state_rows": live.num_rows if live is not None else 0,
-            "state_disk_bytes": int(sum(store.key_group_sizes(index).values())),
-            "disk_bytes_per_batch": series, "batches": len(data),
-            "expired": int(sum(m.operators.get("counts", {}).get("ttl_expired", 0) for m in data))}
+    return {
+        "rows_per_s": round(rate, 1),
+        "state_bytes": int(live.nbytes) if live is not None else 0,
+        "state_rows": live.num_rows if live is not None else 0,
+        "state_disk_bytes": int(sum(store.key_group_sizes(index).values())),
+        "disk_bytes_per_batch": series,
+        "batches": len(data),
+        "expired": int(sum(m.operators.get("counts", {}).get("ttl_expired", 0) for m in data)),
+    }
 
 
 class _Count:
@@ -123,11 +126,19 @@ def run_spark(spark, files: str, workdir: str, ttl_s: float) -> dict:
     schema = spark.read.parquet(files).schema
     frame = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(files)
     counts = frame.groupBy("user").transformWithStateInPandas(
-        statefulProcessor=_Count(int(ttl_s * 1000)), outputStructType="user string, n long",
-        outputMode="Update", timeMode="ProcessingTime")
+        statefulProcessor=_Count(int(ttl_s * 1000)),
+        outputStructType="user string, n long",
+        outputMode="Update",
+        timeMode="ProcessingTime",
+    )
     with spark_conf(spark, anchor_conf("rocksdb", cores(spark))):
-        query = (counts.writeStream.outputMode("update").foreachBatch(lambda df, b: df.write.format("noop").mode(
-            "overwrite").save()).option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        query = (
+            counts.writeStream.outputMode("update")
+            .foreachBatch(lambda df, b: df.write.format("noop").mode("overwrite").save())
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
     try:
         query.awaitTermination()
     finally:
@@ -138,11 +149,15 @@ def run_spark(spark, files: str, workdir: str, ttl_s: float) -> dict:
     rate = sustained([(s, e, n) for s, e, n, _ in batches], warmup=2)
     last = [p for p in query.recentProgress if p["stateOperators"]][-1]["stateOperators"][0]
     custom = last.get("customMetrics", {})
-    return {"rows_per_s": round(rate, 1), "state_rows": last.get("numRowsTotal"),
-            "memory_used_bytes": last.get("memoryUsedBytes"),
-            "rocksdb_bytes_written": custom.get("rocksdbTotalBytesWritten"),
-            "custom_metrics": {k: v for k, v in custom.items() if "Bytes" in k or "bytes" in k},
-            "batches": len(batches), "store": "rocksdb"}
+    return {
+        "rows_per_s": round(rate, 1),
+        "state_rows": last.get("numRowsTotal"),
+        "memory_used_bytes": last.get("memoryUsedBytes"),
+        "rocksdb_bytes_written": custom.get("rocksdbTotalBytesWritten"),
+        "custom_metrics": {k: v for k, v in custom.items() if "Bytes" in k or "bytes" in k},
+        "batches": len(batches),
+        "store": "rocksdb",
+    }
 
 
 def main() -> None:
@@ -163,24 +178,39 @@ def main() -> None:
         with_ttl = run_sluice(spark, files, workdir, batches, per_batch, ttl_s)
         anchor = None if args.no_spark else run_spark(spark, files, workdir, ttl_s)
         result = {
-            "benchmark": "state_ttl", "quick": args.quick, "rows": batches * per_batch, "batches": batches,
-            "ttl_s": ttl_s, "new_key_share": 1 - 1 / RECURRING_EVERY,
-            "state_bytes_ttl": with_ttl["state_bytes"], "state_bytes_no_ttl": no_ttl["state_bytes"],
-            "rows_per_s_ttl": with_ttl["rows_per_s"], "rows_per_s_no_ttl": no_ttl["rows_per_s"],
+            "benchmark": "state_ttl",
+            "quick": args.quick,
+            "rows": batches * per_batch,
+            "batches": batches,
+            "ttl_s": ttl_s,
+            "new_key_share": 1 - 1 / RECURRING_EVERY,
+            "state_bytes_ttl": with_ttl["state_bytes"],
+            "state_bytes_no_ttl": no_ttl["state_bytes"],
+            "rows_per_s_ttl": with_ttl["rows_per_s"],
+            "rows_per_s_no_ttl": no_ttl["rows_per_s"],
             "anchor_rows_per_s_ttl": None if anchor is None else anchor["rows_per_s"],
             "anchor_state_rows_ttl": None if anchor is None else anchor["state_rows"],
             "anchor_memory_used_bytes_ttl": None if anchor is None else anchor["memory_used_bytes"],
-            "sluice_ttl": with_ttl, "sluice_no_ttl": no_ttl,
-            "anchor": None if anchor is None else {"engine": "Spark transformWithStateInPandas, value state with TTL",
-                                                    **anchor},
-            "elapsed_s": round(time.time() - started, 1), "environment": environment(spark),
+            "sluice_ttl": with_ttl,
+            "sluice_no_ttl": no_ttl,
+            "anchor": None if anchor is None else {"engine": "Spark transformWithStateInPandas, value state with TTL", **anchor},
+            "elapsed_s": round(time.time() - started, 1),
+            "environment": environment(spark),
         }
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / ("state_ttl_quick.json" if args.quick else "state_ttl.json")).write_text(
-            json.dumps(result, indent=2) + "\n")
-        summary = {k: result[k] for k in ("state_bytes_ttl", "state_bytes_no_ttl", "rows_per_s_ttl",
-                                          "rows_per_s_no_ttl", "anchor_rows_per_s_ttl", "anchor_state_rows_ttl",
-                                          "anchor_memory_used_bytes_ttl")}
+        (RESULTS / ("state_ttl_quick.json" if args.quick else "state_ttl.json")).write_text(json.dumps(result, indent=2) + "\n")
+        summary = {
+            k: result[k]
+            for k in (
+                "state_bytes_ttl",
+                "state_bytes_no_ttl",
+                "rows_per_s_ttl",
+                "rows_per_s_no_ttl",
+                "anchor_rows_per_s_ttl",
+                "anchor_state_rows_ttl",
+                "anchor_memory_used_bytes_ttl",
+            )
+        }
         print(json.dumps(summary))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -45,26 +45,41 @@ def buffered_uploads(batch: pa.RecordBatch) -> pa.RecordBatch:
     micros = batch.column("ts").cast(pa.int64()).to_numpy()
     buffered = micros % 61 == 1
     ts = pa.array(np.where(buffered, micros - BUFFERED_DELAY_US, micros)).cast(batch.schema.field("ts").type)
-    return pa.RecordBatch.from_arrays([ts if name == "ts" else batch.column(name) for name in batch.schema.names],
-                                      schema=batch.schema)
+    return pa.RecordBatch.from_arrays(
+        [ts if name == "ts" else batch.column(name) for name in batch.schema.names], schema=batch.schema
+    )
 
 
 def build(out: str = OUT, rows: int = 200_000, per_batch: int = 20_000) -> Pipeline:
     p = Pipeline("smart_meter_windows", partitions=2)
-    readings = p.source(sources.generator(
-        fields={
-            "meter": sources.Keys(METERS, distribution="zipf", skew=0.6, prefix="meter-"),
-            "kwh": sources.Normal(0.4, 0.15),
-            "voltage": sources.Normal(230.0, 6.0),
-            # one reading per meter per minute on average; up to 3 minutes late
-            "ts": sources.EventTime(jitter=180.0, step=60.0 / METERS),
-        },
-        total_rows=rows, seed=7, start_time=START, max_rows_per_batch=per_batch, watermark_delay=60.0,
-    ), name="readings")
+    readings = p.source(
+        sources.generator(
+            fields={
+                "meter": sources.Keys(METERS, distribution="zipf", skew=0.6, prefix="meter-"),
+                "kwh": sources.Normal(0.4, 0.15),
+                "voltage": sources.Normal(230.0, 6.0),
+                # one reading per meter per minute on average; up to 3 minutes late
+                "ts": sources.EventTime(jitter=180.0, step=60.0 / METERS),
+            },
+            total_rows=rows,
+            seed=7,
+            start_time=START,
+            max_rows_per_batch=per_batch,
+            watermark_delay=60.0,
+        ),
+        name="readings",
+    )
     arriving = readings.map_batches(buffered_uploads, name="buffered_uploads")
     valid = arriving.filter("voltage BETWEEN 210 AND 250 AND kwh >= 0", name="valid")
-    averages = valid.key_by("meter").window(W.sliding("15m", "1m"), allowed_lateness="1m").aggregate(
-        readings=agg.count(), avg_kwh=agg.mean("kwh"), peak_kwh=agg.max("kwh"), name="avg_15m",
+    averages = (
+        valid.key_by("meter")
+        .window(W.sliding("15m", "1m"), allowed_lateness="1m")
+        .aggregate(
+            readings=agg.count(),
+            avg_kwh=agg.mean("kwh"),
+            peak_kwh=agg.max("kwh"),
+            name="avg_15m",
+        )
     )
     averages.sink(sinks.files(os.path.join(out, "averages")), name="averages_out")
     return p
@@ -93,8 +108,10 @@ def main() -> int:
         busiest = averages.filter(pc.equal(averages["meter"], "meter-0")).sort_by("window_start")
         print("meter-0, last windows:")
         for row in busiest.slice(max(busiest.num_rows - 5, 0)).to_pylist():
-            print(f"  {row['window_start']:%H:%M}-{row['window_end']:%H:%M}  {row['readings']:3d} readings  "
-                  f"avg {row['avg_kwh']:.3f} kWh  peak {row['peak_kwh']:.3f} kWh")
+            print(
+                f"  {row['window_start']:%H:%M}-{row['window_end']:%H:%M}  {row['readings']:3d} readings  "
+                f"avg {row['avg_kwh']:.3f} kWh  peak {row['peak_kwh']:.3f} kWh"
+            )
     print(f"{len(late):,} late readings (after their windows closed) reported in {checkpoint}/side/avg_15m/late")
     for record in late[:3]:
         print("  e.g.", json.loads(record["record"]))

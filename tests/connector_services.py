@@ -49,8 +49,11 @@ def reachable(port: int, host: str = "127.0.0.1") -> bool:
 def require(service: str) -> None:
     port = SERVICES[service]
     if not reachable(port):
-        pytest.fail(f"{service} is not running on 127.0.0.1:{port}: the connector tests need it "
-                    f"(.ci/run starts it with scripts/start_services.sh)", pytrace=False)
+        pytest.fail(
+            f"{service} is not running on 127.0.0.1:{port}: the connector tests need it "
+            f"(.ci/run starts it with scripts/start_services.sh)",
+            pytrace=False,
+        )
 
 
 def unique(prefix: str) -> str:
@@ -90,7 +93,7 @@ def nats_stream(name: str, url: str = NATS_URL, **config) -> None:
 def nats_publish(name: str, payloads: list[bytes], url: str = NATS_URL) -> None:
     async def work(js):
         for i in range(0, len(payloads), 500):
-            await asyncio.gather(*(js.publish(f"{name}.in", p) for p in payloads[i:i + 500]))
+            await asyncio.gather(*(js.publish(f"{name}.in", p) for p in payloads[i : i + 500]))
 
     nats_run(work, url)
 
@@ -106,10 +109,14 @@ def nats_delete(name: str, url: str = NATS_URL) -> None:
 
 def nats_messages(name: str, url: str = NATS_URL) -> list:
     """Every message of a stream, in order, with its headers."""
+
     async def work(js):
         info = await js.stream_info(name)
-        return [await js.get_msg(name, seq) for seq in range(info.state.first_seq, info.state.last_seq + 1)
-                ] if info.state.messages else []
+        return (
+            [await js.get_msg(name, seq) for seq in range(info.state.first_seq, info.state.last_seq + 1)]
+            if info.state.messages
+            else []
+        )
 
     return nats_run(work, url)
 
@@ -126,8 +133,11 @@ class PrivateNats:
 
     def start(self) -> None:
         binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
-        self.proc = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.store],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.time() + 20
         while not reachable(self.port):
             if time.time() > deadline or self.proc.poll() is not None:
@@ -226,8 +236,9 @@ def kafka_offsets(topic: str, committed: bool = True) -> dict[int, int]:
     admin = kafka_admin()
     meta = admin.list_topics(topic, timeout=10).topics[topic]
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in meta.partitions},
-                                 isolation_level=level, request_timeout=10)
+    futures = admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in meta.partitions}, isolation_level=level, request_timeout=10
+    )
     return {tp.partition: f.result().offset for tp, f in futures.items()}
 
 
@@ -243,9 +254,15 @@ def kafka_records(topic: str, committed: bool = True, timeout: float = 30) -> li
     while committed and ends != kafka_offsets(topic, committed=False) and time.time() < deadline:
         time.sleep(0.05)
         ends = kafka_offsets(topic, committed)
-    consumer = Consumer({"bootstrap.servers": KAFKA, "group.id": "sluice-tests", "enable.auto.commit": False,
-                         "enable.partition.eof": True,
-                         "isolation.level": "read_committed" if committed else "read_uncommitted"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": KAFKA,
+            "group.id": "sluice-tests",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed" if committed else "read_uncommitted",
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in ends])
     left = {p for p, end in ends.items() if end > 0}
     got = []

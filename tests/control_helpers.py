@@ -16,11 +16,36 @@ def constrained_graph(latency="1s", *, p95=None, over="10s", rate=1000.0):
     return p.graph
 
 
-def batch(batch_id: int, at: float, rows: int, mean_ms: float, p95_ms: float | None = None,
-          duration_s: float = 0.1, backlog: int | None = 0, name: str = "latency_1") -> SimBatch:
+def batch(
+    batch_id: int,
+    at: float,
+    rows: int,
+    mean_ms: float,
+    p95_ms: float | None = None,
+    duration_s: float = 0.1,
+    backlog: int | None = 0,
+    name: str = "latency_1",
+) -> SimBatch:
     """A batch that started at ``at`` and measured ``mean_ms`` on the path of ``name``."""
-    return SimBatch(batch_id, at, duration_s, rows, rows_by_source={"source_1": rows},
-                    backlog={"source_1": backlog},
-                    paths={name: {"mean_ms": mean_ms, "p95_ms": p95_ms, "rows": rows, "source_wait": 0.0,
-                                  "operators": {"work": duration_s * 1000}, "exchange": 0.0,
-                                  "sink_commit": 0.0, "rest": 0.0}} if rows else {})
+    return SimBatch(
+        batch_id,
+        at,
+        duration_s,
+        rows,
+        rows_by_source={"source_1": rows},
+        backlog={"source_1": backlog},
+        paths={
+            name: {
+                "mean_ms": mean_ms,
+                "p95_ms": p95_ms,
+                "rows": rows,
+                "source_wait": 0.0,
+                "operators": {"work": duration_s * 1000},
+                "exchange": 0.0,
+                "sink_commit": 0.0,
+                "rest": 0.0,
+            }
+        }
+        if rows
+        else {},
+    )

@@ -27,8 +27,7 @@ def batch_rows(out: str, sink: str, fmt: str = "parquet") -> dict[int, list]:
 
 
 def _batches(checkpoint: str, record: str) -> set[int]:
-    return {int(os.path.basename(p).split(".")[0])
-            for p in glob.glob(os.path.join(checkpoint, "batches", f"*.{record}.json"))}
+    return {int(os.path.basename(p).split(".")[0]) for p in glob.glob(os.path.join(checkpoint, "batches", f"*.{record}.json"))}
 
 
 def done_batches(checkpoint: str) -> set[int]:
@@ -50,7 +49,9 @@ def launch(pipeline_file: str, checkpoint: str, env: dict[str, str], *args: str)
     return subprocess.Popen(
         [sys.executable, "-m", "sluice", "run", pipeline_file, "--checkpoint", checkpoint, "--quiet", *args],
         env=dict(os.environ, SLUICE_MASTER="local[2]", **env),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 

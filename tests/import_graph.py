@@ -2,7 +2,7 @@
 statement (top-level, inside a function, or under ``if TYPE_CHECKING``) as an edge from the
 importing module to the Sluice module it names, and the layer each module belongs to.
 
-``tests/test_architecture.py`` checks the edges against the layers; run this file to print
+``tests/architecture/test_architecture.py`` checks the edges against the layers; run this file to print
 the package-level edges and the count of function-local imports::
 
     .venv/bin/python tests/import_graph.py
@@ -119,8 +119,11 @@ def _walk(node: ast.AST, name: str, package: str, known: dict[str, Path], local:
 
 
 def against_the_layers(edges: list[Import]) -> list[Import]:
-    return [e for e in edges
-            if layer_of(e.importer) != layer_of(e.imported) and layer_of(e.imported) not in ALLOWED[layer_of(e.importer)]]
+    return [
+        e
+        for e in edges
+        if layer_of(e.importer) != layer_of(e.imported) and layer_of(e.imported) not in ALLOWED[layer_of(e.importer)]
+    ]
 
 
 def function_local_count(edges: list[Import]) -> int:
@@ -130,8 +133,11 @@ def function_local_count(edges: list[Import]) -> int:
 
 if __name__ == "__main__":
     edges = imports()
-    by_package = Counter((layer_of(e.importer), layer_of(e.imported), "local" if e.local else "top")
-                         for e in edges if layer_of(e.importer) != layer_of(e.imported))
+    by_package = Counter(
+        (layer_of(e.importer), layer_of(e.imported), "local" if e.local else "top")
+        for e in edges
+        if layer_of(e.importer) != layer_of(e.imported)
+    )
     for (a, b, where), n in sorted(by_package.items()):
         print(f"{a:>9} -> {b:<9} {where:<5} {n}")
     print(f"function-local imports: {function_local_count(edges)}")

@@ -48,7 +48,7 @@ def tag(kernel: JoinKernelBase, table: pa.Table, side: int) -> pa.Table:
         field = kernel.union.field(name)
         own = side_column(side, "")
         if name.startswith(own):
-            columns[name] = table[name[len(own):]]
+            columns[name] = table[name[len(own) :]]
         else:
             columns[name] = pa.nulls(table.num_rows, field.type)
     return pa.table(columns).cast(kernel.union)
@@ -62,8 +62,13 @@ class JoinRun:
     buffered_max: int
 
 
-def run_join(kernel: JoinKernelBase, batches: list[tuple[pa.Table, pa.Table]], marks: list[int | None],
-             state: dict | None = None, flush: bool = True) -> JoinRun:
+def run_join(
+    kernel: JoinKernelBase,
+    batches: list[tuple[pa.Table, pa.Table]],
+    marks: list[int | None],
+    state: dict | None = None,
+    flush: bool = True,
+) -> JoinRun:
     state = {} if state is None else state
     output, late, buffered_max = [], [], 0
     state_schema = kernel.state_schema(kernel.union).append(pa.field(KEY_GROUP, pa.int32()))
@@ -104,8 +109,14 @@ def side_watermarks(batches: list[tuple[list[dict], list[dict]]], time: str, del
     return marks
 
 
-def reference_join(spec: StreamJoin, batches: list[tuple[list[dict], list[dict]]], marks: list[int | None],
-                   left_payload: list[str], right_payload: list[str], out_names: list[str]) -> tuple[Counter, int]:
+def reference_join(
+    spec: StreamJoin,
+    batches: list[tuple[list[dict], list[dict]]],
+    marks: list[int | None],
+    left_payload: list[str],
+    right_payload: list[str],
+    out_names: list[str],
+) -> tuple[Counter, int]:
     """(the join's rows as a multiset of tuples in ``out_names`` order, the number of late records)."""
     lk, rk = spec.sides.left_keys, spec.sides.right_keys
     lt, rt = spec.sides.left_time, spec.sides.right_time

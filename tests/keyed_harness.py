@@ -25,6 +25,10 @@ class RandomRebalancer:
 def run_with_restart(build: Callable, checkpoint: str, spark, stop_after_batch: int, **options):
     """Run ``build()`` until batch ``stop_after_batch`` is done, then a fresh ``build()`` on the
     same checkpoint to the end; the second run's result."""
-    build().run(checkpoint, spark=spark,
-                stop_when=lambda ex: ex.last_batch is not None and ex.last_batch.batch_id >= stop_after_batch, **options)
+    build().run(
+        checkpoint,
+        spark=spark,
+        stop_when=lambda ex: ex.last_batch is not None and ex.last_batch.batch_id >= stop_after_batch,
+        **options,
+    )
     return build().run(checkpoint, spark=spark, **options)

@@ -179,8 +179,9 @@ def _reference_fixed(q, key_columns, records_per_batch, marks, pts, with_query):
                 emitted.append(_result_row(q, key, j * s, j * s + z, recs, key_columns, with_query))
 
         if q.mode == "append":  # (A) due and closed, before this batch's records
-            emit([(kj, recs) for kj, recs in contents.items()
-                  if previous < kj[1] * s + z <= wm and kj[1] * s + z + lateness <= wm])
+            emit(
+                [(kj, recs) for kj, recs in contents.items() if previous < kj[1] * s + z <= wm and kj[1] * s + z + lateness <= wm]
+            )
         touched = set()
         for r in records:
             t = _time(q, r, pts[b] if pts else 0)

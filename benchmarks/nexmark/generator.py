@@ -45,8 +45,7 @@ HOT_AUCTION_RATIO = HOT_SELLER_RATIO = HOT_BIDDER_RATIO = 100
 NUM_ACTIVE_PEOPLE, NUM_IN_FLIGHT_AUCTIONS, PERSON_ID_LEAD, AUCTION_ID_LEAD = 1000, 100, 10, 10
 HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 US_STATES = ("AZ", "CA", "ID", "OR", "WA", "WY")
-US_CITIES = ("Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent",
-             "Cheyenne")
+US_CITIES = ("Phoenix", "Los Angeles", "San Francisco", "Boise", "Portland", "Bend", "Redmond", "Seattle", "Kent", "Cheyenne")
 FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter")
 LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris")
 START_US = 1_436_918_400_000_000  # 2015-07-15 00:00:00 UTC, Nexmark's base time
@@ -54,16 +53,34 @@ SENTINEL_AFTER_US = 2 * 86_400_000_000
 TICKS = 2
 
 TS = pa.timestamp("us", tz="UTC")
-SCHEMA = pa.schema([
-    ("event_type", pa.int32()), ("dateTime", TS),
-    ("p_id", pa.int64()), ("p_name", pa.string()), ("p_email", pa.string()), ("p_credit_card", pa.string()),
-    ("p_city", pa.string()), ("p_state", pa.string()), ("p_extra", pa.string()),
-    ("a_id", pa.int64()), ("a_item_name", pa.string()), ("a_description", pa.string()),
-    ("a_initial_bid", pa.int64()), ("a_reserve", pa.int64()), ("a_expires", TS), ("a_seller", pa.int64()),
-    ("a_category", pa.int64()), ("a_extra", pa.string()),
-    ("b_auction", pa.int64()), ("b_bidder", pa.int64()), ("b_price", pa.int64()), ("b_channel", pa.string()),
-    ("b_url", pa.string()), ("b_extra", pa.string()),
-])
+SCHEMA = pa.schema(
+    [
+        ("event_type", pa.int32()),
+        ("dateTime", TS),
+        ("p_id", pa.int64()),
+        ("p_name", pa.string()),
+        ("p_email", pa.string()),
+        ("p_credit_card", pa.string()),
+        ("p_city", pa.string()),
+        ("p_state", pa.string()),
+        ("p_extra", pa.string()),
+        ("a_id", pa.int64()),
+        ("a_item_name", pa.string()),
+        ("a_description", pa.string()),
+        ("a_initial_bid", pa.int64()),
+        ("a_reserve", pa.int64()),
+        ("a_expires", TS),
+        ("a_seller", pa.int64()),
+        ("a_category", pa.int64()),
+        ("a_extra", pa.string()),
+        ("b_auction", pa.int64()),
+        ("b_bidder", pa.int64()),
+        ("b_price", pa.int64()),
+        ("b_channel", pa.string()),
+        ("b_url", pa.string()),
+        ("b_extra", pa.string()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -107,13 +124,17 @@ def events_table(cfg: Config) -> pa.Table:
     n = cfg.events
     ids = np.arange(n, dtype=np.int64)
     epoch, offset = ids // TOTAL_PROPORTION, ids % TOTAL_PROPORTION
-    etype = np.where(offset < PERSON_PROPORTION, PERSON,
-                     np.where(offset < PERSON_PROPORTION + AUCTION_PROPORTION, AUCTION, BID)).astype(np.int32)
+    etype = np.where(
+        offset < PERSON_PROPORTION, PERSON, np.where(offset < PERSON_PROPORTION + AUCTION_PROPORTION, AUCTION, BID)
+    ).astype(np.int32)
     ideal = START_US + (ids * (1e6 / cfg.event_rate)).astype(np.int64)
     times = ideal - (rng.random(n) * cfg.out_of_order_s * 1e6).astype(np.int64)
     last_person = epoch  # the persons so far, base 0 (every epoch starts with its person)
-    last_auction = np.where(offset < PERSON_PROPORTION, epoch * AUCTION_PROPORTION - 1,
-                            epoch * AUCTION_PROPORTION + np.minimum(offset - PERSON_PROPORTION, AUCTION_PROPORTION - 1))
+    last_auction = np.where(
+        offset < PERSON_PROPORTION,
+        epoch * AUCTION_PROPORTION - 1,
+        epoch * AUCTION_PROPORTION + np.minimum(offset - PERSON_PROPORTION, AUCTION_PROPORTION - 1),
+    )
     cols: dict[str, np.ndarray | pa.Array] = {"event_type": etype, "dateTime": times}
 
     p, a, b = etype == PERSON, etype == AUCTION, etype == BID
@@ -129,18 +150,21 @@ def events_table(cfg: Config) -> pa.Table:
     names = first + " " + last
     cols["p_id"] = spread(p, FIRST_PERSON_ID + epoch[p], pa.int64())
     cols["p_name"] = spread(p, names, pa.string())
-    cols["p_email"] = spread(p, np.char.add(np.char.add(first.astype(str), "@"), last.astype(str)).astype(object)
-                             + ".com", pa.string())
-    cols["p_credit_card"] = spread(p, np.array([f"{x:04d} {y:04d} {z:04d} {w:04d}" for x, y, z, w in
-                                                rng.integers(0, 10_000, (np_, 4))], dtype=object), pa.string())
+    cols["p_email"] = spread(
+        p, np.char.add(np.char.add(first.astype(str), "@"), last.astype(str)).astype(object) + ".com", pa.string()
+    )
+    cols["p_credit_card"] = spread(
+        p,
+        np.array([f"{x:04d} {y:04d} {z:04d} {w:04d}" for x, y, z, w in rng.integers(0, 10_000, (np_, 4))], dtype=object),
+        pa.string(),
+    )
     cols["p_city"] = spread(p, _pick(rng, US_CITIES, np_), pa.string())
     cols["p_state"] = spread(p, _pick(rng, US_STATES, np_), pa.string())
     pool = _words(rng, 1000, 3, 20)
     cols["p_extra"] = spread(p, _pick(rng, pool, np_), pa.string())
 
     hot_seller = rng.integers(0, 4, na) > 0
-    seller = np.where(hot_seller, (last_person[a] // HOT_SELLER_RATIO) * HOT_SELLER_RATIO,
-                      _next_person(rng, last_person[a]))
+    seller = np.where(hot_seller, (last_person[a] // HOT_SELLER_RATIO) * HOT_SELLER_RATIO, _next_person(rng, last_person[a]))
     initial = _price(rng, na)
     cols["a_id"] = spread(a, FIRST_AUCTION_ID + last_auction[a], pa.int64())
     cols["a_item_name"] = spread(a, _pick(rng, pool, na), pa.string())
@@ -161,20 +185,27 @@ def events_table(cfg: Config) -> pa.Table:
     cold_auction = lowest + (rng.random(nb) * (la - lowest + 1 + AUCTION_ID_LEAD)).astype(np.int64)
     auction = np.where(hot_auction, (la // HOT_AUCTION_RATIO) * HOT_AUCTION_RATIO, cold_auction)
     hot_bidder = rng.integers(0, 4, nb) > 0
-    bidder = np.where(hot_bidder, (last_person[b] // HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1,
-                      _next_person(rng, last_person[b]))
+    bidder = np.where(hot_bidder, (last_person[b] // HOT_BIDDER_RATIO) * HOT_BIDDER_RATIO + 1, _next_person(rng, last_person[b]))
     # half the bids through a hot channel; the rest through one of 10,000 channels, half of
     # whose URLs carry a channel_id parameter
     hot_channel = rng.integers(0, 2, nb) > 0
     hot_i = rng.integers(0, len(HOT_CHANNELS), nb)
     cold_i = rng.integers(0, 10_000, nb)
     dirs = _words(np.random.default_rng(cfg.seed + 1), 30, 3, 6)
-    cold_urls = np.array([f"https://www.nexmark.com/{dirs[i % 30]}/{dirs[(i // 30) % 30]}/{dirs[(i // 900) % 30]}"
-                          f"/item.htm?query=1" + (f"&channel_id={(i * 2_654_435_761) % 1_000_000_007}"
-                                                  if i % 2 else "") for i in range(10_000)], dtype=object)
+    cold_urls = np.array(
+        [
+            f"https://www.nexmark.com/{dirs[i % 30]}/{dirs[(i // 30) % 30]}/{dirs[(i // 900) % 30]}"
+            f"/item.htm?query=1" + (f"&channel_id={(i * 2_654_435_761) % 1_000_000_007}" if i % 2 else "")
+            for i in range(10_000)
+        ],
+        dtype=object,
+    )
     hot_urls = np.array([f"https://www.nexmark.com/{c.lower()}/item.htm?query=1" for c in HOT_CHANNELS], dtype=object)
-    channels = np.where(hot_channel, np.asarray(HOT_CHANNELS, dtype=object)[hot_i],
-                        np.array([f"channel-{i}" for i in range(10_000)], dtype=object)[cold_i])
+    channels = np.where(
+        hot_channel,
+        np.asarray(HOT_CHANNELS, dtype=object)[hot_i],
+        np.array([f"channel-{i}" for i in range(10_000)], dtype=object)[cold_i],
+    )
     urls = np.where(hot_channel, hot_urls[hot_i], cold_urls[cold_i])
     cols["b_auction"] = spread(b, FIRST_AUCTION_ID + auction, pa.int64())
     cols["b_bidder"] = spread(b, FIRST_PERSON_ID + bidder, pa.int64())
@@ -193,8 +224,9 @@ def events_table(cfg: Config) -> pa.Table:
     sentinel = {f.name: [None] for f in SCHEMA}
     sentinel["event_type"] = [SENTINEL]
     sentinel["dateTime"] = [int(times.max()) + SENTINEL_AFTER_US]
-    sentinel_table = pa.table({k: pa.array(v, type=pa.int64() if k == "dateTime" else SCHEMA.field(k).type)
-                               for k, v in sentinel.items()})
+    sentinel_table = pa.table(
+        {k: pa.array(v, type=pa.int64() if k == "dateTime" else SCHEMA.field(k).type) for k, v in sentinel.items()}
+    )
     sentinel_table = sentinel_table.set_column(1, "dateTime", sentinel_table.column("dateTime").cast(TS))
     return pa.concat_tables([table, sentinel_table.cast(SCHEMA)])
 

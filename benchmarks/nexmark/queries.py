@@ -40,20 +40,48 @@ from benchmarks.nexmark.generator import (
     Config,
 )
 
-PERSON_COLS = ["p_id AS id", "p_name AS name", "p_email AS email_address", "p_credit_card AS credit_card",
-               "p_city AS city", "p_state AS state", "dateTime", "p_extra AS extra"]
-AUCTION_COLS = ["a_id AS id", "a_item_name AS item_name", "a_description AS description",
-                "a_initial_bid AS initial_bid", "a_reserve AS reserve", "dateTime", "a_expires AS expires",
-                "a_seller AS seller", "a_category AS category", "a_extra AS extra"]
-BID_COLS = ["b_auction AS auction", "b_bidder AS bidder", "b_price AS price", "b_channel AS channel",
-            "b_url AS url", "dateTime", "b_extra AS extra"]
+PERSON_COLS = [
+    "p_id AS id",
+    "p_name AS name",
+    "p_email AS email_address",
+    "p_credit_card AS credit_card",
+    "p_city AS city",
+    "p_state AS state",
+    "dateTime",
+    "p_extra AS extra",
+]
+AUCTION_COLS = [
+    "a_id AS id",
+    "a_item_name AS item_name",
+    "a_description AS description",
+    "a_initial_bid AS initial_bid",
+    "a_reserve AS reserve",
+    "dateTime",
+    "a_expires AS expires",
+    "a_seller AS seller",
+    "a_category AS category",
+    "a_extra AS extra",
+]
+BID_COLS = [
+    "b_auction AS auction",
+    "b_bidder AS bidder",
+    "b_price AS price",
+    "b_channel AS channel",
+    "b_url AS url",
+    "dateTime",
+    "b_extra AS extra",
+]
 SIDE_KEYS = 10_000  # q13's side input: one row per key 0..9999
 
 # q14, q21, q22 and q10's expressions are Spark SQL, the language of Sluice's select/filter too
-Q14_TYPE = ("CASE WHEN hour(dateTime) >= 8 AND hour(dateTime) <= 18 THEN 'dayTime' "
-            "WHEN hour(dateTime) <= 6 OR hour(dateTime) >= 20 THEN 'nightTime' ELSE 'otherTime' END")
-Q21_ID = ("CASE lower(channel) WHEN 'apple' THEN '0' WHEN 'google' THEN '1' WHEN 'facebook' THEN '2' "
-          "WHEN 'baidu' THEN '3' ELSE regexp_extract(url, '(&|^)channel_id=([^&]*)', 2) END")
+Q14_TYPE = (
+    "CASE WHEN hour(dateTime) >= 8 AND hour(dateTime) <= 18 THEN 'dayTime' "
+    "WHEN hour(dateTime) <= 6 OR hour(dateTime) >= 20 THEN 'nightTime' ELSE 'otherTime' END"
+)
+Q21_ID = (
+    "CASE lower(channel) WHEN 'apple' THEN '0' WHEN 'google' THEN '1' WHEN 'facebook' THEN '2' "
+    "WHEN 'baidu' THEN '3' ELSE regexp_extract(url, '(&|^)channel_id=([^&]*)', 2) END"
+)
 RANKS = {"rank1": "price < 10000", "rank2": "price >= 10000 AND price < 1000000", "rank3": "price >= 1000000"}
 
 
@@ -89,20 +117,21 @@ def join_bounds(cfg: Config) -> dict[str, tuple[str, str]]:
     seller_ahead = (PERSON_ID_LEAD + 1) * per_person + slack
     auction_back = max(NUM_IN_FLIGHT_AUCTIONS, HOT_AUCTION_RATIO) * per_auction + slack
     auction_ahead = (AUCTION_ID_LEAD + 1) * per_auction + slack
-    return {"q3": (f"-{2 * seller_back:.3f}s", f"+{2 * seller_ahead:.3f}s"),
-            "q20": (f"-{2 * auction_back:.3f}s", f"+{2 * auction_ahead:.3f}s")}
+    return {
+        "q3": (f"-{2 * seller_back:.3f}s", f"+{2 * seller_ahead:.3f}s"),
+        "q20": (f"-{2 * auction_back:.3f}s", f"+{2 * auction_ahead:.3f}s"),
+    }
 
 
 # ------------------------------------------------------------------------------------------
 # DuckDB reference (views: person, auction, bid, side_input; TimeZone UTC)
 
+
 def duckdb_views(con, events_glob: str, side_path: str) -> None:
     con.execute("SET TimeZone = 'UTC'")
     con.execute(f"CREATE OR REPLACE VIEW events AS SELECT * FROM read_parquet('{events_glob}')")
-    for view, kind, cols in (("person", PERSON, PERSON_COLS), ("auction", AUCTION, AUCTION_COLS),
-                             ("bid", BID, BID_COLS)):
-        con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {', '.join(cols)} FROM events "
-                    f"WHERE event_type = {kind}")
+    for view, kind, cols in (("person", PERSON, PERSON_COLS), ("auction", AUCTION, AUCTION_COLS), ("bid", BID, BID_COLS)):
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {', '.join(cols)} FROM events WHERE event_type = {kind}")
     con.execute(f"CREATE OR REPLACE VIEW side_input AS SELECT * FROM read_parquet('{side_path}')")
 
 
@@ -128,12 +157,26 @@ def _stats_sql(group: str, extra: str = "") -> str:
     parts += [f"count(DISTINCT bidder) FILTER (WHERE {c}) AS {r}_bidders" for r, c in RANKS.items()]
     parts += ["count(DISTINCT auction) AS total_auctions"]
     parts += [f"count(DISTINCT auction) FILTER (WHERE {c}) AS {r}_auctions" for r, c in RANKS.items()]
-    return (f"SELECT {group}{extra}, {', '.join(parts)} FROM "
-            f"(SELECT *, strftime(dateTime, '%Y-%m-%d') AS day FROM bid) GROUP BY {group}")
+    return (
+        f"SELECT {group}{extra}, {', '.join(parts)} FROM "
+        f"(SELECT *, strftime(dateTime, '%Y-%m-%d') AS day FROM bid) GROUP BY {group}"
+    )
 
 
-STATS = ("total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "total_bidders", "rank1_bidders", "rank2_bidders",
-         "rank3_bidders", "total_auctions", "rank1_auctions", "rank2_auctions", "rank3_auctions")
+STATS = (
+    "total_bids",
+    "rank1_bids",
+    "rank2_bids",
+    "rank3_bids",
+    "total_bidders",
+    "rank1_bidders",
+    "rank2_bidders",
+    "rank3_bidders",
+    "total_auctions",
+    "rank1_auctions",
+    "rank2_auctions",
+    "rank3_auctions",
+)
 
 REFERENCE = {
     "q0": "SELECT auction, bidder, price, dateTime, extra FROM bid",
@@ -142,7 +185,7 @@ REFERENCE = {
     "q3": """SELECT p.name, p.city, p.state, a.id FROM auction a JOIN person p ON a.seller = p.id
              WHERE a.category = 10 AND p.state IN ('OR', 'ID', 'CA')""",
     "q4": f"""SELECT category, avg(price) AS avg_final FROM ({WINNING}) WHERE rn = 1 GROUP BY category""",
-    "q5": f"""WITH w AS (SELECT auction, {_bucket('dateTime', 2_000_000)} - k * 2000000 AS ws FROM bid,
+    "q5": f"""WITH w AS (SELECT auction, {_bucket("dateTime", 2_000_000)} - k * 2000000 AS ws FROM bid,
                          range(0, 5) t(k)),
              c AS (SELECT auction, ws AS window_start, ws + 10000000 AS window_end, count(*) AS num
                    FROM w GROUP BY auction, ws)
@@ -151,12 +194,12 @@ REFERENCE = {
     "q6": f"""SELECT seller, avg(price) AS avg_final FROM (
                 SELECT seller, price, row_number() OVER (PARTITION BY seller ORDER BY expires DESC, auction DESC) AS k
                 FROM ({WINNING}) WHERE rn = 1) WHERE k <= 10 GROUP BY seller""",
-    "q7": f"""WITH b AS (SELECT *, {_bucket('dateTime', 10_000_000)} AS ws FROM bid)
+    "q7": f"""WITH b AS (SELECT *, {_bucket("dateTime", 10_000_000)} AS ws FROM bid)
              SELECT auction, price, bidder, dateTime, extra FROM b
              WHERE price = (SELECT max(price) FROM b b2 WHERE b2.ws = b.ws)""",
-    "q8": f"""SELECT DISTINCT p.id, p.name, {_bucket('p.dateTime', 10_000_000)} AS starttime
+    "q8": f"""SELECT DISTINCT p.id, p.name, {_bucket("p.dateTime", 10_000_000)} AS starttime
              FROM person p JOIN auction a ON p.id = a.seller
-             AND {_bucket('p.dateTime', 10_000_000)} = {_bucket('a.dateTime', 10_000_000)}""",
+             AND {_bucket("p.dateTime", 10_000_000)} = {_bucket("a.dateTime", 10_000_000)}""",
     "q9": f"SELECT auction, seller, category, bidder, price, bid_time FROM ({WINNING}) WHERE rn = 1",
     "q10": """SELECT auction, bidder, price, dateTime, extra, strftime(dateTime, '%Y-%m-%d') AS dt,
               strftime(dateTime, '%H:%M') AS hm FROM bid""",
@@ -168,7 +211,7 @@ REFERENCE = {
     "q12": "SELECT bidder, count(*) AS bid_count FROM bid GROUP BY bidder",
     "q13": """SELECT b.auction, b.bidder, b.price, b.dateTime, s.value FROM bid b
               JOIN side_input s ON b.auction % 10000 = s.key""",
-    "q14": f"""SELECT auction, bidder, 0.908 * price AS price, {Q14_TYPE.replace('hour(dateTime)', 'hour(dateTime)')}
+    "q14": f"""SELECT auction, bidder, 0.908 * price AS price, {Q14_TYPE.replace("hour(dateTime)", "hour(dateTime)")}
                AS bidTimeType, dateTime, extra, length(extra) - length(replace(extra, 'c', '')) AS c_counts
                FROM bid WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000""",
     "q15": _stats_sql("day"),
@@ -189,8 +232,9 @@ REFERENCE = {
     "q20": """SELECT b.auction, b.bidder, b.price, b.channel, b.dateTime, a.item_name, a.initial_bid, a.reserve,
               a.seller, a.category FROM bid b JOIN auction a ON b.auction = a.id WHERE a.category = 10""",
     "q21": f"""SELECT * FROM (SELECT auction, bidder, price, channel,
-               {Q21_ID.replace("regexp_extract(url, '(&|^)channel_id=([^&]*)', 2)",
-                               "regexp_extract(url, '(&|^)channel_id=([^&]*)', 2)")} AS channel_id FROM bid)
+               {
+        Q21_ID.replace("regexp_extract(url, '(&|^)channel_id=([^&]*)', 2)", "regexp_extract(url, '(&|^)channel_id=([^&]*)', 2)")
+    } AS channel_id FROM bid)
                WHERE channel_id IS NOT NULL AND channel_id <> ''""",
     "q22": """SELECT auction, bidder, price, channel, nullif(split_part(url, '/', 4), '') AS dir1,
               nullif(split_part(url, '/', 5), '') AS dir2, nullif(split_part(url, '/', 6), '') AS dir3 FROM bid""",
@@ -202,6 +246,7 @@ REFERENCE = {
 # stream of all events (with the watermark when the query needs one); the type filters
 # mention ``dateTime`` so the optimizer keeps them above the watermark (a filter that does
 # not is pushed below it, and the sentinel would then never move the watermark).
+
 
 def _spark_split(events, kind: int, cols: list[str]):
     return events.filter(f"(event_type = {kind} OR dateTime IS NULL)").selectExpr(*cols)
@@ -225,6 +270,7 @@ def _spark_select(*exprs: str, where: str | None = None):
         if where:
             bids = bids.filter(where)
         return bids.selectExpr(*exprs), "append"
+
     return build
 
 
@@ -240,14 +286,17 @@ def spark_q3(events, side):
 def spark_q5(events, side):
     from pyspark.sql import functions as F
 
-    counts = (spark_bids(events).groupBy(F.window("dateTime", "10 seconds", "2 seconds"), "auction")
-              .agg(F.count(F.lit(1)).alias("num")))
+    counts = (
+        spark_bids(events).groupBy(F.window("dateTime", "10 seconds", "2 seconds"), "auction").agg(F.count(F.lit(1)).alias("num"))
+    )
     # the windows' counts grouped again by window (chained stateful aggregations): one
     # 2-second bucket of window_time (its end) per sliding window
-    per_window = (counts.groupBy(F.window(F.window_time("window"), "2 seconds").alias("w"))
-                  .agg(F.max("num").alias("maxn"),
-                       F.collect_list(F.struct("auction", "num", F.col("window.start").alias("ws"),
-                                               F.col("window.end").alias("we"))).alias("rows")))
+    per_window = counts.groupBy(F.window(F.window_time("window"), "2 seconds").alias("w")).agg(
+        F.max("num").alias("maxn"),
+        F.collect_list(F.struct("auction", "num", F.col("window.start").alias("ws"), F.col("window.end").alias("we"))).alias(
+            "rows"
+        ),
+    )
     out = per_window.select("maxn", F.explode("rows").alias("r")).filter("r.num >= maxn")
     return out.selectExpr("r.auction AS auction", "r.num AS num", "r.ws AS window_start", "r.we AS window_end"), "append"
 
@@ -255,9 +304,14 @@ def spark_q5(events, side):
 def spark_q7(events, side):
     from pyspark.sql import functions as F
 
-    per_window = (spark_bids(events).groupBy(F.window("dateTime", "10 seconds"))
-                  .agg(F.max("price").alias("maxprice"),
-                       F.collect_list(F.struct("auction", "price", "bidder", "dateTime", "extra")).alias("rows")))
+    per_window = (
+        spark_bids(events)
+        .groupBy(F.window("dateTime", "10 seconds"))
+        .agg(
+            F.max("price").alias("maxprice"),
+            F.collect_list(F.struct("auction", "price", "bidder", "dateTime", "extra")).alias("rows"),
+        )
+    )
     out = per_window.select("maxprice", F.explode("rows").alias("r")).filter("r.price = maxprice")
     return out.selectExpr("r.auction", "r.price", "r.bidder", "r.dateTime", "r.extra"), "append"
 
@@ -279,16 +333,23 @@ def spark_q8(events, side):
 def spark_q11(events, side):
     from pyspark.sql import functions as F
 
-    sessions = (spark_bids(events).groupBy(F.session_window("dateTime", "10 seconds").alias("s"), "bidder")
-                .agg(F.count(F.lit(1)).alias("bid_count")))
+    sessions = (
+        spark_bids(events)
+        .groupBy(F.session_window("dateTime", "10 seconds").alias("s"), "bidder")
+        .agg(F.count(F.lit(1)).alias("bid_count"))
+    )
     return sessions.selectExpr("bidder", "bid_count", "s.start AS starttime", "s.end AS endtime"), "append"
 
 
 def spark_q12(events, side):
     from pyspark.sql import functions as F
 
-    counts = (spark_bids(events).withColumn("p_time", F.current_timestamp())
-              .groupBy(F.window("p_time", "10 seconds").alias("w"), "bidder").agg(F.count(F.lit(1)).alias("bid_count")))
+    counts = (
+        spark_bids(events)
+        .withColumn("p_time", F.current_timestamp())
+        .groupBy(F.window("p_time", "10 seconds").alias("w"), "bidder")
+        .agg(F.count(F.lit(1)).alias("bid_count"))
+    )
     return counts.selectExpr("bidder", "bid_count", "w.start AS window_start"), "update"
 
 
@@ -311,16 +372,24 @@ def spark_q17(events, side):
 
     bids = spark_bids(events).withColumn("day", F.date_format("dateTime", "yyyy-MM-dd"))
     stats = bids.groupBy("auction", "day").agg(
-        F.count(F.lit(1)).alias("total_bids"), *_rank_sums(), F.min("price").alias("min_price"),
-        F.max("price").alias("max_price"), F.avg("price").alias("avg_price"), F.sum("price").alias("sum_price"))
+        F.count(F.lit(1)).alias("total_bids"),
+        *_rank_sums(),
+        F.min("price").alias("min_price"),
+        F.max("price").alias("max_price"),
+        F.avg("price").alias("avg_price"),
+        F.sum("price").alias("sum_price"),
+    )
     return stats, "update"
 
 
 def spark_q18(events, side):
     from pyspark.sql import functions as F
 
-    last = spark_bids(events).groupBy("bidder", "auction").agg(
-        F.max_by(F.struct("price", "channel", "url", "dateTime", "extra"), F.struct("dateTime", "price")).alias("r"))
+    last = (
+        spark_bids(events)
+        .groupBy("bidder", "auction")
+        .agg(F.max_by(F.struct("price", "channel", "url", "dateTime", "extra"), F.struct("dateTime", "price")).alias("r"))
+    )
     return last.selectExpr("auction", "bidder", "r.price", "r.channel", "r.url", "r.dateTime", "r.extra"), "update"
 
 
@@ -330,8 +399,18 @@ def spark_q20(events, side):
     b = spark_bids(events).alias("b")
     a = spark_auctions(events).filter("category = 10").alias("a")
     joined = b.join(a, F.expr("b.auction = a.id"))
-    return joined.selectExpr("b.auction", "b.bidder", "b.price", "b.channel", "b.dateTime", "a.item_name",
-                             "a.initial_bid", "a.reserve", "a.seller", "a.category"), "append"
+    return joined.selectExpr(
+        "b.auction",
+        "b.bidder",
+        "b.price",
+        "b.channel",
+        "b.dateTime",
+        "a.item_name",
+        "a.initial_bid",
+        "a.reserve",
+        "a.seller",
+        "a.category",
+    ), "append"
 
 
 def spark_q21(events, side):
@@ -343,27 +422,56 @@ SPARK: dict[str, Callable] = {
     "q0": _spark_select("auction", "bidder", "price", "dateTime", "extra"),
     "q1": _spark_select("auction", "bidder", "0.908 * price AS price", "dateTime", "extra"),
     "q2": _spark_select("auction", "price", where="auction % 123 = 0"),
-    "q3": spark_q3, "q5": spark_q5, "q7": spark_q7, "q8": spark_q8,
-    "q10": _spark_select("auction", "bidder", "price", "dateTime", "extra", "date_format(dateTime, 'yyyy-MM-dd') AS dt",
-                         "date_format(dateTime, 'HH:mm') AS hm"),
-    "q11": spark_q11, "q12": spark_q12, "q13": spark_q13,
-    "q14": _spark_select("auction", "bidder", "0.908 * price AS price", f"{Q14_TYPE} AS bidTimeType", "dateTime", "extra",
-                         "length(extra) - length(replace(extra, 'c', '')) AS c_counts",
-                         where="0.908 * price > 1000000 AND 0.908 * price < 50000000"),
-    "q17": spark_q17, "q18": spark_q18, "q20": spark_q20, "q21": spark_q21,
-    "q22": _spark_select("auction", "bidder", "price", "channel", "get(split(url, '/'), 3) AS dir1",
-                         "get(split(url, '/'), 4) AS dir2", "get(split(url, '/'), 5) AS dir3"),
+    "q3": spark_q3,
+    "q5": spark_q5,
+    "q7": spark_q7,
+    "q8": spark_q8,
+    "q10": _spark_select(
+        "auction",
+        "bidder",
+        "price",
+        "dateTime",
+        "extra",
+        "date_format(dateTime, 'yyyy-MM-dd') AS dt",
+        "date_format(dateTime, 'HH:mm') AS hm",
+    ),
+    "q11": spark_q11,
+    "q12": spark_q12,
+    "q13": spark_q13,
+    "q14": _spark_select(
+        "auction",
+        "bidder",
+        "0.908 * price AS price",
+        f"{Q14_TYPE} AS bidTimeType",
+        "dateTime",
+        "extra",
+        "length(extra) - length(replace(extra, 'c', '')) AS c_counts",
+        where="0.908 * price > 1000000 AND 0.908 * price < 50000000",
+    ),
+    "q17": spark_q17,
+    "q18": spark_q18,
+    "q20": spark_q20,
+    "q21": spark_q21,
+    "q22": _spark_select(
+        "auction",
+        "bidder",
+        "price",
+        "channel",
+        "get(split(url, '/'), 3) AS dir1",
+        "get(split(url, '/'), 4) AS dir2",
+        "get(split(url, '/'), 5) AS dir3",
+    ),
 }
 SPARK_GAPS = {
     "q4": "a join followed by two updating aggregations: Spark runs a stream-stream join only in append mode, "
-          "and an aggregation after it in append mode only over event-time windows (the max per auction is not one)",
+    "and an aggregation after it in append mode only over event-time windows (the max per auction is not one)",
     "q6": "as q4, and an OVER window (the last 10 auctions per seller), which streaming Spark refuses",
     "q9": "the winning bid per auction is ROW_NUMBER() over a join's output: streaming Spark has no ROW_NUMBER "
-          "and no updating aggregation after a stream-stream join",
+    "and no updating aggregation after a stream-stream join",
     "q15": "distinct counts (count(DISTINCT bidder)): streaming Spark refuses distinct aggregates",
     "q16": "distinct counts, as q15",
     "q19": "top 10 per auction needs ROW_NUMBER(), which streaming Spark refuses (only custom state in "
-           "applyInPandasWithState / transformWithState would do)",
+    "applyInPandasWithState / transformWithState would do)",
 }
 
 
@@ -371,6 +479,7 @@ SPARK_GAPS = {
 # Sluice: fn(events, ctx) -> Stream. ``events`` is the stream of all events (its source
 # declares ``dateTime`` as event time with the generator's out-of-orderness as watermark
 # delay); ``ctx`` holds the configuration, the side input's path and the join bounds.
+
 
 @dataclass(frozen=True)
 class Context:
@@ -397,12 +506,12 @@ def _sluice_select(*exprs: str, where: str | None = None):
         if where:
             bids = bids.filter(where)
         return bids.select(*exprs)
+
     return build
 
 
 def sluice_q3(events, ctx):
-    persons = sluice_persons(events).filter("state IN ('OR', 'ID', 'CA')").select("id", "name", "city", "state",
-                                                                                    "dateTime")
+    persons = sluice_persons(events).filter("state IN ('OR', 'ID', 'CA')").select("id", "name", "city", "state", "dateTime")
     auctions = sluice_auctions(events).filter("category = 10").select("id AS a_id", "seller", "dateTime")
     # person.t - auction.t within the generator's bounds (Sluice has no unbounded join)
     joined = auctions.key_by("seller").join(persons.key_by("id"), between=ctx.bounds["q3"])
@@ -421,23 +530,25 @@ def _valid_bids(events, ctx, *auction_cols: str):
 def _mean_of_latest(key: str, limit: int | None):
     """process(): per ``key``, the mean of the current final price of its auctions (the
     ``limit`` latest-closing ones); the state maps auction -> (expires, final)."""
+
     def fn(k, rows, state):
         finals = dict(state.value or {})
-        for auction, expires, final in zip(rows.column("id").to_pylist(), rows.column("expires").to_pylist(),
-                                           rows.column("final").to_pylist()):
+        for auction, expires, final in zip(
+            rows.column("id").to_pylist(), rows.column("expires").to_pylist(), rows.column("final").to_pylist()
+        ):
             finals[auction] = (expires, final)
         state.update(finals)
         chosen = sorted(((e, a, f) for a, (e, f) in finals.items()), reverse=True)
         if limit is not None:
             chosen = chosen[:limit]
         return [{key: k[0], "avg_final": sum(f for *_, f in chosen) / len(chosen)}]
+
     return fn
 
 
 def sluice_q4(events, ctx):
     finals = _valid_bids(events, ctx, "category").key_by("id", "expires", "category").aggregate(final=_max("price"))
-    return finals.key_by("category").process(_mean_of_latest("category", None),
-                                             schema={"category": "int", "avg_final": "double"})
+    return finals.key_by("category").process(_mean_of_latest("category", None), schema={"category": "int", "avg_final": "double"})
 
 
 def sluice_q6(events, ctx):
@@ -499,8 +610,9 @@ def _unpack_top(row):
     for packed in (row["top"] or "").split("\n"):
         if packed:
             price, auction, bidder, micros, extra = packed.split("|", 4)
-            out.append({"auction": int(auction), "price": int(price), "bidder": int(bidder),
-                        "dateTime": int(micros), "extra": extra})
+            out.append(
+                {"auction": int(auction), "price": int(price), "bidder": int(bidder), "dateTime": int(micros), "extra": extra}
+            )
     return out
 
 
@@ -509,12 +621,16 @@ def sluice_q7(events, ctx):
     from sluice import windows as W
 
     packed = sluice_bids(events).select(
-        "dateTime", f"concat_ws('|', lpad(cast(price AS string), {PRICE_DIGITS}, '0'), cast(auction AS string), "
-        "cast(bidder AS string), cast(unix_micros(dateTime) AS string), extra) AS packed")
+        "dateTime",
+        f"concat_ws('|', lpad(cast(price AS string), {PRICE_DIGITS}, '0'), cast(auction AS string), "
+        "cast(bidder AS string), cast(unix_micros(dateTime) AS string), extra) AS packed",
+    )
     top = packed.window(W.tumbling("10s")).aggregate(
-        top=agg.udaf("packed", _top_create, _top_add, _top_merge, _top_result, result_type=pa.string()))
-    return top.flat_map(_unpack_top, schema={"auction": "int", "price": "int", "bidder": "int", "dateTime": "int",
-                                             "extra": "string"})
+        top=agg.udaf("packed", _top_create, _top_add, _top_merge, _top_result, result_type=pa.string())
+    )
+    return top.flat_map(
+        _unpack_top, schema={"auction": "int", "price": "int", "bidder": "int", "dateTime": "int", "extra": "string"}
+    )
 
 
 def _first_only(key, rows, state):
@@ -530,8 +646,9 @@ def sluice_q8(events, ctx):
     persons = sluice_persons(events).select("id", "name", "dateTime")
     auctions = sluice_auctions(events).select("seller", "dateTime")
     joined = persons.key_by("id").join(auctions.key_by("seller"), window=W.tumbling("10s"))
-    return joined.key_by("id", "window_start").process(_first_only, schema={"id": "int", "name": "string",
-                                                                            "starttime": "timestamp"})
+    return joined.key_by("id", "window_start").process(
+        _first_only, schema={"id": "int", "name": "string", "starttime": "timestamp"}
+    )
 
 
 def _better_bid(acc, r):
@@ -559,8 +676,7 @@ def sluice_q12(events, ctx):
     from sluice import agg
     from sluice import windows as W
 
-    counts = sluice_bids(events).key_by("bidder").window(W.tumbling("10s"), time="processing").aggregate(
-        bid_count=agg.count())
+    counts = sluice_bids(events).key_by("bidder").window(W.tumbling("10s"), time="processing").aggregate(bid_count=agg.count())
     return counts.select("bidder", "bid_count", "window_start")
 
 
@@ -581,12 +697,14 @@ def sluice_q13(events, ctx):
 
     def enrich(batch: pa.RecordBatch) -> pa.RecordBatch:
         values = _side_values(side).take(pc.remainder(batch.column("auction"), SIDE_KEYS))
-        return pa.RecordBatch.from_arrays([batch.column("auction"), batch.column("bidder"), batch.column("price"),
-                                           batch.column("dateTime"), values],
-                                          names=["auction", "bidder", "price", "dateTime", "value"])
+        return pa.RecordBatch.from_arrays(
+            [batch.column("auction"), batch.column("bidder"), batch.column("price"), batch.column("dateTime"), values],
+            names=["auction", "bidder", "price", "dateTime", "value"],
+        )
 
-    return sluice_bids(events).map_batches(enrich, schema={"auction": "int", "bidder": "int", "price": "int",
-                                                           "dateTime": "timestamp", "value": "string"})
+    return sluice_bids(events).map_batches(
+        enrich, schema={"auction": "int", "bidder": "int", "price": "int", "dateTime": "timestamp", "value": "string"}
+    )
 
 
 def _stats(keys: tuple[str, ...], minute: bool):
@@ -610,6 +728,7 @@ def _stats(keys: tuple[str, ...], minute: bool):
         if minute:
             aggregates["minute"] = agg.max("hm")
         return bids.key_by(*keys).aggregate(**aggregates)
+
     return build
 
 
@@ -619,9 +738,13 @@ def sluice_q17(events, ctx):
     marks = {f"{r}_mark": f"CASE WHEN {c} THEN 1 END" for r, c in RANKS.items()}
     bids = sluice_bids(events).with_columns(day="date_format(dateTime, 'yyyy-MM-dd')", **marks)
     return bids.key_by("auction", "day").aggregate(
-        total_bids=agg.count(), **{f"{r}_bids": agg.count(f"{r}_mark") for r in RANKS},
-        min_price=agg.min("price"), max_price=agg.max("price"), avg_price=agg.mean("price"),
-        sum_price=agg.sum("price"))
+        total_bids=agg.count(),
+        **{f"{r}_bids": agg.count(f"{r}_mark") for r in RANKS},
+        min_price=agg.min("price"),
+        max_price=agg.max("price"),
+        avg_price=agg.mean("price"),
+        sum_price=agg.sum("price"),
+    )
 
 
 def _later(acc, r):
@@ -635,28 +758,45 @@ def sluice_q18(events, ctx):
 
 def _top10(key, rows, state):
     current = list(state.value or [])
-    fresh = zip(rows.column("bidder").to_pylist(), rows.column("price").to_pylist(),
-                rows.column("dateTime").to_pylist())
+    fresh = zip(rows.column("bidder").to_pylist(), rows.column("price").to_pylist(), rows.column("dateTime").to_pylist())
     current += [(price, dt, bidder) for bidder, price, dt in fresh]
     current = sorted(current, key=lambda t: (-t[0], t[1]))[:10]
     state.update(current)
-    return [{"auction": key[0], "bidder": b, "price": p, "dateTime": dt, "rank_number": i + 1}
-            for i, (p, dt, b) in enumerate(current)]
+    return [
+        {"auction": key[0], "bidder": b, "price": p, "dateTime": dt, "rank_number": i + 1} for i, (p, dt, b) in enumerate(current)
+    ]
 
 
 def sluice_q19(events, ctx):
-    return sluice_bids(events).key_by("auction").process(
-        _top10, schema={"auction": "int", "bidder": "int", "price": "int", "dateTime": "timestamp",
-                        "rank_number": "int"})
+    return (
+        sluice_bids(events)
+        .key_by("auction")
+        .process(
+            _top10, schema={"auction": "int", "bidder": "int", "price": "int", "dateTime": "timestamp", "rank_number": "int"}
+        )
+    )
 
 
 def sluice_q20(events, ctx):
     bids = sluice_bids(events).select("auction", "bidder", "price", "channel", "dateTime")
-    auctions = sluice_auctions(events).filter("category = 10").select(
-        "id", "item_name", "initial_bid", "reserve", "seller", "category", "dateTime")
+    auctions = (
+        sluice_auctions(events)
+        .filter("category = 10")
+        .select("id", "item_name", "initial_bid", "reserve", "seller", "category", "dateTime")
+    )
     joined = bids.key_by("auction").join(auctions.key_by("id"), between=ctx.bounds["q20"])
-    return joined.select("auction", "bidder", "price", "channel", "dateTime_left AS dateTime", "item_name",
-                         "initial_bid", "reserve", "seller", "category")
+    return joined.select(
+        "auction",
+        "bidder",
+        "price",
+        "channel",
+        "dateTime_left AS dateTime",
+        "item_name",
+        "initial_bid",
+        "reserve",
+        "seller",
+        "category",
+    )
 
 
 def sluice_q21(events, ctx):
@@ -668,29 +808,78 @@ SLUICE: dict[str, Callable] = {
     "q0": _sluice_select("auction", "bidder", "price", "dateTime", "extra"),
     "q1": _sluice_select("auction", "bidder", "0.908 * price AS price", "dateTime", "extra"),
     "q2": _sluice_select("auction", "price", where="auction % 123 = 0"),
-    "q3": sluice_q3, "q4": sluice_q4, "q5": sluice_q5, "q6": sluice_q6, "q7": sluice_q7, "q8": sluice_q8,
+    "q3": sluice_q3,
+    "q4": sluice_q4,
+    "q5": sluice_q5,
+    "q6": sluice_q6,
+    "q7": sluice_q7,
+    "q8": sluice_q8,
     "q9": sluice_q9,
-    "q10": _sluice_select("auction", "bidder", "price", "dateTime", "extra",
-                          "date_format(dateTime, 'yyyy-MM-dd') AS dt", "date_format(dateTime, 'HH:mm') AS hm"),
-    "q11": sluice_q11, "q12": sluice_q12, "q13": sluice_q13,
-    "q14": _sluice_select("auction", "bidder", "0.908 * price AS price", f"{Q14_TYPE} AS bidTimeType", "dateTime",
-                          "extra", "length(extra) - length(replace(extra, 'c', '')) AS c_counts",
-                          where="0.908 * price > 1000000 AND 0.908 * price < 50000000"),
-    "q15": _stats(("day",), False), "q16": _stats(("channel", "day"), True), "q17": sluice_q17,
-    "q18": sluice_q18, "q19": sluice_q19, "q20": sluice_q20, "q21": sluice_q21,
-    "q22": _sluice_select("auction", "bidder", "price", "channel", "get(split(url, '/'), 3) AS dir1",
-                          "get(split(url, '/'), 4) AS dir2", "get(split(url, '/'), 5) AS dir3"),
+    "q10": _sluice_select(
+        "auction",
+        "bidder",
+        "price",
+        "dateTime",
+        "extra",
+        "date_format(dateTime, 'yyyy-MM-dd') AS dt",
+        "date_format(dateTime, 'HH:mm') AS hm",
+    ),
+    "q11": sluice_q11,
+    "q12": sluice_q12,
+    "q13": sluice_q13,
+    "q14": _sluice_select(
+        "auction",
+        "bidder",
+        "0.908 * price AS price",
+        f"{Q14_TYPE} AS bidTimeType",
+        "dateTime",
+        "extra",
+        "length(extra) - length(replace(extra, 'c', '')) AS c_counts",
+        where="0.908 * price > 1000000 AND 0.908 * price < 50000000",
+    ),
+    "q15": _stats(("day",), False),
+    "q16": _stats(("channel", "day"), True),
+    "q17": sluice_q17,
+    "q18": sluice_q18,
+    "q19": sluice_q19,
+    "q20": sluice_q20,
+    "q21": sluice_q21,
+    "q22": _sluice_select(
+        "auction",
+        "bidder",
+        "price",
+        "channel",
+        "get(split(url, '/'), 3) AS dir1",
+        "get(split(url, '/'), 4) AS dir2",
+        "get(split(url, '/'), 5) AS dir3",
+    ),
 }
 SLUICE_GAPS: dict[str, str] = {}
 
 TITLES = {
-    "q0": "pass through", "q1": "currency conversion", "q2": "selection", "q3": "local item suggestion",
-    "q4": "average price per category", "q5": "hot items", "q6": "average selling price per seller",
-    "q7": "highest bid", "q8": "monitor new users", "q9": "winning bids", "q10": "log to file system",
-    "q11": "user sessions", "q12": "processing-time windows", "q13": "bounded side input join",
-    "q14": "calculation", "q15": "bidding statistics report", "q16": "channel statistics report",
-    "q17": "auction statistics report", "q18": "find last bid", "q19": "auction top-10 price",
-    "q20": "expand bid with auction", "q21": "add channel id", "q22": "get URL directories",
+    "q0": "pass through",
+    "q1": "currency conversion",
+    "q2": "selection",
+    "q3": "local item suggestion",
+    "q4": "average price per category",
+    "q5": "hot items",
+    "q6": "average selling price per seller",
+    "q7": "highest bid",
+    "q8": "monitor new users",
+    "q9": "winning bids",
+    "q10": "log to file system",
+    "q11": "user sessions",
+    "q12": "processing-time windows",
+    "q13": "bounded side input join",
+    "q14": "calculation",
+    "q15": "bidding statistics report",
+    "q16": "channel statistics report",
+    "q17": "auction statistics report",
+    "q18": "find last bid",
+    "q19": "auction top-10 price",
+    "q20": "expand bid with auction",
+    "q21": "add channel id",
+    "q22": "get URL directories",
 }
 COLUMNS = {
     "q0": ("auction", "bidder", "price", "dateTime", "extra"),
@@ -710,17 +899,33 @@ COLUMNS = {
     "q14": ("auction", "bidder", "price", "bidTimeType", "dateTime", "extra", "c_counts"),
     "q15": ("day", *STATS),
     "q16": ("channel", "day", "minute", *STATS),
-    "q17": ("auction", "day", "total_bids", "rank1_bids", "rank2_bids", "rank3_bids", "min_price", "max_price",
-            "avg_price", "sum_price"),
+    "q17": (
+        "auction",
+        "day",
+        "total_bids",
+        "rank1_bids",
+        "rank2_bids",
+        "rank3_bids",
+        "min_price",
+        "max_price",
+        "avg_price",
+        "sum_price",
+    ),
     "q18": ("auction", "bidder", "price", "channel", "url", "dateTime", "extra"),
     "q19": ("auction", "bidder", "price", "dateTime", "rank_number"),
-    "q20": ("auction", "bidder", "price", "channel", "dateTime", "item_name", "initial_bid", "reserve", "seller",
-            "category"),
+    "q20": ("auction", "bidder", "price", "channel", "dateTime", "item_name", "initial_bid", "reserve", "seller", "category"),
     "q21": ("auction", "bidder", "price", "channel", "channel_id"),
     "q22": ("auction", "bidder", "price", "channel", "dir1", "dir2", "dir3"),
 }
-LATEST = {"q4": ("category",), "q6": ("seller",), "q9": ("auction",), "q15": ("day",), "q16": ("channel", "day"),
-          "q17": ("auction", "day"), "q18": ("bidder", "auction")}
+LATEST = {
+    "q4": ("category",),
+    "q6": ("seller",),
+    "q9": ("auction",),
+    "q15": ("day",),
+    "q16": ("channel", "day"),
+    "q17": ("auction", "day"),
+    "q18": ("bidder", "auction"),
+}
 EVENT_TIME = {"q4", "q5", "q6", "q7", "q8", "q9", "q11", "q3", "q20"}
 STATEFUL = {"q3", "q4", "q5", "q6", "q7", "q8", "q9", "q11", "q12", "q15", "q16", "q17", "q18", "q19", "q20"}
 
@@ -736,7 +941,20 @@ def all_queries() -> list[Query]:
             mode, keys = "top", ("auction",)
         elif name == "q12":
             mode, keys = "totals", ("bidder",)
-        out.append(Query(name, TITLES[name], COLUMNS[name], REFERENCE[name], mode, keys, name in EVENT_TIME,
-                         name in STATEFUL, SPARK.get(name), SLUICE.get(name), SPARK_GAPS.get(name, ""),
-                         SLUICE_GAPS.get(name, "")))
+        out.append(
+            Query(
+                name,
+                TITLES[name],
+                COLUMNS[name],
+                REFERENCE[name],
+                mode,
+                keys,
+                name in EVENT_TIME,
+                name in STATEFUL,
+                SPARK.get(name),
+                SLUICE.get(name),
+                SPARK_GAPS.get(name, ""),
+                SLUICE_GAPS.get(name, ""),
+            )
+        )
     return out

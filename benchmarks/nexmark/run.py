@@ -51,6 +51,7 @@ RESULTS = ROOT / "docs" / "results"
 
 # ---- data -------------------------------------------------------------------------------
 
+
 def prepare(cfg: Config, data_dir: Path) -> tuple[Path, str]:
     events = write(cfg, data_dir / "events")
     side = data_dir / "side_input.parquet"
@@ -70,6 +71,7 @@ def reference(query: Q.Query, events: Path, side: str) -> pa.Table:
 
 # ---- reducing an output stream to its result ----------------------------------------------
 
+
 def _latest(table: pa.Table, keys: list[str]) -> pa.Table:
     """The last row per key (rows in emission order)."""
     table = table.append_column("_i", pa.array(range(table.num_rows), type=pa.int64()))
@@ -86,18 +88,17 @@ def result_of(query: Q.Query, stream: pa.Table) -> pa.Table:
         stream = _latest(stream, list(query.keys))
     elif query.mode == "top":
         newest = stream.group_by(list(query.keys)).aggregate([("_batch", "max")])
-        stream = stream.join(newest, list(query.keys)).filter(
-            pc.equal(pc.field("_batch"), pc.field("_batch_max")))
+        stream = stream.join(newest, list(query.keys)).filter(pc.equal(pc.field("_batch"), pc.field("_batch_max")))
     elif query.mode == "totals":
         windows = _latest(stream, [*query.keys, "window_start"])
-        stream = windows.group_by(list(query.keys)).aggregate([("bid_count", "sum")]).rename_columns(
-            [*query.keys, "bid_count"])
+        stream = windows.group_by(list(query.keys)).aggregate([("bid_count", "sum")]).rename_columns([*query.keys, "bid_count"])
     return stream.select(list(query.columns))
 
 
 def _stack(batches: dict[int, pa.Table]) -> pa.Table | None:
-    tables = [t.append_column("_batch", pa.array([b] * t.num_rows, type=pa.int64()))
-              for b, t in sorted(batches.items()) if t.num_rows]
+    tables = [
+        t.append_column("_batch", pa.array([b] * t.num_rows, type=pa.int64())) for b, t in sorted(batches.items()) if t.num_rows
+    ]
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="permissive")
@@ -117,6 +118,7 @@ def check(query: Q.Query, batches: dict[int, pa.Table], expected: pa.Table) -> t
 
 # ---- Spark ----------------------------------------------------------------------------------
 
+
 def run_spark(spark, query: Q.Query, cfg: Config, events: Path, side: str, workdir: str, store: str) -> dict:
     schema = spark.read.parquet(str(events)).schema
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(events))
@@ -131,14 +133,24 @@ def run_spark(spark, query: Q.Query, cfg: Config, events: Path, side: str, workd
     checkpoint = os.path.join(workdir, f"spark-{query.name}-{store}")
     shutil.rmtree(checkpoint, ignore_errors=True)
     started = time.time()
-    q = (frame.writeStream.outputMode(mode).foreachBatch(collect).option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start())
+    q = (
+        frame.writeStream.outputMode(mode)
+        .foreachBatch(collect)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     wall = time.time() - started
     progress = [(start, end) for start, end, *_ in _all_batches(q)]
     processing = max(e for _, e in progress) - min(s for s, _ in progress)
-    return {"processing_s": processing, "wall_s": wall, "batches": batches, "micro_batches": len(progress),
-            "rate": cfg.events / processing}
+    return {
+        "processing_s": processing,
+        "wall_s": wall,
+        "batches": batches,
+        "micro_batches": len(progress),
+        "rate": cfg.events / processing,
+    }
 
 
 def _all_batches(query) -> list[tuple[float, float]]:
@@ -154,6 +166,7 @@ def _all_batches(query) -> list[tuple[float, float]]:
 
 # ---- Sluice ---------------------------------------------------------------------------------
 
+
 def events_source(cfg: Config, events: Path, kind: str):
     """Sluice's source over the event files: a ``directory`` that reads the files there and
     ends (``available_now``), one file a batch; or a ``replay`` of them (read by the first
@@ -162,14 +175,20 @@ def events_source(cfg: Config, events: Path, kind: str):
 
     per_file = -(-(cfg.events + 1) // cfg.files)
     if kind == "directory":
-        return sources.directory(str(events), format="parquet", event_time="dateTime",
-                                 watermark_delay=cfg.out_of_order_s, max_rows_per_batch=per_file, available_now=True)
-    return sources.replay(str(events), format="parquet", event_time="dateTime", watermark_delay=cfg.out_of_order_s,
-                          max_rows_per_batch=per_file)
+        return sources.directory(
+            str(events),
+            format="parquet",
+            event_time="dateTime",
+            watermark_delay=cfg.out_of_order_s,
+            max_rows_per_batch=per_file,
+            available_now=True,
+        )
+    return sources.replay(
+        str(events), format="parquet", event_time="dateTime", watermark_delay=cfg.out_of_order_s, max_rows_per_batch=per_file
+    )
 
 
-def run_sluice(spark, query: Q.Query, cfg: Config, events: Path, ctx: Q.Context, workdir: str, n_cores: int,
-               source: str) -> dict:
+def run_sluice(spark, query: Q.Query, cfg: Config, events: Path, ctx: Q.Context, workdir: str, n_cores: int, source: str) -> dict:
     import sluice
     from sluice import sinks
 
@@ -188,16 +207,30 @@ def run_sluice(spark, query: Q.Query, cfg: Config, events: Path, ctx: Q.Context,
     wall = time.time() - started
     spans = [(m.started_at, m.started_at + m.duration_s) for m in result.metrics]
     processing = max(e for _, e in spans) - min(s for s, _ in spans)
-    return {"processing_s": processing, "wall_s": wall, "batches": batches, "micro_batches": len(spans),
-            "rate": cfg.events / processing, "late": result.late_records, "dead_letters": result.dead_letters}
+    return {
+        "processing_s": processing,
+        "wall_s": wall,
+        "batches": batches,
+        "micro_batches": len(spans),
+        "rate": cfg.events / processing,
+        "late": result.late_records,
+        "dead_letters": result.dead_letters,
+    }
 
 
 # ---- the run ----------------------------------------------------------------------------------
 
+
 def _summary(run: dict, n_cores: int, ok: bool, why: str) -> dict:
-    return {"events_per_s_per_core": round(run["rate"] / n_cores), "events_per_s": round(run["rate"]),
-            "processing_s": round(run["processing_s"], 2), "wall_s": round(run["wall_s"], 2),
-            "micro_batches": run["micro_batches"], "correct": ok, "check": why}
+    return {
+        "events_per_s_per_core": round(run["rate"] / n_cores),
+        "events_per_s": round(run["rate"]),
+        "processing_s": round(run["processing_s"], 2),
+        "wall_s": round(run["wall_s"], 2),
+        "micro_batches": run["micro_batches"],
+        "correct": ok,
+        "check": why,
+    }
 
 
 def _best(runs: list[dict]) -> dict:
@@ -207,6 +240,7 @@ def _best(runs: list[dict]) -> dict:
 def markdown_table(summary: dict) -> str:
     """The results as a Markdown table: per query, each engine's events/s per core and
     whether its result equals the reference (or why it cannot express the query)."""
+
     def cell(r: dict | None) -> str:
         if not r:
             return "-"
@@ -234,8 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=10, help="Parquet files = micro-batches")
     parser.add_argument("--queries", default=None, help="comma-separated, e.g. q0,q5 (default: all)")
     parser.add_argument("--engines", default="sluice,spark")
-    parser.add_argument("--sluice-source", choices=("directory", "replay"), default="directory",
-                        help="Sluice reads the files as a finite directory source (default) or replays them")
+    parser.add_argument(
+        "--sluice-source",
+        choices=("directory", "replay"),
+        default="directory",
+        help="Sluice reads the files as a finite directory source (default) or replays them",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="runs of each (engine, query), best kept")
     parser.add_argument("--data", default=None, help="where the events are written (kept for reuse)")
     parser.add_argument("--out", default=None, help="write the JSON here too (e.g. docs/results/nexmark.json)")
@@ -255,8 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(args.data or os.path.join(tempfile.gettempdir(), f"nexmark-{events_n}"))
     t0 = time.time()
     events, side = prepare(cfg, data_dir)
-    print(f"nexmark: {events_n:,} events in {cfg.files} files under {events} ({time.time() - t0:.1f} s), "
-          f"{cfg.event_rate:g} events/s of event time, out-of-orderness {cfg.out_of_order_s:g} s", flush=True)
+    print(
+        f"nexmark: {events_n:,} events in {cfg.files} files under {events} ({time.time() - t0:.1f} s), "
+        f"{cfg.event_rate:g} events/s of event time, out-of-orderness {cfg.out_of_order_s:g} s",
+        flush=True,
+    )
 
     from sluice.runtime.session import spark_session
 
@@ -287,18 +328,29 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             try:
                 if engine == "sluice":
-                    runs = [run_sluice(spark, query, cfg, events, ctx, workdir, n_cores, args.sluice_source)
-                            for _ in range(repeats)]
+                    runs = [
+                        run_sluice(spark, query, cfg, events, ctx, workdir, n_cores, args.sluice_source) for _ in range(repeats)
+                    ]
                     best = _best(runs)
                     ok, why = check(query, best["batches"], expected)
-                    row[engine] = {"expressed": True, **_summary(best, n_cores, ok, why),
-                                   "late": best["late"], "dead_letters": best["dead_letters"]}
+                    row[engine] = {
+                        "expressed": True,
+                        **_summary(best, n_cores, ok, why),
+                        "late": best["late"],
+                        "dead_letters": best["dead_letters"],
+                    }
                 else:
                     anchors = []
                     for _ in range(repeats):
-                        anchors.append(spark_anchor(
-                            spark, lambda store, query=query: run_spark(spark, query, cfg, events, side, workdir, store),
-                            rate_key="rate", stateful=query.stateful, n_cores=n_cores))
+                        anchors.append(
+                            spark_anchor(
+                                spark,
+                                lambda store, query=query: run_spark(spark, query, cfg, events, side, workdir, store),
+                                rate_key="rate",
+                                stateful=query.stateful,
+                                n_cores=n_cores,
+                            )
+                        )
                     stores = {s: r for a in anchors for s, r in a.runs.items()}
                     for a in anchors:
                         for s, r in a.runs.items():
@@ -306,8 +358,12 @@ def main(argv: list[str] | None = None) -> int:
                     best_store = max(stores, key=lambda s: stores[s]["rate"])
                     best = stores[best_store]
                     ok, why = check(query, best["batches"], expected)
-                    row[engine] = {"expressed": True, **_summary(best, n_cores, ok, why), "best_store": best_store,
-                                   "stores": {s: round(r["rate"] / n_cores) for s, r in stores.items()}}
+                    row[engine] = {
+                        "expressed": True,
+                        **_summary(best, n_cores, ok, why),
+                        "best_store": best_store,
+                        "stores": {s: round(r["rate"] / n_cores) for s, r in stores.items()},
+                    }
             except Exception as exc:  # a query an engine refuses or fails is a result, not the end of the run
                 text = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
                 row[engine] = {"expressed": True, "correct": False, "error": " ".join(text)[:600]}
@@ -325,18 +381,29 @@ def main(argv: list[str] | None = None) -> int:
         "spark_expressed": sum(1 for r in out.values() if r.get("spark", {}).get("expressed")),
         "spark_correct": sum(1 for r in out.values() if r.get("spark", {}).get("correct")),
         "queries": out,
-        "anchor": {"engine": "Spark Structured Streaming", "trigger": "availableNow over the files, maxFilesPerTrigger 1",
-                   "shuffle_partitions": n_cores, "stateful": "best of the default (HDFS-backed) state store and "
-                   "RocksDB with changelog checkpointing", "watermark_delay_s": cfg.out_of_order_s},
-        "sluice": {"source": f"the same Parquet files, one file a batch: a {args.sluice_source} source"
-                             + (" (available_now)" if args.sluice_source == "directory" else ""),
-                   "partitions": n_cores},
-        "events": {"count": events_n, "files": cfg.files, "event_rate": cfg.event_rate,
-                   "out_of_order_s": cfg.out_of_order_s, "seed": cfg.seed},
-        "rate": "events / processing time (first batch start to last batch end) / cores; best of "
-                f"{repeats} run(s)",
-        "outputs_equal": all(r.get("correct") for row in out.values() for e, r in row.items()
-                             if e in engines and r.get("expressed")),
+        "anchor": {
+            "engine": "Spark Structured Streaming",
+            "trigger": "availableNow over the files, maxFilesPerTrigger 1",
+            "shuffle_partitions": n_cores,
+            "stateful": "best of the default (HDFS-backed) state store and RocksDB with changelog checkpointing",
+            "watermark_delay_s": cfg.out_of_order_s,
+        },
+        "sluice": {
+            "source": f"the same Parquet files, one file a batch: a {args.sluice_source} source"
+            + (" (available_now)" if args.sluice_source == "directory" else ""),
+            "partitions": n_cores,
+        },
+        "events": {
+            "count": events_n,
+            "files": cfg.files,
+            "event_rate": cfg.event_rate,
+            "out_of_order_s": cfg.out_of_order_s,
+            "seed": cfg.seed,
+        },
+        "rate": f"events / processing time (first batch start to last batch end) / cores; best of {repeats} run(s)",
+        "outputs_equal": all(
+            r.get("correct") for row in out.values() for e, r in row.items() if e in engines and r.get("expressed")
+        ),
         **environment(spark),
         "load_at_start": load_at_start,
     }

@@ -20,7 +20,7 @@ from sluice import sinks, sources
 ORDER = pa.schema([("order", pa.int64()), ("product", pa.string()), ("amount", pa.float64())])
 
 pipeline = sluice.Pipeline("orders_bronze")
-pipeline.source(sources.kafka("orders", ORDER, bootstrap="127.0.0.1:9092", max_rows_per_batch=20_000),
-                name="orders") \
-    .sink(sinks.delta("/tmp/lake/orders_bronze"))
+pipeline.source(sources.kafka("orders", ORDER, bootstrap="127.0.0.1:9092", max_rows_per_batch=20_000), name="orders").sink(
+    sinks.delta("/tmp/lake/orders_bronze")
+)
 pipeline.dead_letter(sinks.delta("/tmp/lake/orders_dead_letters"))

@@ -19,6 +19,6 @@ import sluice
 from sluice import agg, sinks, sources
 
 pipeline = sluice.Pipeline("orders_silver")
-pipeline.source(sources.delta("/tmp/lake/orders_bronze", max_rows_per_batch=50_000), name="bronze") \
-    .key_by("product").aggregate(orders=agg.count(), revenue=agg.sum("amount")) \
-    .sink(sinks.delta("/tmp/lake/revenue_per_product", mode="upsert", key="product"))
+pipeline.source(sources.delta("/tmp/lake/orders_bronze", max_rows_per_batch=50_000), name="bronze").key_by("product").aggregate(
+    orders=agg.count(), revenue=agg.sum("amount")
+).sink(sinks.delta("/tmp/lake/revenue_per_product", mode="upsert", key="product"))

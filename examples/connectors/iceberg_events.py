@@ -27,5 +27,6 @@ ORDER = pa.schema([("order", pa.int64()), ("product", pa.string()), ("amount", p
 pipeline = sluice.Pipeline("iceberg_orders")
 orders = pipeline.source(sources.nats("orders", ORDER, max_rows_per_batch=10_000), name="orders")
 orders.sink(sinks.iceberg(CATALOG, "shop.orders", warehouse=WAREHOUSE))
-orders.key_by("product").aggregate(orders=agg.count(), revenue=agg.sum("amount")) \
-    .sink(sinks.iceberg(CATALOG, "shop.revenue", warehouse=WAREHOUSE, key="product"))
+orders.key_by("product").aggregate(orders=agg.count(), revenue=agg.sum("amount")).sink(
+    sinks.iceberg(CATALOG, "shop.revenue", warehouse=WAREHOUSE, key="product")
+)

@@ -29,8 +29,18 @@ BOOTSTRAP = "127.0.0.1:9092"
 READING = pa.schema([("meter", pa.string()), ("kwh", pa.float64())])
 
 pipeline = sluice.Pipeline("kafka_avro_meters")
-readings = pipeline.source(sources.kafka("readings_avro", READING, format="avro", bootstrap=BOOTSTRAP,
-                                         metadata=("timestamp",), event_time="kafka_timestamp",
-                                         watermark_delay=10.0), name="readings")
-readings.key_by("meter").window(windows.tumbling("1m")).aggregate(kwh=agg.sum("kwh"), n=agg.count()) \
-    .sink(sinks.kafka("kwh_per_minute", bootstrap=BOOTSTRAP, key="meter", format="avro"))
+readings = pipeline.source(
+    sources.kafka(
+        "readings_avro",
+        READING,
+        format="avro",
+        bootstrap=BOOTSTRAP,
+        metadata=("timestamp",),
+        event_time="kafka_timestamp",
+        watermark_delay=10.0,
+    ),
+    name="readings",
+)
+readings.key_by("meter").window(windows.tumbling("1m")).aggregate(kwh=agg.sum("kwh"), n=agg.count()).sink(
+    sinks.kafka("kwh_per_minute", bootstrap=BOOTSTRAP, key="meter", format="avro")
+)

@@ -37,8 +37,10 @@ BOOTSTRAP = "127.0.0.1:9092"
 ORDER = pa.schema([("order", pa.int64()), ("product", pa.string()), ("amount", pa.float64())])
 
 pipeline = sluice.Pipeline("kafka_orders")
-orders = pipeline.source(sources.kafka("orders", ORDER, bootstrap=BOOTSTRAP, max_rows_per_batch=10_000,
-                                       metadata=("timestamp",)), name="orders")
-orders.key_by("product").aggregate(orders=agg.count(), revenue=agg.sum("amount")) \
-    .sink(sinks.kafka("revenue_per_product", bootstrap=BOOTSTRAP, key="product"))
+orders = pipeline.source(
+    sources.kafka("orders", ORDER, bootstrap=BOOTSTRAP, max_rows_per_batch=10_000, metadata=("timestamp",)), name="orders"
+)
+orders.key_by("product").aggregate(orders=agg.count(), revenue=agg.sum("amount")).sink(
+    sinks.kafka("revenue_per_product", bootstrap=BOOTSTRAP, key="product")
+)
 pipeline.dead_letter(sinks.kafka("orders_dead_letters", bootstrap=BOOTSTRAP))

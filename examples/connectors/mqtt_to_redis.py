@@ -20,7 +20,6 @@ from sluice import sinks, sources
 TELEMETRY = pa.schema([("device", pa.string()), ("battery", pa.float64())])
 
 pipeline = sluice.Pipeline("mqtt_devices")
-telemetry = pipeline.source(sources.mqtt("devices/+/telemetry", TELEMETRY, client_id="sluice-devices"),
-                            name="telemetry")
+telemetry = pipeline.source(sources.mqtt("devices/+/telemetry", TELEMETRY, client_id="sluice-devices"), name="telemetry")
 # the latest reading per device: each new one replaces the one before (a keyed reduce)
 telemetry.key_by("device").reduce(lambda before, latest: latest).sink(sinks.redis("device", key="device"))

@@ -29,6 +29,7 @@ ORDER = pa.schema([("order", pa.int64()), ("product", pa.string()), ("amount", p
 
 pipeline = sluice.Pipeline("nats_orders")
 orders = pipeline.source(sources.nats("orders", ORDER, max_rows_per_batch=10_000), name="orders")
-orders.key_by("product").aggregate(orders=agg.count(), revenue=agg.sum("amount")) \
-    .sink(sinks.postgres(DSN, "revenue_per_product", key="product"))
+orders.key_by("product").aggregate(orders=agg.count(), revenue=agg.sum("amount")).sink(
+    sinks.postgres(DSN, "revenue_per_product", key="product")
+)
 pipeline.dead_letter(sinks.postgres(DSN, "orders_dead_letters"))

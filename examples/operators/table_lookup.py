@@ -55,9 +55,7 @@ def ensure_table(dsn: str = DEFAULT_DSN, rows: int = ROWS) -> int:
         _try_start_postgres()
         conn = connect(dsn)
     with conn:
-        count = conn.execute(
-            "SELECT CASE WHEN to_regclass(%s) IS NULL THEN -1 ELSE 0 END", (TABLE,)
-        ).fetchone()[0]
+        count = conn.execute("SELECT CASE WHEN to_regclass(%s) IS NULL THEN -1 ELSE 0 END", (TABLE,)).fetchone()[0]
         if count == 0:
             count = conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0]
         if count != rows:

@@ -19,5 +19,19 @@ from sluice.graph.aggregates import (
     udaf,
 )
 
-__all__ = ["Aggregate", "approx_count_distinct", "approx_percentile", "arg_max", "arg_min", "count", "count_distinct",
-           "first", "last", "max", "mean", "min", "sum", "udaf"]
+__all__ = [
+    "Aggregate",
+    "approx_count_distinct",
+    "approx_percentile",
+    "arg_max",
+    "arg_min",
+    "count",
+    "count_distinct",
+    "first",
+    "last",
+    "max",
+    "mean",
+    "min",
+    "sum",
+    "udaf",
+]

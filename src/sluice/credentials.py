@@ -32,11 +32,12 @@ _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:@/\s'\"]*:)
 # scheme://token@ (no colon): brokers such as NATS take a token as the user part
 _URL_TOKEN = re.compile(r"(?P<head>\b(?:nats|tls|ws|wss)://)(?P<secret>[^:@/\s'\"]+)(?=@)")
 # a key name such as these, with any prefix (aws_secret_access_key, auth_token)
-_KEYS = (r"(?:[a-zA-Z0-9]+[_.-])*(?:password|passwd|pwd|pass|token|secret|secret[_-]?key|api[_-]?key"
-         r"|access[_-]?key|secret[_-]?access[_-]?key|credentials?)")
+_KEYS = (
+    r"(?:[a-zA-Z0-9]+[_.-])*(?:password|passwd|pwd|pass|token|secret|secret[_-]?key|api[_-]?key"
+    r"|access[_-]?key|secret[_-]?access[_-]?key|credentials?)"
+)
 # key=value in a DSN or a query string; the value quoted ('...') or up to a separator
-_KEY_VALUE = re.compile(rf"(?P<head>(?<![a-zA-Z0-9_]){_KEYS}\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&;'\"]+)",
-                        re.IGNORECASE)
+_KEY_VALUE = re.compile(rf"(?P<head>(?<![a-zA-Z0-9_]){_KEYS}\s*=\s*)(?P<secret>'(?:[^'\\]|\\.)*'|[^\s&;'\"]+)", re.IGNORECASE)
 
 # "password": "..." in JSON or a dict's repr
 _QUOTED_KEY = re.compile(rf"""(?P<head>(?P<q>['"]){_KEYS}(?P=q)\s*:\s*)(?P<secret>'[^']*'|"[^"]*")""", re.IGNORECASE)
@@ -53,8 +54,10 @@ def redact(text: object) -> str:
     if "=" in out:
         out = _KEY_VALUE.sub(_mask, out)
     if ":" in out:
-        out = _QUOTED_KEY.sub(lambda m: m[0] if _PLACEHOLDER.fullmatch(m["secret"][1:-1])
-                              else m["head"] + m["secret"][0] + MASK + m["secret"][0], out)
+        out = _QUOTED_KEY.sub(
+            lambda m: m[0] if _PLACEHOLDER.fullmatch(m["secret"][1:-1]) else m["head"] + m["secret"][0] + MASK + m["secret"][0],
+            out,
+        )
     return out
 
 

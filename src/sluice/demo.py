@@ -35,8 +35,9 @@ def parse_readings(batch: pa.RecordBatch) -> pa.RecordBatch:
     )
 
 
-ALERT_SCHEMA = pa.schema([("meter", pa.string()), ("ts", pa.timestamp("us", tz="UTC")),
-                          ("kwh", pa.float64()), ("running_mean", pa.float64())])
+ALERT_SCHEMA = pa.schema(
+    [("meter", pa.string()), ("ts", pa.timestamp("us", tz="UTC")), ("kwh", pa.float64()), ("running_mean", pa.float64())]
+)
 
 
 def detect_spikes(key, rows: pa.Table, state) -> pa.Table | None:
@@ -53,32 +54,53 @@ def detect_spikes(key, rows: pa.Table, state) -> pa.Table | None:
     if not spikes.any():
         return None
     idx = np.flatnonzero(spikes)
-    return pa.table({
-        "meter": pa.array([key[0]] * len(idx), pa.string()),
-        "ts": rows.column("ts").take(pa.array(idx)),
-        "kwh": pa.array(kwh[idx]),
-        "running_mean": pa.array(prior_means[idx]),
-    }, schema=ALERT_SCHEMA)
-
-
-def build_pipeline(output_dir: str, rate: float | None = 20_000, meters: int = 1000, seed: int = 42,
-                   total_rows: int | None = None) -> Pipeline:
-    p = Pipeline("smart_meter_demo", partitions=2)
-    readings = p.source(sources.generator(
-        fields={
-            "meter": sources.Keys(meters, distribution="zipf", skew=1.1, prefix="meter-"),
-            "kwh": sources.Normal(0.4, 0.15),
-            "voltage": sources.Normal(230.0, 6.0),
-            "status": sources.Choice(("ok", "corrupt"), weights=(0.9999, 0.0001)),
-            "ts": sources.EventTime(),
+    return pa.table(
+        {
+            "meter": pa.array([key[0]] * len(idx), pa.string()),
+            "ts": rows.column("ts").take(pa.array(idx)),
+            "kwh": pa.array(kwh[idx]),
+            "running_mean": pa.array(prior_means[idx]),
         },
-        rate=rate, seed=seed, total_rows=total_rows, max_rows_per_batch=100_000,
-    ), name="readings")
-    valid = readings.map_batches(parse_readings, schema={
-        "meter": "string", "ts": "timestamp", "kwh": "double", "wh": "double", "voltage": "double",
-    }, name="parse").filter("voltage BETWEEN 210 AND 250 AND kwh >= 0", name="valid_voltage")
+        schema=ALERT_SCHEMA,
+    )
+
+
+def build_pipeline(
+    output_dir: str, rate: float | None = 20_000, meters: int = 1000, seed: int = 42, total_rows: int | None = None
+) -> Pipeline:
+    p = Pipeline("smart_meter_demo", partitions=2)
+    readings = p.source(
+        sources.generator(
+            fields={
+                "meter": sources.Keys(meters, distribution="zipf", skew=1.1, prefix="meter-"),
+                "kwh": sources.Normal(0.4, 0.15),
+                "voltage": sources.Normal(230.0, 6.0),
+                "status": sources.Choice(("ok", "corrupt"), weights=(0.9999, 0.0001)),
+                "ts": sources.EventTime(),
+            },
+            rate=rate,
+            seed=seed,
+            total_rows=total_rows,
+            max_rows_per_batch=100_000,
+        ),
+        name="readings",
+    )
+    valid = readings.map_batches(
+        parse_readings,
+        schema={
+            "meter": "string",
+            "ts": "timestamp",
+            "kwh": "double",
+            "wh": "double",
+            "voltage": "double",
+        },
+        name="parse",
+    ).filter("voltage BETWEEN 210 AND 250 AND kwh >= 0", name="valid_voltage")
     stats = valid.key_by("meter").aggregate(
-        readings=agg.count(), mean_kwh=agg.mean("kwh"), max_kwh=agg.max("kwh"), total_kwh=agg.sum("kwh"),
+        readings=agg.count(),
+        mean_kwh=agg.mean("kwh"),
+        max_kwh=agg.max("kwh"),
+        total_kwh=agg.sum("kwh"),
         name="meter_stats",
     )
     stats.sink(sinks.files(os.path.join(output_dir, "stats")), name="stats_files")

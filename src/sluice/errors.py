@@ -120,4 +120,5 @@ def storage_problem(error: BaseException | None, text: str = "", path: str | Non
         where, why = "", found
     return CheckpointError(
         f"cannot write{where}: {why}. The job stopped; its last committed batch is intact. Free space "
-        f"(or make the checkpoint writable) and run it again: it resumes after that batch, exactly once.")
+        f"(or make the checkpoint writable) and run it again: it resumes after that batch, exactly once."
+    )

@@ -46,8 +46,9 @@ def nats(subject: str, url: str = "nats://127.0.0.1:4222", auth: NatsAuth | None
     return NatsSink(subject=subject, url=url, auth=auth)
 
 
-def kafka(topic: str, bootstrap: str = "127.0.0.1:9092", key=(), headers=(), format: str = "json",
-          avro=None, config=None) -> KafkaSink:
+def kafka(
+    topic: str, bootstrap: str = "127.0.0.1:9092", key=(), headers=(), format: str = "json", avro=None, config=None
+) -> KafkaSink:
     """Rows as records of a Kafka topic, one transaction per batch (exactly once for
     ``read_committed`` consumers): ``key`` column(s), ``headers`` {header: column}, JSON or
     Avro values (``KafkaSink`` says how).
@@ -56,8 +57,7 @@ def kafka(topic: str, bootstrap: str = "127.0.0.1:9092", key=(), headers=(), for
     >>> sinks.kafka("totals", key="meter").target
     "Kafka at 127.0.0.1:9092 (topic 'totals')"
     """
-    return KafkaSink(topic=topic, bootstrap=bootstrap, key=key, headers=headers, format=format, avro=avro,
-                     config=config or ())
+    return KafkaSink(topic=topic, bootstrap=bootstrap, key=key, headers=headers, format=format, avro=avro, config=config or ())
 
 
 def delta(uri: str, mode: str = "append", key=(), partition_by=(), storage_options=None) -> DeltaSink:
@@ -68,8 +68,13 @@ def delta(uri: str, mode: str = "append", key=(), partition_by=(), storage_optio
     >>> sinks.delta("/data/totals", mode="upsert", key="meter").target
     "Delta table '/data/totals' (upsert by ['meter'])"
     """
-    return DeltaSink(uri=str(uri), mode=mode, key=key, partition_by=partition_by,
-                     storage_options=tuple(sorted((storage_options or {}).items())))
+    return DeltaSink(
+        uri=str(uri),
+        mode=mode,
+        key=key,
+        partition_by=partition_by,
+        storage_options=tuple(sorted((storage_options or {}).items())),
+    )
 
 
 def iceberg(catalog, table: str, warehouse: str | None = None, key=(), catalog_name: str = "sluice") -> IcebergSink:
@@ -84,7 +89,30 @@ def iceberg(catalog, table: str, warehouse: str | None = None, key=(), catalog_n
     return IcebergSink(catalog=catalog, table=table, warehouse=warehouse, key=key, catalog_name=catalog_name)
 
 
-__all__ = ["CallbackSink", "ConsoleSink", "DeltaSink", "FileSink", "IcebergSink", "KafkaSink",
-           "MemorySink", "NatsAuth", "NatsSink", "PostgresSink", "RedisSink",
-           "SinkSpec", "callback", "console", "delta", "files", "iceberg", "kafka", "memory", "memory_table", "nats",
-           "postgres", "read_files", "read_latest", "redis"]
+__all__ = [
+    "CallbackSink",
+    "ConsoleSink",
+    "DeltaSink",
+    "FileSink",
+    "IcebergSink",
+    "KafkaSink",
+    "MemorySink",
+    "NatsAuth",
+    "NatsSink",
+    "PostgresSink",
+    "RedisSink",
+    "SinkSpec",
+    "callback",
+    "console",
+    "delta",
+    "files",
+    "iceberg",
+    "kafka",
+    "memory",
+    "memory_table",
+    "nats",
+    "postgres",
+    "read_files",
+    "read_latest",
+    "redis",
+]

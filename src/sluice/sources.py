@@ -50,8 +50,7 @@ mqtt = MqttSource
 kafka = KafkaSource
 
 
-def postgres(dsn: str, table: str, column: str, schema: _pa.Schema | None = None,
-             **options) -> PostgresTableSource:
+def postgres(dsn: str, table: str, column: str, schema: _pa.Schema | None = None, **options) -> PostgresTableSource:
     """Rows of ``table`` in the order of ``column`` (which must only grow); ``schema``
     defaults to the table's columns, read from the database now.
 

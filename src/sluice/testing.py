@@ -51,8 +51,9 @@ class Source:
     More batches can be added with :meth:`add` before or between runs.
     """
 
-    def __init__(self, batches: Iterable[Batch] = (), schema=None, *, event_time: str | None = None,
-                 watermark_delay: float = 0.0):
+    def __init__(
+        self, batches: Iterable[Batch] = (), schema=None, *, event_time: str | None = None, watermark_delay: float = 0.0
+    ):
         from sluice import sources
 
         self.batches: list[pa.Table] = []
@@ -63,8 +64,9 @@ class Source:
             raise ConfigError("testing.Source needs a schema= or at least one batch to take it from")
         self.inbox = tempfile.mkdtemp(prefix="sluice-testing-")
         self.offered = 0  # batches put in the inbox so far (they survive a restart, as a broker's would)
-        self.spec = sources.directory(self.inbox, format="parquet", schema=self.schema, event_time=event_time,
-                                      watermark_delay=watermark_delay)
+        self.spec = sources.directory(
+            self.inbox, format="parquet", schema=self.schema, event_time=event_time, watermark_delay=watermark_delay
+        )
 
     def add(self, batch: Batch) -> None:
         if isinstance(batch, pa.RecordBatch):
@@ -122,9 +124,17 @@ class Sink:
         return [current[k] for k in sorted(current, key=lambda k: tuple((v is None, v) for v in k))]
 
 
-def run(pipeline, source: Source, checkpoint: str, *, batches: int | None = None,
-        on_batch: Callable[[int, dict[str, Any]], None] | None = None, sinks: dict[str, Sink] | None = None,
-        timeout_s: float = 300.0, **options) -> int:
+def run(
+    pipeline,
+    source: Source,
+    checkpoint: str,
+    *,
+    batches: int | None = None,
+    on_batch: Callable[[int, dict[str, Any]], None] | None = None,
+    sinks: dict[str, Sink] | None = None,
+    timeout_s: float = 300.0,
+    **options,
+) -> int:
     """Run ``pipeline`` on the shared session over the next ``batches`` of ``source`` (default:
     all it has left), one micro-batch each, then any batch without input that is due within 2 s
     (windows the last batch's watermark closed), and stop; returns how many given batches ran.
@@ -165,12 +175,17 @@ def run(pipeline, source: Source, checkpoint: str, *, batches: int | None = None
     import time
 
     deadline = time.time() + timeout_s
-    pipeline.run(checkpoint, spark=spark(), on_batch=after,
-                 stop_when=lambda executor: (len(ran) >= wanted and not executor.batch_due_without_input(within_s=2.0))
-                 or bool(errors) or time.time() > deadline, **options)
+    pipeline.run(
+        checkpoint,
+        spark=spark(),
+        on_batch=after,
+        stop_when=lambda executor: (
+            (len(ran) >= wanted and not executor.batch_due_without_input(within_s=2.0)) or bool(errors) or time.time() > deadline
+        ),
+        **options,
+    )
     if errors:
         raise errors[0]
     if len(ran) < wanted:
-        raise TimeoutError(f"testing.run: {len(ran)} of {wanted} batches ran in {timeout_s} s "
-                           f"(from batch {first_batch})")
+        raise TimeoutError(f"testing.run: {len(ran)} of {wanted} batches ran in {timeout_s} s (from batch {first_batch})")
     return len(ran)

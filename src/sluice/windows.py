@@ -23,6 +23,15 @@ from sluice.graph.windows import (
 )
 
 __all__ = [
-    "EventTime", "ProcessingTime", "Session", "Sliding", "Tumbling", "WindowQuery", "parse_duration", "query",
-    "session", "sliding", "tumbling",
+    "EventTime",
+    "ProcessingTime",
+    "Session",
+    "Sliding",
+    "Tumbling",
+    "WindowQuery",
+    "parse_duration",
+    "query",
+    "session",
+    "sliding",
+    "tumbling",
 ]

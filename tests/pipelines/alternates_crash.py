@@ -20,13 +20,13 @@ SCHEMA = {"id": "int64", "meter": "string", "v": "int64"}
 
 
 def plain(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([batch.column("id"), batch.column("meter"), batch.column("id")],
-                                      names=["id", "meter", "v"])
+    return pa.RecordBatch.from_arrays([batch.column("id"), batch.column("meter"), batch.column("id")], names=["id", "meter", "v"])
 
 
 def scaled(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([batch.column("id"), batch.column("meter"), pc.multiply(batch.column("id"), 1000)],
-                                      names=["id", "meter", "v"])
+    return pa.RecordBatch.from_arrays(
+        [batch.column("id"), batch.column("meter"), pc.multiply(batch.column("id"), 1000)], names=["id", "meter", "v"]
+    )
 
 
 def count_a(key, rows: pa.Table, state):
@@ -41,15 +41,24 @@ def count_b(key, rows: pa.Table, state):
 
 def build(out: str = OUT, rows: int = ROWS, per_batch: int = PER_BATCH) -> sluice.Pipeline:
     p = sluice.Pipeline("alternates_crash", partitions=2, max_parallelism=16)
-    readings = p.source(sources.generator(
-        fields={"id": sources.Sequence(), "meter": sources.Keys(40, prefix="m")},
-        seed=5, total_rows=rows, max_rows_per_batch=per_batch), name="readings")
-    values = readings.map_batches(schema=SCHEMA, name="scale",
-                                  alternates={"plain": Alt(plain, value=1.0), "scaled": Alt(scaled, value=0.5)})
+    readings = p.source(
+        sources.generator(
+            fields={"id": sources.Sequence(), "meter": sources.Keys(40, prefix="m")},
+            seed=5,
+            total_rows=rows,
+            max_rows_per_batch=per_batch,
+        ),
+        name="readings",
+    )
+    values = readings.map_batches(
+        schema=SCHEMA, name="scale", alternates={"plain": Alt(plain, value=1.0), "scaled": Alt(scaled, value=0.5)}
+    )
     values.sink(sinks.files(os.path.join(out, "values"), format="parquet"), name="values_out")
-    values.key_by("meter").process(schema={"meter": "string", "n": "int64", "mode": "string"}, name="count",
-                                   alternates={"a": Alt(count_a, value=1.0), "b": Alt(count_b, value=0.8)}) \
-        .sink(sinks.files(os.path.join(out, "counts"), format="parquet"), name="counts_out")
+    values.key_by("meter").process(
+        schema={"meter": "string", "n": "int64", "mode": "string"},
+        name="count",
+        alternates={"a": Alt(count_a, value=1.0), "b": Alt(count_b, value=0.8)},
+    ).sink(sinks.files(os.path.join(out, "counts"), format="parquet"), name="counts_out")
     return p
 
 

@@ -23,12 +23,22 @@ def add_up(acc: dict, row: dict) -> dict:
 
 def build(out: str = OUT, rows: int = ROWS, per_batch: int = PER_BATCH) -> sluice.Pipeline:
     p = sluice.Pipeline("collocated_keys", partitions=2, max_parallelism=32)
-    events = p.source(sources.generator(
-        fields={"k": sources.Keys(300, distribution="zipf", skew=1.2), "seq": sources.Sequence()},
-        seed=29, total_rows=rows, max_rows_per_batch=per_batch), name="events")
-    (events.key_by("k").aggregate(n=agg.count(), total=agg.sum("seq"), name="per_key")
-     .key_by("k").reduce(add_up, name="summed")
-     .sink(sinks.files(os.path.join(out, "summed"), format="parquet"), name="summed_out"))
+    events = p.source(
+        sources.generator(
+            fields={"k": sources.Keys(300, distribution="zipf", skew=1.2), "seq": sources.Sequence()},
+            seed=29,
+            total_rows=rows,
+            max_rows_per_batch=per_batch,
+        ),
+        name="events",
+    )
+    (
+        events.key_by("k")
+        .aggregate(n=agg.count(), total=agg.sum("seq"), name="per_key")
+        .key_by("k")
+        .reduce(add_up, name="summed")
+        .sink(sinks.files(os.path.join(out, "summed"), format="parquet"), name="summed_out")
+    )
     return p
 
 

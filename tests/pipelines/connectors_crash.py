@@ -20,5 +20,6 @@ SCHEMA = pa.schema([("id", pa.int64()), ("key", pa.string()), ("v", pa.int64())]
 pipeline = sluice.Pipeline("connectors_crash", partitions=2, max_parallelism=16)
 records = pipeline.source(sources.nats(STREAM, SCHEMA, max_rows_per_batch=PER_BATCH), name="records")
 records.sink(sinks.postgres(DSN, f"{TABLE}_raw"), name="raw")
-records.key_by("key").aggregate(n=agg.count(), total=agg.sum("v"), name="per_key") \
-    .sink(sinks.postgres(DSN, f"{TABLE}_per_key", key="key"), name="per_key_out")
+records.key_by("key").aggregate(n=agg.count(), total=agg.sum("v"), name="per_key").sink(
+    sinks.postgres(DSN, f"{TABLE}_per_key", key="key"), name="per_key_out"
+)

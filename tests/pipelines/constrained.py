@@ -37,13 +37,20 @@ def costly(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 def build(out: str = OUT, rows: int = ROWS) -> sluice.Pipeline:
     p = sluice.Pipeline("constrained", partitions=2, max_parallelism=16)
-    readings = p.source(sources.generator(
-        fields={"id": sources.Sequence(), "meter": sources.Keys(50, prefix="m")},
-        seed=5, total_rows=rows, max_rows_per_batch=FIRST_CAP), name="readings")
+    readings = p.source(
+        sources.generator(
+            fields={"id": sources.Sequence(), "meter": sources.Keys(50, prefix="m")},
+            seed=5,
+            total_rows=rows,
+            max_rows_per_batch=FIRST_CAP,
+        ),
+        name="readings",
+    )
     mapped = readings.map_batches(costly, name="costly")
     mapped.sink(sinks.files(os.path.join(out, "raw"), format="parquet"), name="raw")
-    mapped.key_by("meter").aggregate(n=agg.count(), name="counts") \
-        .sink(sinks.files(os.path.join(out, "counts")), name="counts_out")
+    mapped.key_by("meter").aggregate(n=agg.count(), name="counts").sink(
+        sinks.files(os.path.join(out, "counts")), name="counts_out"
+    )
     p.constrain(BOUND, over="8s", name="bound")
     return p
 

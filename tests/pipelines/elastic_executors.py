@@ -18,15 +18,17 @@ ROWS_PER_S = 2000
 
 
 def spec():
-    return sources.generator(fields={"meter": sources.Keys(50, prefix="m"), "kwh": sources.Uniform(0.0, 2.0)},
-                             seed=5, rate=ROWS_PER_S)
+    return sources.generator(
+        fields={"meter": sources.Keys(50, prefix="m"), "kwh": sources.Uniform(0.0, 2.0)}, seed=5, rate=ROWS_PER_S
+    )
 
 
 def build(out: str) -> sluice.Pipeline:
     p = sluice.Pipeline("elastic_executors", partitions=2, max_parallelism=16)
     readings = p.source(spec(), name="readings")
-    readings.key_by("meter").aggregate(n=agg.count(), name="counts").sink(sinks.files(os.path.join(out, "counts")),
-                                                                         name="counts_out")
+    readings.key_by("meter").aggregate(n=agg.count(), name="counts").sink(
+        sinks.files(os.path.join(out, "counts")), name="counts_out"
+    )
     return p
 
 
@@ -60,11 +62,13 @@ def main(master: str, checkpoint: str, out: str) -> None:
     policy = GrowThenShrink()
 
     def finished(executor) -> bool:  # two more batches after the release was seen
-        return policy.finished_batch is not None and executor.last_batch is not None \
+        return (
+            policy.finished_batch is not None
+            and executor.last_batch is not None
             and executor.last_batch.batch_id >= policy.finished_batch + 2
+        )
 
-    build(out).run(checkpoint, master=master, policies=[policy], executors=1, stop_when=finished, ship=__file__,
-                   duration=400)
+    build(out).run(checkpoint, master=master, policies=[policy], executors=1, stop_when=finished, ship=__file__, duration=400)
 
 
 if __name__ == "__main__":

@@ -41,18 +41,30 @@ def running_max_jump(key, rows: pa.Table, state):
 
 def build(out: str = OUT, rows: int = ROWS, per_batch: int = PER_BATCH) -> sluice.Pipeline:
     p = sluice.Pipeline("exactly_once", partitions=3, max_parallelism=32)
-    readings = p.source(sources.generator(
-        fields={"id": sources.Sequence(), "meter": sources.Keys(200, distribution="zipf", skew=1.1, prefix="m"),
-                "kwh": sources.Uniform(0.0, 2.0)},
-        seed=11, total_rows=rows, max_rows_per_batch=per_batch), name="readings")
-    watts = readings.map_batches(to_watts, schema={"id": "int64", "meter": "string", "watts": "int64"}, name="watts") \
-        .filter(lambda r: r["id"] % 97 != 5, name="drop_some")
+    readings = p.source(
+        sources.generator(
+            fields={
+                "id": sources.Sequence(),
+                "meter": sources.Keys(200, distribution="zipf", skew=1.1, prefix="m"),
+                "kwh": sources.Uniform(0.0, 2.0),
+            },
+            seed=11,
+            total_rows=rows,
+            max_rows_per_batch=per_batch,
+        ),
+        name="readings",
+    )
+    watts = readings.map_batches(to_watts, schema={"id": "int64", "meter": "string", "watts": "int64"}, name="watts").filter(
+        lambda r: r["id"] % 97 != 5, name="drop_some"
+    )
     watts.sink(sinks.files(os.path.join(out, "raw"), format="json"), name="raw")
     by_meter = watts.key_by("meter")
-    by_meter.aggregate(n=agg.count(), total=agg.sum("watts"), hi=agg.max("watts"), name="stats") \
-        .sink(sinks.files(os.path.join(out, "stats")), name="stats_out")
-    by_meter.process(running_max_jump, schema={"meter": "string", "max_jump": "int64"}, name="jumps") \
-        .sink(sinks.files(os.path.join(out, "jumps")), name="jumps_out")
+    by_meter.aggregate(n=agg.count(), total=agg.sum("watts"), hi=agg.max("watts"), name="stats").sink(
+        sinks.files(os.path.join(out, "stats")), name="stats_out"
+    )
+    by_meter.process(running_max_jump, schema={"meter": "string", "max_jump": "int64"}, name="jumps").sink(
+        sinks.files(os.path.join(out, "jumps")), name="jumps_out"
+    )
     return p
 
 

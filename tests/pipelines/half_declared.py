@@ -19,7 +19,9 @@ def double(record: dict) -> dict:
 
 
 pipeline = sluice.Pipeline("half_declared")
-numbers = pipeline.source(sources.generator(fields={"i": sources.Sequence()}, total_rows=ROWS,
-                                            max_rows_per_batch=1000), name="numbers")
-numbers.map(double, schema={"i": "int64", "twice": "int64"}, name="double") \
-    .sink(sinks.files(os.path.join(OUT, "doubled")), name="doubled")
+numbers = pipeline.source(
+    sources.generator(fields={"i": sources.Sequence()}, total_rows=ROWS, max_rows_per_batch=1000), name="numbers"
+)
+numbers.map(double, schema={"i": "int64", "twice": "int64"}, name="double").sink(
+    sinks.files(os.path.join(OUT, "doubled")), name="doubled"
+)

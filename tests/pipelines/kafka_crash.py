@@ -18,9 +18,16 @@ PER_BATCH = int(os.environ.get("SLUICE_TEST_PER_BATCH", "1000"))
 SCHEMA = pa.schema([("id", pa.int64()), ("key", pa.string()), ("v", pa.int64())])
 
 pipeline = sluice.Pipeline("kafka_crash", partitions=2, max_parallelism=16)
-records = pipeline.source(sources.kafka(TOPIC, SCHEMA, bootstrap=BOOTSTRAP, max_rows_per_batch=PER_BATCH),
-                          name="records")
+records = pipeline.source(sources.kafka(TOPIC, SCHEMA, bootstrap=BOOTSTRAP, max_rows_per_batch=PER_BATCH), name="records")
 # A small producer queue sends a batch's records in many requests, so the test can kill the
 # driver while they are arriving (the transaction open, its commit not begun).
-records.sink(sinks.kafka(OUT, bootstrap=BOOTSTRAP, key="key", headers={"id": "id"},
-                         config={"queue.buffering.max.messages": "100", "linger.ms": "1"}), name="out")
+records.sink(
+    sinks.kafka(
+        OUT,
+        bootstrap=BOOTSTRAP,
+        key="key",
+        headers={"id": "id"},
+        config={"queue.buffering.max.messages": "100", "linger.ms": "1"},
+    ),
+    name="out",
+)

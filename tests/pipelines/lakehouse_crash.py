@@ -22,14 +22,21 @@ KEYS = 13
 
 pipeline = sluice.Pipeline(f"lakehouse_{MODE}", partitions=2, max_parallelism=16)
 if MODE == "sinks":
-    rows = pipeline.source(sources.generator(
-        fields={"id": sources.Sequence(), "key": sources.Keys(KEYS, prefix="k")},
-        total_rows=ROWS, max_rows_per_batch=PER_BATCH, seed=7), name="rows")
+    rows = pipeline.source(
+        sources.generator(
+            fields={"id": sources.Sequence(), "key": sources.Keys(KEYS, prefix="k")},
+            total_rows=ROWS,
+            max_rows_per_batch=PER_BATCH,
+            seed=7,
+        ),
+        name="rows",
+    )
     rows.sink(sinks.delta(f"{OUT}/raw"), name="raw")
-    rows.sink(sinks.iceberg(f"sqlite:///{OUT}/catalog.db", "crash.raw", warehouse=f"file://{OUT}/warehouse"),
-              name="iceberg")
-    rows.key_by("key").aggregate(n=agg.count(), total=agg.sum("id"), name="per_key") \
-        .sink(sinks.delta(f"{OUT}/per_key", mode="upsert", key="key"), name="per_key_out")
+    rows.sink(sinks.iceberg(f"sqlite:///{OUT}/catalog.db", "crash.raw", warehouse=f"file://{OUT}/warehouse"), name="iceberg")
+    rows.key_by("key").aggregate(n=agg.count(), total=agg.sum("id"), name="per_key").sink(
+        sinks.delta(f"{OUT}/per_key", mode="upsert", key="key"), name="per_key_out"
+    )
 else:
-    pipeline.source(sources.delta(f"{OUT}/bronze", max_rows_per_batch=PER_BATCH), name="bronze") \
-        .sink(sinks.delta(f"{OUT}/copy"), name="copy")
+    pipeline.source(sources.delta(f"{OUT}/bronze", max_rows_per_batch=PER_BATCH), name="bronze").sink(
+        sinks.delta(f"{OUT}/copy"), name="copy"
+    )

@@ -35,10 +35,15 @@ def inputs() -> list[pa.Table]:
         # bursts: a reading every ~0.5 s inside bursts that start every ~12 s
         burst = rng.integers(0, 5, n) * 12 * S + rng.integers(0, 4 * S, n)
         ts = np.sort(T0 + part * 60 * S + burst)
-        files.append(pa.table({"meter": meters, "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
-                               "watts": rng.integers(0, 1000, n)}, schema=SCHEMA))
-    files.append(pa.table({"meter": ["far"], "ts": pa.array([T0 + 3600 * S], pa.timestamp("us", tz="UTC")),
-                           "watts": [1]}, schema=SCHEMA))
+        files.append(
+            pa.table(
+                {"meter": meters, "ts": pa.array(ts, pa.timestamp("us", tz="UTC")), "watts": rng.integers(0, 1000, n)},
+                schema=SCHEMA,
+            )
+        )
+    files.append(
+        pa.table({"meter": ["far"], "ts": pa.array([T0 + 3600 * S], pa.timestamp("us", tz="UTC")), "watts": [1]}, schema=SCHEMA)
+    )
     return files
 
 
@@ -50,15 +55,21 @@ def write_inputs(directory: str = IN) -> None:
 
 def build(inbox: str = IN, out: str = OUT, idle_timeout=None) -> sluice.Pipeline:
     p = sluice.Pipeline("quiet_sessions", partitions=2, max_parallelism=16)
-    readings = p.source(sources.directory(inbox, format="parquet", event_time="ts", watermark_delay=DELAY_S,
-                                          max_rows_per_batch=1), name="readings", idle_timeout=idle_timeout)
+    readings = p.source(
+        sources.directory(inbox, format="parquet", event_time="ts", watermark_delay=DELAY_S, max_rows_per_batch=1),
+        name="readings",
+        idle_timeout=idle_timeout,
+    )
     meters = readings.key_by("meter")
-    meters.window(W.session(GAP_S)).aggregate(n=agg.count(), total=agg.sum("watts"), name="sessions") \
-        .sink(sinks.files(os.path.join(out, "sessions")), name="sessions_out")
-    meters.window(W.tumbling(TUMBLING_S)).aggregate(n=agg.count(), name="tumbling") \
-        .sink(sinks.files(os.path.join(out, "tumbling")), name="tumbling_out")
-    meters.window(W.tumbling(PROCESSING_S), time="processing").aggregate(n=agg.count(), name="proc") \
-        .sink(sinks.files(os.path.join(out, "proc")), name="proc_out")
+    meters.window(W.session(GAP_S)).aggregate(n=agg.count(), total=agg.sum("watts"), name="sessions").sink(
+        sinks.files(os.path.join(out, "sessions")), name="sessions_out"
+    )
+    meters.window(W.tumbling(TUMBLING_S)).aggregate(n=agg.count(), name="tumbling").sink(
+        sinks.files(os.path.join(out, "tumbling")), name="tumbling_out"
+    )
+    meters.window(W.tumbling(PROCESSING_S), time="processing").aggregate(n=agg.count(), name="proc").sink(
+        sinks.files(os.path.join(out, "proc")), name="proc_out"
+    )
     return p
 
 

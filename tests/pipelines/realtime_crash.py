@@ -18,7 +18,10 @@ SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.string())])
 pipeline = sluice.Pipeline("realtime_crash")
 # from the offsets at the first start: a restart that lost its state could not count the
 # records sent before it again, so the counts after a restart show what state survived
-(pipeline.source(sources.kafka(TOPIC, SCHEMA, starting_offsets="latest"), name="records")
- .key_by("k").aggregate(n=agg.count(), last=agg.max("id"), name="per_key")
- .sink(sinks.kafka(OUT, key=("k",)), name="out"))
+(
+    pipeline.source(sources.kafka(TOPIC, SCHEMA, starting_offsets="latest"), name="records")
+    .key_by("k")
+    .aggregate(n=agg.count(), last=agg.max("id"), name="per_key")
+    .sink(sinks.kafka(OUT, key=("k",)), name="out")
+)
 pipeline.goals(latency="200ms")

@@ -44,8 +44,10 @@ def signed_duration(value: Duration, what: str) -> int:
 def _event_time(keyed: KeyedStream, time: str | None, side: str) -> str:
     domain = resolve_time(keyed, time)
     if not isinstance(domain, EventTime):
-        raise PipelineError(f"join: the {side} side has no event time; declare event_time= on its sources "
-                            f"(a stream-stream join runs on event time, with the sources' watermark)")
+        raise PipelineError(
+            f"join: the {side} side has no event time; declare event_time= on its sources "
+            f"(a stream-stream join runs on event time, with the sources' watermark)"
+        )
     return domain.column
 
 
@@ -56,9 +58,19 @@ def _check_other(other: Any, what: str) -> None:
         raise PipelineError(f"{what} needs a keyed stream (other.key_by(...)), got {other!r}")
 
 
-def add_join(left: KeyedStream, right: KeyedStream, *, window: Sliding | None, between: tuple | None, how: str,
-             time: str | None, right_time: str | None, allowed_lateness: Duration, suffixes: tuple[str, str],
-             name: str | None) -> Stream:
+def add_join(
+    left: KeyedStream,
+    right: KeyedStream,
+    *,
+    window: Sliding | None,
+    between: tuple | None,
+    how: str,
+    time: str | None,
+    right_time: str | None,
+    allowed_lateness: Duration,
+    suffixes: tuple[str, str],
+    name: str | None,
+) -> Stream:
     """Add a windowed or interval stream-stream join (``KeyedStream.join``)."""
     location = user_location()
     try:
@@ -69,27 +81,39 @@ def add_join(left: KeyedStream, right: KeyedStream, *, window: Sliding | None, b
         if between is not None:
             if not isinstance(between, (tuple, list)) or len(between) != 2:
                 raise PipelineError(f"join: between must be (lower, upper), e.g. ('-5m', '+1m'); got {between!r}")
-            bounds = (signed_duration(between[0], "between lower bound"),
-                      signed_duration(between[1], "between upper bound"))
-        sides = JoinSides(tuple(left.keys), tuple(right.keys), _event_time(left, time, "left"),
-                          _event_time(right, right_time or time, "right"), (suffixes[0], suffixes[1]))
-        spec = StreamJoin(sides, how, window, bounds,
-                          parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True))
+            bounds = (signed_duration(between[0], "between lower bound"), signed_duration(between[1], "between upper bound"))
+        sides = JoinSides(
+            tuple(left.keys),
+            tuple(right.keys),
+            _event_time(left, time, "left"),
+            _event_time(right, right_time or time, "right"),
+            (suffixes[0], suffixes[1]),
+        )
+        spec = StreamJoin(sides, how, window, bounds, parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True))
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "join", location) from None
     return _add(left, right, spec, name)
 
 
-def add_lookup(stream: KeyedStream, table: KeyedStream, *, version: str, how: str, deleted: str | None,
-               suffixes: tuple[str, str], name: str | None) -> Stream:
+def add_lookup(
+    stream: KeyedStream,
+    table: KeyedStream,
+    *,
+    version: str,
+    how: str,
+    deleted: str | None,
+    suffixes: tuple[str, str],
+    name: str | None,
+) -> Stream:
     """Add a table lookup (``KeyedStream.lookup``)."""
     location = user_location()
     try:
         _check_other(table, "lookup")
         if table.pipeline is not stream.pipeline:
             raise PipelineError("lookup needs two streams of the same pipeline")
-        spec = TableLookup(JoinSides(tuple(stream.keys), tuple(table.keys), suffixes=(suffixes[0], suffixes[1])), version, how,
-                           deleted)
+        spec = TableLookup(
+            JoinSides(tuple(stream.keys), tuple(table.keys), suffixes=(suffixes[0], suffixes[1])), version, how, deleted
+        )
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "lookup", location) from None
     return _add(stream, table, spec, name)

@@ -54,14 +54,14 @@ class Pipeline:
         ['meter', 'kwh', 'ts']
         """
         if not hasattr(spec, "schema"):
-            raise PipelineError(f"source needs a source spec (sluice.sources.*), got {spec!r}", name or "source",
-                                user_location())
+            raise PipelineError(f"source needs a source spec (sluice.sources.*), got {spec!r}", name or "source", user_location())
         op_id = name or self.graph.new_id("source")
         params: dict[str, Any] = {"spec": spec}
         if idle_timeout is not None:
             params["idle_timeout_us"] = parse_duration(idle_timeout, f"source {op_id!r}: idle_timeout")
-        op = self.graph.add(Operator(id=op_id, kind="source", name=op_id, params=params,
-                                     schema=spec.schema(), location=user_location()))
+        op = self.graph.add(
+            Operator(id=op_id, kind="source", name=op_id, params=params, schema=spec.schema(), location=user_location())
+        )
         return Stream(self, op)
 
     def dead_letter(self, spec: SinkSpec | None = None, *, budget: float | None = None) -> Pipeline:
@@ -85,8 +85,7 @@ class Pipeline:
             self.dead_letter_budget = check_budget_value(budget)
         return self
 
-    def constrain(self, latency, *, path: tuple | None = None, over="30s", p95=None,
-                  name: str | None = None) -> Pipeline:
+    def constrain(self, latency, *, path: tuple | None = None, over="30s", p95=None, name: str | None = None) -> Pipeline:
         """Bound the latency of a path (Nephele's constraint (S, l, t)): the mean latency of
         the records that travel ``path`` over any ``over`` seconds stays at most ``latency``
         (and their 95th percentile at most ``p95`` if given). The controller adapts the job
@@ -114,9 +113,18 @@ class Pipeline:
         self.graph.constraints.append(make_constraint(label, latency, path=ends, over=over, p95=p95))
         return self
 
-    def goals(self, latency=None, *, percentile: int | str = 95, path: tuple | None = None, over="30s",
-              keep_up: bool = True, max_executors: int | None = None, price_per_hour: float | None = None,
-              favour: str = "latency") -> Pipeline:
+    def goals(
+        self,
+        latency=None,
+        *,
+        percentile: int | str = 95,
+        path: tuple | None = None,
+        over="30s",
+        keep_up: bool = True,
+        max_executors: int | None = None,
+        price_per_hour: float | None = None,
+        favour: str = "latency",
+    ) -> Pipeline:
         """State what the job must achieve, and let Sluice keep it while the job runs.
 
         ``latency``: a bound on the latency of the records on ``path`` at ``percentile``
@@ -148,8 +156,16 @@ class Pipeline:
                 raise PipelineError(f"goals: path must be (from_stream, to_stream) or None, got {path!r}")
             first, last = (end.op.id if hasattr(end, "op") else str(end) for end in path)
             ends = (first, last)
-        goals = make_goals(latency, percentile=percentile, over=over, path=ends, keep_up=keep_up,
-                           max_executors=max_executors, price_per_hour=price_per_hour, favour=favour)
+        goals = make_goals(
+            latency,
+            percentile=percentile,
+            over=over,
+            path=ends,
+            keep_up=keep_up,
+            max_executors=max_executors,
+            price_per_hour=price_per_hour,
+            favour=favour,
+        )
         self.graph.constraints = [c for c in self.graph.constraints if c.name != GOAL_CONSTRAINT]
         constraint = goals.constraint()
         if constraint is not None:
@@ -159,9 +175,15 @@ class Pipeline:
             self.economics(price_per_hour=price_per_hour)
         return self
 
-    def economics(self, *, price_per_hour: float = 1.0, billing: str = "second",
-                  break_even_best: float | None = None, break_even_worst: float | None = None,
-                  min_omega: float = 0.8) -> Pipeline:
+    def economics(
+        self,
+        *,
+        price_per_hour: float = 1.0,
+        billing: str = "second",
+        break_even_best: float | None = None,
+        break_even_worst: float | None = None,
+        min_omega: float = 0.8,
+    ) -> Pipeline:
         """What the job's executors cost and what its results are worth, for the value, cost
         and profit measured every batch (``BatchMetrics.dynamics``, docs/dynamic.md).
 
@@ -243,9 +265,16 @@ class Pipeline:
             if decision.real_time and not options.get("standby"):
                 from sluice.runtime.realtime import run_realtime
 
-                return run_realtime(self, checkpoint, decision, spark=options.get("spark"),
-                                    duration=options.get("duration"), stop_when=options.get("stop_when"),
-                                    spark_conf=options.get("spark_conf"), master=options.get("master"))
+                return run_realtime(
+                    self,
+                    checkpoint,
+                    decision,
+                    spark=options.get("spark"),
+                    duration=options.get("duration"),
+                    stop_when=options.get("stop_when"),
+                    spark_conf=options.get("spark_conf"),
+                    master=options.get("master"),
+                )
         return run_pipeline(self, checkpoint, **options)
 
     def _mode_decision(self, checkpoint: str):

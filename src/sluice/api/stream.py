@@ -26,13 +26,15 @@ from sluice.graph.windows import parse_duration
 if TYPE_CHECKING:
     from sluice.api.pipeline import Pipeline
 
+
 def _require_callable(fn: Any, what: str, name: str | None) -> None:
     if not callable(fn):
         raise PipelineError(f"{what} needs a function, got {fn!r}", name or what, user_location())
 
 
-def _function_params(fn: Callable | None, alternates: Mapping[str, Alt | Callable] | None, active: str | None,
-                     what: str, name: str | None) -> dict[str, Any]:
+def _function_params(
+    fn: Callable | None, alternates: Mapping[str, Alt | Callable] | None, active: str | None, what: str, name: str | None
+) -> dict[str, Any]:
     """The params of an operator's function: ``{"fn": fn}``, or with ``alternates=`` (see
     :mod:`sluice.graph.alternates`) the default alternate's function, the alternates and
     which one runs first."""
@@ -74,9 +76,19 @@ class Stream:
         return graph.add(op)
 
     # ---- stateless, Python ---------------------------------------------------------------
-    def map_batches(self, fn: Callable | None = None, schema=None, *, format: str = "arrow", name: str | None = None,
-                    threads: int = 1, perf_model: str | None = None, chain: bool = True,
-                    alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None) -> Stream:
+    def map_batches(
+        self,
+        fn: Callable | None = None,
+        schema=None,
+        *,
+        format: str = "arrow",
+        name: str | None = None,
+        threads: int = 1,
+        perf_model: str | None = None,
+        chain: bool = True,
+        alternates: Mapping[str, Alt | Callable] | None = None,
+        active: str | None = None,
+    ) -> Stream:
         """Apply ``fn`` to whole batches: a ``pyarrow.RecordBatch`` (or a pandas DataFrame
         with ``format="pandas"``) in, the same kind out. The fast path for Python logic.
 
@@ -111,13 +123,29 @@ class Stream:
         if format not in ("arrow", "pandas"):
             raise PipelineError(f"format must be 'arrow' or 'pandas', not {format!r}", name or "map_batches", user_location())
         function = _function_params(fn, alternates, active, "map_batches", name)
-        op = self._then("map_batches", name, params={**function, "format": format}, schema=as_schema(schema),
-                        threads=threads, perf_model=perf_model, chain=chain)
+        op = self._then(
+            "map_batches",
+            name,
+            params={**function, "format": format},
+            schema=as_schema(schema),
+            threads=threads,
+            perf_model=perf_model,
+            chain=chain,
+        )
         return Stream(self.pipeline, op)
 
-    def map(self, fn: Callable[[dict], dict] | None = None, schema=None, *, name: str | None = None, threads: int = 1,
-            perf_model: str | None = None, chain: bool = True, alternates: Mapping[str, Alt | Callable] | None = None,
-            active: str | None = None) -> Stream:
+    def map(
+        self,
+        fn: Callable[[dict], dict] | None = None,
+        schema=None,
+        *,
+        name: str | None = None,
+        threads: int = 1,
+        perf_model: str | None = None,
+        chain: bool = True,
+        alternates: Mapping[str, Alt | Callable] | None = None,
+        active: str | None = None,
+    ) -> Stream:
         """Apply ``fn`` to each record (a dict); it returns the new record (a dict).
 
         ``schema``: the output's columns, as for :meth:`map_batches` (a dict such as
@@ -138,13 +166,22 @@ class Stream:
         ['meter', 'wh']
         """
         function = _function_params(fn, alternates, active, "map", name)
-        op = self._then("map", name, params=function, schema=as_schema(schema), threads=threads, perf_model=perf_model,
-                        chain=chain)
+        op = self._then(
+            "map", name, params=function, schema=as_schema(schema), threads=threads, perf_model=perf_model, chain=chain
+        )
         return Stream(self.pipeline, op)
 
-    def flat_map(self, fn: Callable[[dict], Any] | None = None, schema=None, *, name: str | None = None,
-                 perf_model: str | None = None, chain: bool = True, alternates: Mapping[str, Alt | Callable] | None = None,
-                 active: str | None = None) -> Stream:
+    def flat_map(
+        self,
+        fn: Callable[[dict], Any] | None = None,
+        schema=None,
+        *,
+        name: str | None = None,
+        perf_model: str | None = None,
+        chain: bool = True,
+        alternates: Mapping[str, Alt | Callable] | None = None,
+        active: str | None = None,
+    ) -> Stream:
         """Apply ``fn`` to each record; it returns an iterable of records (zero or more).
 
         ``schema``: the output's columns, as for :meth:`map_batches` (a dict of column name to
@@ -167,12 +204,10 @@ class Stream:
         'flat_map'
         """
         function = _function_params(fn, alternates, active, "flat_map", name)
-        op = self._then("flat_map", name, params=function, schema=as_schema(schema), perf_model=perf_model,
-                        chain=chain)
+        op = self._then("flat_map", name, params=function, schema=as_schema(schema), perf_model=perf_model, chain=chain)
         return Stream(self.pipeline, op)
 
-    def filter(self, condition: str | Callable[[dict], bool], *, name: str | None = None,
-               chain: bool = True) -> Stream:
+    def filter(self, condition: str | Callable[[dict], bool], *, name: str | None = None, chain: bool = True) -> Stream:
         """Keep records matching a Spark SQL condition (runs natively) or a Python predicate.
         ``chain=False`` (Python predicates): never fused with its neighbours.
 
@@ -318,15 +353,24 @@ class KeyedStream:
         ('aggregate', ['avg', 'n'])
         """
         if not aggregates:
-            raise PipelineError("aggregate needs at least one aggregate, e.g. n=sluice.agg.count()",
-                                name or "aggregate", user_location())
+            raise PipelineError(
+                "aggregate needs at least one aggregate, e.g. n=sluice.agg.count()", name or "aggregate", user_location()
+            )
         parsed = {out: agg_mod.parse(spec, out) for out, spec in aggregates.items()}
-        return self._then("aggregate", name, params={"keys": self.keys, "aggregates": parsed,
-                                                     **_ttl_params(ttl, ttl_time, name or "aggregate")})
+        return self._then(
+            "aggregate", name, params={"keys": self.keys, "aggregates": parsed, **_ttl_params(ttl, ttl_time, name or "aggregate")}
+        )
 
-    def reduce(self, fn: Callable[[dict, dict], dict] | None = None, *, name: str | None = None,
-               alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None,
-               ttl=None, ttl_time: str = "event") -> Stream:
+    def reduce(
+        self,
+        fn: Callable[[dict, dict], dict] | None = None,
+        *,
+        name: str | None = None,
+        alternates: Mapping[str, Alt | Callable] | None = None,
+        active: str | None = None,
+        ttl=None,
+        ttl_time: str = "event",
+    ) -> Stream:
         """Fold records of a key pairwise, ``fn(accumulated, record) -> accumulated``; emits
         the accumulated record of every key a batch touched. ``alternates``, ``active``:
         several implementations instead of ``fn`` (:meth:`process` says what happens to the
@@ -341,12 +385,20 @@ class KeyedStream:
         'reduce'
         """
         function = _function_params(fn, alternates, active, "reduce", name)
-        return self._then("reduce", name, params={"keys": self.keys, **function,
-                                                  **_ttl_params(ttl, ttl_time, name or "reduce")})
+        return self._then("reduce", name, params={"keys": self.keys, **function, **_ttl_params(ttl, ttl_time, name or "reduce")})
 
-    def process(self, fn: Callable | None = None, schema=None, *, name: str | None = None,
-                alternates: Mapping[str, Alt | Callable] | None = None, active: str | None = None,
-                ttl=None, ttl_time: str = "event", on_timer: Callable | None = None) -> Stream:
+    def process(
+        self,
+        fn: Callable | None = None,
+        schema=None,
+        *,
+        name: str | None = None,
+        alternates: Mapping[str, Alt | Callable] | None = None,
+        active: str | None = None,
+        ttl=None,
+        ttl_time: str = "event",
+        on_timer: Callable | None = None,
+    ) -> Stream:
         """Run ``fn(key, rows, state)`` once per key and batch, with per-key state.
 
         ``on_timer(key, timestamp, state)``: with it, ``fn`` and ``on_timer`` may call
@@ -388,12 +440,18 @@ class KeyedStream:
         """
         function = _function_params(fn, alternates, active, "process", name)
         if on_timer is not None and not callable(on_timer):
-            raise PipelineError(f"process: on_timer must be a function (key, timestamp, state), got {on_timer!r}",
-                                name or "process", user_location())
+            raise PipelineError(
+                f"process: on_timer must be a function (key, timestamp, state), got {on_timer!r}",
+                name or "process",
+                user_location(),
+            )
         timers = {"on_timer": on_timer} if on_timer is not None else {}
-        return self._then("process", name, params={"keys": self.keys, **function, **timers,
-                                                   **_ttl_params(ttl, ttl_time, name or "process")},
-                          schema=as_schema(schema))
+        return self._then(
+            "process",
+            name,
+            params={"keys": self.keys, **function, **timers, **_ttl_params(ttl, ttl_time, name or "process")},
+            schema=as_schema(schema),
+        )
 
     def deduplicate(self, within, *, time=None, name: str | None = None) -> Stream:
         """Drop the records of a key that follow its first one within ``within`` (seconds or
@@ -411,8 +469,11 @@ class KeyedStream:
         600000000
         """
         try:
-            params = {"keys": self.keys, "within": parse_duration(within, "deduplicate: within"),
-                      "time": resolve_time(self, time)}
+            params = {
+                "keys": self.keys,
+                "within": parse_duration(within, "deduplicate: within"),
+                "time": resolve_time(self, time),
+            }
         except PipelineError as exc:
             raise PipelineError(str(exc), name or "deduplicate", user_location()) from None
         return self._then("deduplicate", name, params=params)
@@ -434,12 +495,10 @@ class KeyedStream:
             raise PipelineError(f"top: n must be a positive integer, got {n!r}", name or "top", user_location())
         columns = [by] if isinstance(by, str) else list(by)
         if not columns or not all(isinstance(c, str) for c in columns):
-            raise PipelineError(f"top: by must name a column or a list of columns, got {by!r}", name or "top",
-                                user_location())
+            raise PipelineError(f"top: by must name a column or a list of columns, got {by!r}", name or "top", user_location())
         return self._then("top", name, params={"keys": self.keys, "n": n, "by": columns, "ascending": bool(ascending)})
 
-    def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append", ttl=None,
-               ttl_time: str = "event"):
+    def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append", ttl=None, ttl_time: str = "event"):
         """Windows per key: ``.window(sluice.windows.sliding("15m", "1m")).aggregate(avg=agg.mean("kwh"))``.
 
         ``window``: ``tumbling(size)``, ``sliding(size, slide)`` or ``session(gap)`` from
@@ -458,8 +517,7 @@ class KeyedStream:
         >>> hourly.op.params["queries"][0].window.label
         'sliding(1h,5m)'
         """
-        return WindowedStream(self, window, time, allowed_lateness, mode,
-                              ttl=_ttl_params(ttl, ttl_time, "window").get("ttl"))
+        return WindowedStream(self, window, time, allowed_lateness, mode, ttl=_ttl_params(ttl, ttl_time, "window").get("ttl"))
 
     def windows(self, *queries, time=None, name: str | None = None) -> Stream:
         """Several window queries (``sluice.windows.query(...)``) over this stream sharing one
@@ -478,9 +536,19 @@ class KeyedStream:
         return add_window_operator(self, list(queries), time, name)
 
     # ---- joins (see sluice.api.joins) -----------------------------------------------------
-    def join(self, other: KeyedStream, *, window=None, between=None, how: str = "inner", time: str | None = None,
-             right_time: str | None = None, allowed_lateness=0, suffixes: tuple[str, str] = ("_left", "_right"),
-             name: str | None = None) -> Stream:
+    def join(
+        self,
+        other: KeyedStream,
+        *,
+        window=None,
+        between=None,
+        how: str = "inner",
+        time: str | None = None,
+        right_time: str | None = None,
+        allowed_lateness=0,
+        suffixes: tuple[str, str] = ("_left", "_right"),
+        name: str | None = None,
+    ) -> Stream:
         """Join with another keyed stream on event time, key by key (NULL keys never match).
 
         ``window``: ``tumbling(size)`` or ``sliding(size, slide)`` from :mod:`sluice.windows`:
@@ -503,11 +571,29 @@ class KeyedStream:
         >>> clicks.join(views, window=W.tumbling("1m"), how="left").op.kind
         'join'
         """
-        return add_join(self, other, window=window, between=between, how=how, time=time, right_time=right_time,
-                        allowed_lateness=allowed_lateness, suffixes=suffixes, name=name)
+        return add_join(
+            self,
+            other,
+            window=window,
+            between=between,
+            how=how,
+            time=time,
+            right_time=right_time,
+            allowed_lateness=allowed_lateness,
+            suffixes=suffixes,
+            name=name,
+        )
 
-    def lookup(self, table: KeyedStream, *, version: str, how: str = "left", deleted: str | None = None,
-               suffixes: tuple[str, str] = ("_left", "_right"), name: str | None = None) -> Stream:
+    def lookup(
+        self,
+        table: KeyedStream,
+        *,
+        version: str,
+        how: str = "left",
+        deleted: str | None = None,
+        suffixes: tuple[str, str] = ("_left", "_right"),
+        name: str | None = None,
+    ) -> Stream:
         """Enrich each record with the row of its key in a table that changes, given as a
         changelog stream (``table``: e.g. a PostgreSQL table read by a ``version`` column
         that every insert and update raises). The latest row per key (by ``version``) is

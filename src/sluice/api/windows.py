@@ -69,8 +69,16 @@ def query(
 class WindowedStream:
     """A keyed stream cut into windows; ``aggregate(...)`` says what each window computes."""
 
-    def __init__(self, keyed: KeyedStream, window: WindowShape, time: str | TimeDomain | None,
-                 allowed_lateness: Duration, mode: str, emit_keys: bool = True, ttl=None):
+    def __init__(
+        self,
+        keyed: KeyedStream,
+        window: WindowShape,
+        time: str | TimeDomain | None,
+        allowed_lateness: Duration,
+        mode: str,
+        emit_keys: bool = True,
+        ttl=None,
+    ):
         self.keyed = keyed
         self.ttl = ttl  # a graph.ttl.StateTTL, or None
         self.window = window
@@ -86,8 +94,9 @@ class WindowedStream:
         for every window they belong to go to the operator's ``late`` side output.
         """
         if not aggregates:
-            raise PipelineError("window aggregate needs at least one aggregate, e.g. n=sluice.agg.count()",
-                                name or "window", user_location())
+            raise PipelineError(
+                "window aggregate needs at least one aggregate, e.g. n=sluice.agg.count()", name or "window", user_location()
+            )
         parsed = tuple((out, agg_mod.parse(spec, out)) for out, spec in aggregates.items())
         try:
             q = WindowQuery(self.window, parsed, ProcessingTime(), self.allowed_lateness, self.mode, name or "")
@@ -96,8 +105,14 @@ class WindowedStream:
         return add_window_operator(self.keyed, [q], self.time, name, self.emit_keys, ttl=self.ttl)
 
 
-def add_window_operator(keyed: KeyedStream, queries: list[WindowQuery], time: str | TimeDomain | None,
-                        name: str | None, emit_keys: bool = True, ttl=None) -> Stream:
+def add_window_operator(
+    keyed: KeyedStream,
+    queries: list[WindowQuery],
+    time: str | TimeDomain | None,
+    name: str | None,
+    emit_keys: bool = True,
+    ttl=None,
+) -> Stream:
     """Add one ``window`` operator computing ``queries`` (sharing panes) after ``keyed``."""
     location = user_location()
     try:
@@ -148,8 +163,9 @@ def _source_event_times(keyed: KeyedStream) -> list[str | None]:
     return found
 
 
-def window_of_stream(stream: Stream, window: WindowShape, time: str | TimeDomain | None,
-                     allowed_lateness: Duration, mode: str) -> WindowedStream:
+def window_of_stream(
+    stream: Stream, window: WindowShape, time: str | TimeDomain | None, allowed_lateness: Duration, mode: str
+) -> WindowedStream:
     """Windows over a whole stream: one global key (all records meet in one key group)."""
     if stream.schema is not None:
         # a select keeps the runtime's hidden columns after the user's (with_columns would

@@ -27,8 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sluice import __version__
 
     description = "\n".join(__doc__.split("\n\nEach sub-command")[0].splitlines())
-    parser = argparse.ArgumentParser(prog="sluice", description=description,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="sluice", description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"sluice {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

@@ -22,9 +22,11 @@ from sluice.errors import ConfigError
 def register(subparsers) -> None:
     p = subparsers.add_parser("check", help="validate a pipeline file without starting Spark (exit 1 if invalid)")
     p.add_argument("pipeline", help="a Python file that defines `pipeline`")
-    p.add_argument("--checkpoint", default=None,
-                   help="also check that the state in this (local) checkpoint fits the pipeline; nothing in it is "
-                        "changed")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="also check that the state in this (local) checkpoint fits the pipeline; nothing in it is changed",
+    )
     p.add_argument("--quiet", action="store_true", help="print nothing when the pipeline is valid")
     p.set_defaults(func=main)
 
@@ -55,8 +57,11 @@ def check_against_checkpoint(pipeline, checkpoint: str) -> None:
             shutil.copy(record, os.path.join(scratch, RECORD))
         for sub in (PLANS, BATCHES):
             if os.path.isdir(os.path.join(path, sub)):
-                shutil.copytree(os.path.join(path, sub), os.path.join(scratch, sub),
-                                ignore=lambda _dir, names: [n for n in names if not n.endswith(".json")])
+                shutil.copytree(
+                    os.path.join(path, sub),
+                    os.path.join(scratch, sub),
+                    ignore=lambda _dir, names: [n for n in names if not n.endswith(".json")],
+                )
         copy = Checkpoint(scratch)
         open_checkpoint(pipeline.job_graph(), copy, PlanLog(copy), pipeline.partitions)
 
@@ -69,7 +74,9 @@ def main(args) -> int:
     if not args.quiet:
         graph = pipeline.job_graph()
         kinds = [op.kind for op in graph.operators]
-        print(f"{args.pipeline}: pipeline {pipeline.name!r} is valid: {kinds.count('source')} source(s), "
-              f"{len(kinds) - kinds.count('source') - kinds.count('sink')} operator(s), {kinds.count('sink')} sink(s)"
-              + (f"; its state fits the checkpoint {args.checkpoint}" if args.checkpoint else ""))
+        print(
+            f"{args.pipeline}: pipeline {pipeline.name!r} is valid: {kinds.count('source')} source(s), "
+            f"{len(kinds) - kinds.count('source') - kinds.count('sink')} operator(s), {kinds.count('sink')} sink(s)"
+            + (f"; its state fits the checkpoint {args.checkpoint}" if args.checkpoint else "")
+        )
     return 0

@@ -20,6 +20,8 @@ def main(args) -> int:
 
     policies = request_policies(args.checkpoint, args.policies)
     names = ", ".join(p.name for p in policies) or "none"
-    print(f"requested: {args.checkpoint} runs {names} from the batch after the one running now "
-          f"(see decisions.jsonl; the job's controller picks the request up)")
+    print(
+        f"requested: {args.checkpoint} runs {names} from the batch after the one running now "
+        f"(see decisions.jsonl; the job's controller picks the request up)"
+    )
     return 0

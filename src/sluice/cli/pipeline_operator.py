@@ -56,22 +56,28 @@ def sample_input(pipeline, op, rows: int) -> pa.RecordBatch:
     current = op
     while current.kind != "source":
         if len(current.inputs) != 1:
-            raise ConfigError(f"operator {op.name!r}: its input comes through {current.name!r}, which has "
-                              f"{len(current.inputs)} inputs; profile an operator with a single path from its source")
+            raise ConfigError(
+                f"operator {op.name!r}: its input comes through {current.name!r}, which has "
+                f"{len(current.inputs)} inputs; profile an operator with a single path from its source"
+            )
         current = graph[current.inputs[0]]
         path.append(current)
     source, between = path[-1], list(reversed(path[:-1]))
     spec = source.params["spec"]
     if not isinstance(spec, GeneratorSource):
-        raise ConfigError(f"operator {op.name!r}: its source {source.name!r} is a {spec.kind}; profiling "
-                          "samples input from a generator source only")
+        raise ConfigError(
+            f"operator {op.name!r}: its source {source.name!r} is a {spec.kind}; profiling "
+            "samples input from a generator source only"
+        )
     batch = pa.Table.from_batches(spec.generate(0, rows, 0)).combine_chunks().to_batches()[0]
     for step in between:
         if step.kind in PROFILABLE:
             batch = _apply(step, batch)
         elif step.kind not in SKIPPED:
-            raise ConfigError(f"operator {op.name!r}: its input passes through {step.name!r} ({step.kind}), "
-                              "which the profiler cannot run without Spark")
+            raise ConfigError(
+                f"operator {op.name!r}: its input passes through {step.name!r} ({step.kind}), "
+                "which the profiler cannot run without Spark"
+            )
     if batch.num_rows == 0:
         raise ConfigError(f"operator {op.name!r}: no sample record reaches it")
     return batch
@@ -92,8 +98,9 @@ class PipelineOperator:
         pipeline = load_pipeline(self.path)
         self.op = _find(pipeline.graph, self.name)
         if self.op.kind not in PROFILABLE:
-            raise ConfigError(f"operator {self.name!r} is a {self.op.kind}; the profiler measures Python operators "
-                              f"({', '.join(PROFILABLE)})")
+            raise ConfigError(
+                f"operator {self.name!r} is a {self.op.kind}; the profiler measures Python operators ({', '.join(PROFILABLE)})"
+            )
         self.batch = sample_input(pipeline, self.op, self.sample_rows)
         self.records = self.batch.to_pylist()
 

@@ -25,17 +25,31 @@ def register(subparsers) -> None:
     p.add_argument("--mapping", default="SAM", choices=["SAM", "RSM", "DSM"], help="mapping algorithm")
     p.add_argument("--vm-classes", default="4,2,1", help="slots (cores) per executor class, e.g. 4,2,1")
     p.add_argument("--slot-memory", default="1g", help="memory of one slot (for spark.executor.memory)")
-    p.add_argument("--routing", default="capacity", choices=["capacity", "even"],
-                   help="how the predictor assumes input is split over an operator's partitions")
-    p.add_argument("--unmodelled", default="error", choices=["error", "native"],
-                   help="what to do with a Python operator without a performance model")
+    p.add_argument(
+        "--routing",
+        default="capacity",
+        choices=["capacity", "even"],
+        help="how the predictor assumes input is split over an operator's partitions",
+    )
+    p.add_argument(
+        "--unmodelled",
+        default="error",
+        choices=["error", "native"],
+        help="what to do with a Python operator without a performance model",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--output", default=None, help="write a plan file for `sluice run --plan`")
     p.set_defaults(func=main)
 
 
-def make_plan(dag, rate: float, allocation: str = "MBA", mapping: str = "SAM",
-              vm_classes=(4, 2, 1), routing: Literal["even", "capacity"] = "capacity") -> dict:
+def make_plan(
+    dag,
+    rate: float,
+    allocation: str = "MBA",
+    mapping: str = "SAM",
+    vm_classes=(4, 2, 1),
+    routing: Literal["even", "capacity"] = "capacity",
+) -> dict:
     """The whole planning chain on a DAG, as a JSON-able report."""
     from sluice.plan.allocation import allocate
     from sluice.plan.mapping import plan_mapping, slot_name
@@ -52,18 +66,20 @@ def make_plan(dag, rate: float, allocation: str = "MBA", mapping: str = "SAM",
     operators = []
     for tid, a in alloc.tasks.items():
         slots = result.mapping.slots_of(tid)
-        operators.append({
-            "id": tid,
-            "kind": dag.by_id[tid].kind,
-            "model": getattr(models.get(tid), "name", None),
-            "rate": a.rate,
-            "threads": a.threads,
-            "partitions": len(slots),
-            "threads_per_partition": list(slots.values()),
-            "cpu": a.cpu,
-            "memory": a.memory,
-            "limit": prediction.task_limits.get(tid),
-        })
+        operators.append(
+            {
+                "id": tid,
+                "kind": dag.by_id[tid].kind,
+                "model": getattr(models.get(tid), "name", None),
+                "rate": a.rate,
+                "threads": a.threads,
+                "partitions": len(slots),
+                "threads_per_partition": list(slots.values()),
+                "cpu": a.cpu,
+                "memory": a.memory,
+                "limit": prediction.task_limits.get(tid),
+            }
+        )
     return {
         "dag": dag.name,
         "rate": rate,
@@ -108,8 +124,7 @@ def main(args) -> int:
 
     pipeline = load_pipeline(args.pipeline)
     check_pipeline(pipeline)  # an invalid pipeline has no plan
-    dag = dag_from_graph(pipeline.job_graph(), base_dir=Path(args.pipeline).resolve().parent,
-                         unmodelled=args.unmodelled)
+    dag = dag_from_graph(pipeline.job_graph(), base_dir=Path(args.pipeline).resolve().parent, unmodelled=args.unmodelled)
     try:
         vm_classes = tuple(int(x) for x in args.vm_classes.split(","))
     except ValueError:
@@ -128,17 +143,23 @@ def main(args) -> int:
 
 
 def render(report: dict) -> str:
-    lines = [f"Plan for {report['dag']!r} at {report['rate']:g} tuples/s "
-             f"({report['allocation']} allocation, {report['mapping']} mapping)", ""]
+    lines = [
+        f"Plan for {report['dag']!r} at {report['rate']:g} tuples/s "
+        f"({report['allocation']} allocation, {report['mapping']} mapping)",
+        "",
+    ]
     w = max([16] + [len(o["id"]) + 2 for o in report["operators"]])
-    header = (f"{'operator':<{w}}{'model':<19}{'rate':>9}{'threads':>9}{'partitions':>12}{'CPU %':>8}{'mem %':>8}"
-              "  threads/partition")
+    header = (
+        f"{'operator':<{w}}{'model':<19}{'rate':>9}{'threads':>9}{'partitions':>12}{'CPU %':>8}{'mem %':>8}  threads/partition"
+    )
     lines += [header, "-" * len(header)]
     for o in report["operators"]:
         if o["kind"] == "native":
             continue
-        lines.append(f"{o['id']:<{w}}{(o['model'] or o['kind']):<19}{o['rate']:>9.1f}{o['threads']:>9}"
-                     f"{o['partitions']:>12}{o['cpu'] * 100:>8.1f}{o['memory'] * 100:>8.1f}  {o['threads_per_partition']}")
+        lines.append(
+            f"{o['id']:<{w}}{(o['model'] or o['kind']):<19}{o['rate']:>9.1f}{o['threads']:>9}"
+            f"{o['partitions']:>12}{o['cpu'] * 100:>8.1f}{o['memory'] * 100:>8.1f}  {o['threads_per_partition']}"
+        )
     lines += [
         "",
         f"total CPU {report['total_cpu'] * 100:.0f} %, memory {report['total_memory'] * 100:.0f} % "
@@ -153,8 +174,11 @@ def render(report: dict) -> str:
     lines += [
         "",
         predicted_rate_line(report),
-        *[f"  with {k.split('_')[2]} routing instead: {v:.1f} tuples/s"
-          for k, v in report.items() if k.startswith("predicted_rate_") and k.endswith("_routing") and math.isfinite(v)],
+        *[
+            f"  with {k.split('_')[2]} routing instead: {v:.1f} tuples/s"
+            for k, v in report.items()
+            if k.startswith("predicted_rate_") and k.endswith("_routing") and math.isfinite(v)
+        ],
         "",
         "Spark settings:",
     ]
@@ -166,11 +190,15 @@ def predicted_rate_line(report: dict) -> str:
     """The predicted rate and what limits it; with no modelled operator nothing does, and the
     line says why rather than printing an infinite rate limited by nothing."""
     if not math.isfinite(report["predicted_rate"]) or not report["bottleneck"]:
-        return ("predicted sustainable rate: not bounded by any model (no operator of this pipeline has a "
-                "performance model; with --unmodelled native they count as free): profile the costly ones with "
-                "`sluice profile PIPELINE.py:OPERATOR` and plan again")
-    return (f"predicted sustainable rate: {report['predicted_rate']:.1f} tuples/s (limited by {report['bottleneck']}, "
-            f"{report['routing']} routing)")
+        return (
+            "predicted sustainable rate: not bounded by any model (no operator of this pipeline has a "
+            "performance model; with --unmodelled native they count as free): profile the costly ones with "
+            "`sluice profile PIPELINE.py:OPERATOR` and plan again"
+        )
+    return (
+        f"predicted sustainable rate: {report['predicted_rate']:.1f} tuples/s (limited by {report['bottleneck']}, "
+        f"{report['routing']} routing)"
+    )
 
 
 def _write_run_plan(pipeline, report: dict, path: str) -> None:
@@ -187,7 +215,10 @@ def _write_run_plan(pipeline, report: dict, path: str) -> None:
         stage["partitions"] = n
         stage["routing"] = [kg * n // graph.max_parallelism for kg in range(graph.max_parallelism)]
     python_ops = {op.id for op in graph.operators if op.is_python}
-    base["threads"] = {o["id"]: max(o["threads_per_partition"] or [1]) for o in report["operators"]
-                       if o["id"] in python_ops and o.get("threads_per_partition")}
+    base["threads"] = {
+        o["id"]: max(o["threads_per_partition"] or [1])
+        for o in report["operators"]
+        if o["id"] in python_ops and o.get("threads_per_partition")
+    }
     base["model_plan"] = report
     Path(path).write_text(json.dumps(base, indent=2) + "\n")

@@ -24,8 +24,11 @@ from sluice.errors import ConfigError
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("profile", help="profile an operator into a performance model")
-    p.add_argument("operator", help="FILE.py:ClassName (e.g. examples/operators/pi.py:Pi), or "
-                   "PIPELINE.py:OPERATOR, an operator of the pipeline that file defines")
+    p.add_argument(
+        "operator",
+        help="FILE.py:ClassName (e.g. examples/operators/pi.py:Pi), or "
+        "PIPELINE.py:OPERATOR, an operator of the pipeline that file defines",
+    )
     p.add_argument("--out", required=True, help="model JSON to write")
     p.add_argument("--name", default=None, help="model name (default: the file's name)")
     p.add_argument("--kwargs", default="{}", help="JSON keyword arguments for the operator class")
@@ -57,9 +60,22 @@ def resolve_operator(target: str, kwargs: dict) -> tuple[str, dict, str | None]:
 
 def main(args) -> int:
     operator, kwargs, default_name = resolve_operator(args.operator, json.loads(args.kwargs))
-    cmd = [sys.executable, "-m", "sluice.runtime.profiler", operator, "--out", args.out,
-           "--kwargs", json.dumps(kwargs), "--threads", args.threads, "--duration", str(args.duration),
-           "--slot-memory-mb", str(args.slot_memory_mb)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sluice.runtime.profiler",
+        operator,
+        "--out",
+        args.out,
+        "--kwargs",
+        json.dumps(kwargs),
+        "--threads",
+        args.threads,
+        "--duration",
+        str(args.duration),
+        "--slot-memory-mb",
+        str(args.slot_memory_mb),
+    ]
     if args.name or default_name:
         cmd += ["--name", args.name or default_name]
     return subprocess.call(cmd)

@@ -48,8 +48,10 @@ class ProgressLine:
         rate = self.rows / max(now - self.started, 1e-9)
         lat = m.latency_ms
         backlog = format_backlog(m.backlog)
-        text = (f"batch {m.batch_id:>6}  batches {self.batches:>5}  rows {self.rows:>11,}  {rate:>11,.0f} rows/s  "
-                f"latency p50 {lat.get('p50', 0):>8.0f} ms  p99 {lat.get('p99', 0):>8.0f} ms  backlog {backlog:>9}")
+        text = (
+            f"batch {m.batch_id:>6}  batches {self.batches:>5}  rows {self.rows:>11,}  {rate:>11,.0f} rows/s  "
+            f"latency p50 {lat.get('p50', 0):>8.0f} ms  p99 {lat.get('p99', 0):>8.0f} ms  backlog {backlog:>9}"
+        )
         text += f"  dead letters {self.dead_letters:,}  late {self.late_records:,}"
         if self.control_state:
             text += control_summary(self.control_state)
@@ -97,8 +99,10 @@ def escalation_line(name: str, details: dict, status: dict) -> str:
     bound = status.get("bound_ms")
     judged = [f"bound {bound:,.0f} ms" if bound is not None else "bound ?"]
     if status.get("mean_ms") is not None:
-        judged.append(f"mean {status['mean_ms']:,.0f} ms over its window of the last {status.get('batches', 0)} "
-                      f"batch(es), {status.get('rows', 0):,} rows")
+        judged.append(
+            f"mean {status['mean_ms']:,.0f} ms over its window of the last {status.get('batches', 0)} "
+            f"batch(es), {status.get('rows', 0):,} rows"
+        )
     if status.get("p95_ms") is not None:
         judged.append(f"p95 {status['p95_ms']:,.0f} ms")
     found = []
@@ -110,14 +114,18 @@ def escalation_line(name: str, details: dict, status: dict) -> str:
         found.append(f"holds up to about {details['max_rate']:,.0f} rows/s")
     if details.get("bottleneck"):
         found.append(f"bottleneck {details['bottleneck']}")
-    return (f"sluice: latency bound {name!r} cannot be kept by sizing batches ({'; '.join(judged)})"
-            + (f": {', '.join(found)}" if found else "") + "; see `sluice status` and docs/control.md")
+    return (
+        f"sluice: latency bound {name!r} cannot be kept by sizing batches ({'; '.join(judged)})"
+        + (f": {', '.join(found)}" if found else "")
+        + "; see `sluice status` and docs/control.md"
+    )
 
 
 def control_summary(state: dict) -> str:
     """Each constraint's state and window mean against its bound, and the last decision."""
-    parts = [f"{name} {c['state']} {c['mean_ms'] or 0:.0f}/{c['bound_ms']:.0f} ms"
-             for name, c in state.get("constraints", {}).items()]
+    parts = [
+        f"{name} {c['state']} {c['mean_ms'] or 0:.0f}/{c['bound_ms']:.0f} ms" for name, c in state.get("constraints", {}).items()
+    ]
     last = state.get("last_decision")
     if last:
         parts.append(f"last: {action_text(last['action'])} (batch {last['batch_id']})")

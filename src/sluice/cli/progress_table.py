@@ -81,18 +81,34 @@ def progress_table(t: RunTotals, control_state: dict | None = None) -> Group:
     lat = m.latency_ms if m else {}
     backlog = format_backlog(m.backlog) if m else "0"
     head = Text.assemble(
-        ("batch ", "dim"), (f"{m.batch_id if m else '-'}", "bold"),
-        ("   batches ", "dim"), f"{t.batches:,}",
-        ("   rows ", "dim"), f"{t.rows:,}",
-        ("   ", ""), (f"{t.rate(t.rows):,.0f}", "bold cyan"), (" rows/s", "dim"),
-        ("   latency p50 ", "dim"), f"{lat.get('p50', 0):,.0f}", (" p99 ", "dim"), f"{lat.get('p99', 0):,.0f} ms",
-        ("   backlog ", "dim"), backlog,
-        ("   dead letters ", "dim"), (f"{t.dead_letters:,}", "bold red" if t.dead_letters else ""),
-        ("   late ", "dim"), (f"{t.late:,}", "bold yellow" if t.late else ""),
+        ("batch ", "dim"),
+        (f"{m.batch_id if m else '-'}", "bold"),
+        ("   batches ", "dim"),
+        f"{t.batches:,}",
+        ("   rows ", "dim"),
+        f"{t.rows:,}",
+        ("   ", ""),
+        (f"{t.rate(t.rows):,.0f}", "bold cyan"),
+        (" rows/s", "dim"),
+        ("   latency p50 ", "dim"),
+        f"{lat.get('p50', 0):,.0f}",
+        (" p99 ", "dim"),
+        f"{lat.get('p99', 0):,.0f} ms",
+        ("   backlog ", "dim"),
+        backlog,
+        ("   dead letters ", "dim"),
+        (f"{t.dead_letters:,}", "bold red" if t.dead_letters else ""),
+        ("   late ", "dim"),
+        (f"{t.late:,}", "bold yellow" if t.late else ""),
     )
     table = Table(box=None, pad_edge=False, header_style="dim", show_edge=False)
     columns: tuple[tuple[str, Literal["left", "right"]], ...] = (
-        ("", "left"), ("name", "left"), ("rows", "right"), ("rows/s", "right"), ("", "right"))
+        ("", "left"),
+        ("name", "left"),
+        ("rows", "right"),
+        ("rows/s", "right"),
+        ("", "right"),
+    )
     for name, justify in columns:
         table.add_column(name, justify=justify)
     for source, rows in t.by_source.items():
@@ -101,13 +117,17 @@ def progress_table(t: RunTotals, control_state: dict | None = None) -> Group:
     for op, stats in t.operators.items():
         per_batch = stats["time_s"] / max(t.batches, 1)
         sel = stats["rows_out"] / stats["rows_in"] if stats["rows_in"] else None
-        table.add_row("operator", op, f"{int(stats['rows_out']):,}", f"{t.rate(stats['rows_out']):,.0f}",
-                      f"{per_batch:.3f} s/batch" + (f"  out/in {sel:.2f}" if sel is not None else ""))
+        table.add_row(
+            "operator",
+            op,
+            f"{int(stats['rows_out']):,}",
+            f"{t.rate(stats['rows_out']):,.0f}",
+            f"{per_batch:.3f} s/batch" + (f"  out/in {sel:.2f}" if sel is not None else ""),
+        )
     for sink, rows in t.sinks.items():
         s = m.sinks.get(sink, {}) if m else {}
         p99 = s.get("latency_p99_ms")
-        table.add_row("sink", sink, f"{rows:,}", f"{t.rate(rows):,.0f}",
-                      f"latency p99 {p99:,.0f} ms" if p99 is not None else "")
+        table.add_row("sink", sink, f"{rows:,}", f"{t.rate(rows):,.0f}", f"latency p99 {p99:,.0f} ms" if p99 is not None else "")
     parts: list[RenderableType] = [head, table]
     summary = control_summary(control_state).strip() if control_state else ""
     if summary:

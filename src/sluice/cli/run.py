@@ -45,38 +45,74 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("run", help="run a pipeline file on Spark")
     p.add_argument("pipeline", help="a Python file that defines `pipeline`")
-    p.add_argument("--checkpoint", default=None,
-                   help="checkpoint directory: a path or a URI such as file:///x, hdfs://host/x, s3://bucket/x "
-                        "(default .sluice/<name>)")
-    p.add_argument("--master", default=None,
-                   help="Spark master URL, e.g. spark://host:7077 (default $SLUICE_MASTER, local[*], or the --plan's)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="checkpoint directory: a path or a URI such as file:///x, hdfs://host/x, s3://bucket/x (default .sluice/<name>)",
+    )
+    p.add_argument(
+        "--master",
+        default=None,
+        help="Spark master URL, e.g. spark://host:7077 (default $SLUICE_MASTER, local[*], or the --plan's)",
+    )
     p.add_argument("--no-spark-ui", action="store_true", help="don't serve Spark's UI (default: on, address printed)")
     p.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--trigger-interval", type=float, default=0.0, help="seconds between micro-batches")
     p.add_argument("--max-rows-per-batch", type=int, default=None, help="admission limit per source")
     p.add_argument("--plan", default=None, help="a plan JSON written by `sluice plan --output`")
-    p.add_argument("--latency", default=None,
-                   help="goal: the p95 latency from every source to every sink stays under this, e.g. 2s (over "
-                        "30 s); without --policies the autopilot keeps it (docs/control.md)")
-    p.add_argument("--favour", choices=("latency", "cost"), default="latency",
-                   help="with --latency: what the autopilot favours when the bound and the cost conflict")
+    p.add_argument(
+        "--latency",
+        default=None,
+        help="goal: the p95 latency from every source to every sink stays under this, e.g. 2s (over "
+        "30 s); without --policies the autopilot keeps it (docs/control.md)",
+    )
+    p.add_argument(
+        "--favour",
+        choices=("latency", "cost"),
+        default="latency",
+        help="with --latency: what the autopilot favours when the bound and the cost conflict",
+    )
     p.add_argument("--policies", default=None, help="a YAML file of control policies (docs/control.md)")
-    p.add_argument("--dead-letter-budget", type=percent, default=None, metavar="PCT",
-                   help="stop (exit 1) when an operator dead-letters at least PCT %% of a batch "
-                        "(default: the pipeline's, 100 %%: all of it)")
-    p.add_argument("--reset-state", action="append", default=[], metavar="OPERATOR",
-                   help="drop this stateful operator's state in the checkpoint and start it empty "
-                        "(after a pipeline change the checkpoint cannot follow; repeat for several)")
-    p.add_argument("--standby", action="store_true",
-                   help="a hot standby: start Spark, validate and open the sources now, then wait for the driver "
-                        "running this checkpoint and take over within seconds when it dies (docs/operations.md)")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", type=spark_setting,
-                   help="a Spark setting for the session, e.g. --conf spark.driver.memory=4g (repeat for several)")
-    p.add_argument("--packages", default=None, metavar="COORDS",
-                   help="Maven coordinates of jars Spark fetches, comma-separated (spark.jars.packages), e.g. "
-                        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.0")
-    p.add_argument("--jars", default=None, metavar="PATHS",
-                   help="jars for the driver and executors, comma-separated (spark.jars)")
+    p.add_argument(
+        "--dead-letter-budget",
+        type=percent,
+        default=None,
+        metavar="PCT",
+        help="stop (exit 1) when an operator dead-letters at least PCT %% of a batch "
+        "(default: the pipeline's, 100 %%: all of it)",
+    )
+    p.add_argument(
+        "--reset-state",
+        action="append",
+        default=[],
+        metavar="OPERATOR",
+        help="drop this stateful operator's state in the checkpoint and start it empty "
+        "(after a pipeline change the checkpoint cannot follow; repeat for several)",
+    )
+    p.add_argument(
+        "--standby",
+        action="store_true",
+        help="a hot standby: start Spark, validate and open the sources now, then wait for the driver "
+        "running this checkpoint and take over within seconds when it dies (docs/operations.md)",
+    )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=spark_setting,
+        help="a Spark setting for the session, e.g. --conf spark.driver.memory=4g (repeat for several)",
+    )
+    p.add_argument(
+        "--packages",
+        default=None,
+        metavar="COORDS",
+        help="Maven coordinates of jars Spark fetches, comma-separated (spark.jars.packages), e.g. "
+        "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.0",
+    )
+    p.add_argument(
+        "--jars", default=None, metavar="PATHS", help="jars for the driver and executors, comma-separated (spark.jars)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.add_argument("--ui", action="store_true", help="serve the live dashboard and /metrics while the job runs")
     add_server_options(p)
@@ -165,9 +201,12 @@ def main(args) -> int:
     pipeline = load_pipeline(args.pipeline)
     if args.latency:
         goals = pipeline.graph.goals
-        pipeline.goals(args.latency, favour=args.favour,
-                       max_executors=None if goals is None else goals.max_executors,
-                       price_per_hour=None if goals is None else goals.price_per_hour)
+        pipeline.goals(
+            args.latency,
+            favour=args.favour,
+            max_executors=None if goals is None else goals.max_executors,
+            price_per_hour=None if goals is None else goals.price_per_hour,
+        )
     check_pipeline(pipeline)  # a mistake is said now, not after Spark's start
     checkpoint = args.checkpoint or os.path.join(".sluice", pipeline.name)
     master, options = args.master, {}
@@ -181,19 +220,29 @@ def main(args) -> int:
     if args.ui:
         from sluice.cli.ui import start_server
 
-        server = start_server(checkpoint, args, job=pipeline.name,
-                              constraints=[c.to_dict() for c in pipeline.graph.constraints])
+        server = start_server(checkpoint, args, job=pipeline.name, constraints=[c.to_dict() for c in pipeline.graph.constraints])
     progress = None if args.quiet else progress_display()
     _escalations_as_lines(quiet=progress is None)
     waiting = _broker_wait_lines(pipeline, checkpoint)
     try:
-        result = pipeline.run(checkpoint, master=master, duration=args.duration,
-                              trigger_interval=args.trigger_interval, max_rows_per_batch=args.max_rows_per_batch,
-                              on_batch=progress, policies=args.policies, dead_letter_budget=args.dead_letter_budget,
-                              reset_state=args.reset_state, standby=args.standby,
-                              on_standby=(lambda line: print(line, flush=True)) if args.standby else None,
-                              on_control=getattr(progress, "control", None), ship=args.pipeline, ui=spark_ui,
-                              spark_conf=spark_conf_of(args), **options)
+        result = pipeline.run(
+            checkpoint,
+            master=master,
+            duration=args.duration,
+            trigger_interval=args.trigger_interval,
+            max_rows_per_batch=args.max_rows_per_batch,
+            on_batch=progress,
+            policies=args.policies,
+            dead_letter_budget=args.dead_letter_budget,
+            reset_state=args.reset_state,
+            standby=args.standby,
+            on_standby=(lambda line: print(line, flush=True)) if args.standby else None,
+            on_control=getattr(progress, "control", None),
+            ship=args.pipeline,
+            ui=spark_ui,
+            spark_conf=spark_conf_of(args),
+            **options,
+        )
     finally:
         if waiting is not None:
             waiting.stop()

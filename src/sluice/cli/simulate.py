@@ -16,11 +16,16 @@ from sluice.errors import ConfigError
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("simulate", help="simulate a dynamic dataflow on an elastic cloud (thesis ch. 4-5)",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser(
+        "simulate", help="simulate a dynamic dataflow on an elastic cloud (thesis ch. 4-5)", description=__doc__.splitlines()[0]
+    )
     p.add_argument("scenario", help="scenario YAML (see examples/scenarios/)")
-    p.add_argument("--scheduler", action="append", default=None,
-                   help="override the scenario's scheduler (BR, GA, CE, SH, PLASTICC, CAF, WAAF, WPA, WPO, WPP); repeatable")
+    p.add_argument(
+        "--scheduler",
+        action="append",
+        default=None,
+        help="override the scenario's scheduler (BR, GA, CE, SH, PLASTICC, CAF, WAAF, WPA, WPO, WPP); repeatable",
+    )
     p.add_argument("--out", default=None, help="output directory (default: sim-out/<scenario name>)")
     p.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG")
@@ -40,16 +45,19 @@ def progress_bar(label: str, stream=sys.stderr, width: int = 30):
         if done >= total:
             stream.write("\n")
         stream.flush()
+
     return show
 
 
 def format_table(rows: list[dict]) -> str:
-    cols = ["scheduler", "omega", "gamma", "cost", "profit", "violations", "excursions", "max_vms",
-            "deploy_s", "adapt_s_mean"]
+    cols = ["scheduler", "omega", "gamma", "cost", "profit", "violations", "excursions", "max_vms", "deploy_s", "adapt_s_mean"]
+
     def fmt(v):
         return f"{v:.4g}" if isinstance(v, float) else str(v)
+
     cells = [[fmt(r[c]) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+
     def line(vals: list[str]) -> str:
         return "| " + " | ".join(v.rjust(w) for v, w in zip(vals, widths)) + " |"
 
@@ -111,8 +119,10 @@ def run(args: argparse.Namespace) -> int:
         f.write("scheduler,time_s,rate,omega,gamma,cost,profit,vms,cores\n")
         for r in results:
             for k in range(len(r.time_s)):
-                f.write(f"{r.scenario.scheduler},{r.time_s[k]:.0f},{r.rate[k]:.4f},{r.omega[k]:.5f},{r.gamma[k]:.5f},"
-                        f"{r.cost[k]:.4f},{r.profit[k]:.5f},{int(r.vms[k])},{int(r.cores[k])}\n")
+                f.write(
+                    f"{r.scenario.scheduler},{r.time_s[k]:.0f},{r.rate[k]:.4f},{r.omega[k]:.5f},{r.gamma[k]:.5f},"
+                    f"{r.cost[k]:.4f},{r.profit[k]:.5f},{int(r.vms[k])},{int(r.cores[k])}\n"
+                )
     if not args.no_plot:
         plot_results(results, out / "timeseries.png", f"{base.name}: {base.dataflow}")
     print(f"wrote {out}/summary.json, timeseries.csv" + ("" if args.no_plot else ", timeseries.png"))

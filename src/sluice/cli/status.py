@@ -54,15 +54,16 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
         f"  batches            {t['batches']:,} (last: {last['batch_id']}, {age:,.0f} s ago)",
         f"  rows               {t['rows']:,} in {whole:,.1f} s: {t['rows'] / max(whole, 1e-9):,.0f} rows/s; "
         f"last {len(recent)} batches {sum(b['rows_in'] for b in recent) / max(span, 1e-9):,.0f} rows/s",
-        f"  batch duration     median {median([b['duration_s'] for b in batches]):.2f} s, "
-        f"last {last['duration_s']:.2f} s",
+        f"  batch duration     median {median([b['duration_s'] for b in batches]):.2f} s, last {last['duration_s']:.2f} s",
     ]
     latencies = [b for b in batches if b["latency"]]
     if latencies:
         worst = {p: [max(lat.get(p, 0) for lat in b["latency"].values()) for b in latencies] for p in ("p50", "p95", "p99")}
-        lines.append(f"  latency            median of batches p50 {median(worst['p50']):,.0f} ms  "
-                     f"p95 {median(worst['p95']):,.0f} ms  p99 {median(worst['p99']):,.0f} ms; "
-                     f"last batch p99 {worst['p99'][-1]:,.0f} ms")
+        lines.append(
+            f"  latency            median of batches p50 {median(worst['p50']):,.0f} ms  "
+            f"p95 {median(worst['p95']):,.0f} ms  p99 {median(worst['p99']):,.0f} ms; "
+            f"last batch p99 {worst['p99'][-1]:,.0f} ms"
+        )
     for name, c in view.constraints().items():
         holds = c.get("holds")
         state = c.get("state") or ("" if holds is None else "met" if holds else "violated")
@@ -73,31 +74,36 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
     lines.append(f"  backlog            {backlog:,} rows at the sources after the last batch")
     state_sizes = last["state_bytes"]
     if state_sizes:
-        lines.append(f"  state              {_bytes(sum(state_sizes.values()))}: "
-                     + ", ".join(f"{op} {_bytes(n)}" for op, n in state_sizes.items()))
+        lines.append(
+            f"  state              {_bytes(sum(state_sizes.values()))}: "
+            + ", ".join(f"{op} {_bytes(n)}" for op, n in state_sizes.items())
+        )
     event = view.event_time()
     if event:
         wm = event.get("watermark_us")
         if event.get("ended"):
             text = "the input ended: the last batch closed every window"
         elif wm is not None:
-            text = (f"watermark {_clock(wm / 1e6)}, {event['lag_s']:,.1f} s behind "
-                    f"(one watermark for every stateful operator)")
+            text = f"watermark {_clock(wm / 1e6)}, {event['lag_s']:,.1f} s behind (one watermark for every stateful operator)"
         else:
             text = "no watermark yet"
-        per_source = "; ".join(f"{s} latest event {_clock(v['max_event_us'] / 1e6)} ({v['lag_s']:,.1f} s behind)"
-                               for s, v in event["sources"].items())
+        per_source = "; ".join(
+            f"{s} latest event {_clock(v['max_event_us'] / 1e6)} ({v['lag_s']:,.1f} s behind)"
+            for s, v in event["sources"].items()
+        )
         lines.append(f"  event time         {text}" + (f"; {per_source}" if per_source else ""))
     by_operator: dict[str, int] = {}
     for b in batches:
         for op, n in b["dead_letters_by_operator"].items():
             by_operator[op] = by_operator.get(op, 0) + n
     split = ", ".join(f"{op} {n:,}" for op, n in sorted(by_operator.items(), key=lambda kv: -kv[1]))
-    lines.append(f"  dead letters       {t['dead_letters']:,}" + (f" ({split})" if split else "")
-                 + f"    late records {t['late']:,}")
+    lines.append(
+        f"  dead letters       {t['dead_letters']:,}" + (f" ({split})" if split else "") + f"    late records {t['late']:,}"
+    )
     if last.get("executors"):
-        lines.append(f"  executors          {len(last['executors'])}: "
-                     + ", ".join(e.get("host", "?") for e in last["executors"]))
+        lines.append(
+            f"  executors          {len(last['executors'])}: " + ", ".join(e.get("host", "?") for e in last["executors"])
+        )
     plan = view.plan()
     if plan:
         stages = ", ".join(f"{op} {s['partitions']} partitions" for op, s in plan["keyed"].items())

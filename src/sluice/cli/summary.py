@@ -26,7 +26,7 @@ def latency_line(batches: list[BatchMetrics]) -> str:
 
 
 def run_summary(result, checkpoint: str) -> str:
-    mine = result.metrics[-result.batches:] if result.batches else []
+    mine = result.metrics[-result.batches :] if result.batches else []
     totals = RunTotals()
     for m in mine:
         totals.add(m)
@@ -38,11 +38,14 @@ def run_summary(result, checkpoint: str) -> str:
         "with Spark's start-up)",
         f"  throughput          {rate}",
         f"  latency (median of batches)  {latency_line(mine)}",
-        f"  dead letters        {totals.dead_letters:,}" + (
+        f"  dead letters        {totals.dead_letters:,}"
+        + (
             f" (records an operator raised on, with the reason: {os.path.join(checkpoint, 'dead_letter')})"
-            if totals.dead_letters else ""),
-        f"  late records        {totals.late:,}" + (" (behind the watermark, sent to the window's late output)"
-                                                   if totals.late else ""),
+            if totals.dead_letters
+            else ""
+        ),
+        f"  late records        {totals.late:,}"
+        + (" (behind the watermark, sent to the window's late output)" if totals.late else ""),
         f"  checkpoint          {checkpoint}  (`sluice status` summarizes it, `sluice ui` shows it)",
     ]
     control = control_summary(result.control).strip() if getattr(result, "control", None) else ""

@@ -21,8 +21,9 @@ def start_server(checkpoint: str, args, job: str | None = None, constraints: lis
     try:
         server = serve(checkpoint, host=args.host, port=args.port, job=job, constraints=constraints)
     except OSError as exc:
-        raise ConfigError(f"cannot serve the dashboard on {args.host}:{args.port}: {exc.strerror or exc}"
-                          " (choose another with --port)") from exc
+        raise ConfigError(
+            f"cannot serve the dashboard on {args.host}:{args.port}: {exc.strerror or exc} (choose another with --port)"
+        ) from exc
     print(f"dashboard at {server.url}  (Prometheus: {server.url}metrics)", flush=True)
     return server
 
@@ -30,8 +31,9 @@ def start_server(checkpoint: str, args, job: str | None = None, constraints: lis
 def register(subparsers) -> None:
     p = subparsers.add_parser("ui", help="serve the dashboard and /metrics of a job's checkpoint")
     p.add_argument("checkpoint", help="the job's checkpoint directory")
-    p.add_argument("--job", default=None, help="job name for the page and the metrics' job label "
-                   "(default: the checkpoint directory's name)")
+    p.add_argument(
+        "--job", default=None, help="job name for the page and the metrics' job label (default: the checkpoint directory's name)"
+    )
     add_server_options(p)
     p.set_defaults(func=main)
 

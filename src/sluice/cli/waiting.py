@@ -14,8 +14,7 @@ class BrokerWaitLines:
     ``sluice: waiting for NATS JetStream at ... (12 s of 30): <error>`` every few seconds
     while a source reports its broker unreachable, and a line when it is back."""
 
-    def __init__(self, control_dir: str, sources: list[str], stream=None, every_s: float = 3.0,
-                 poll_s: float = 1.0):
+    def __init__(self, control_dir: str, sources: list[str], stream=None, every_s: float = 3.0, poll_s: float = 1.0):
         self.control_dir = control_dir
         self.sources = sources
         self.stream = stream or sys.stderr
@@ -52,8 +51,10 @@ class BrokerWaitLines:
                     self.last_said[name] = now
                     broker = status.get("broker") or f"source {name!r}'s server"
                     reason = str(status["error"]).removeprefix(f"{broker} is unreachable: ")
-                    said.append(f"sluice: waiting for {broker} ({status.get('down_s', 0):.0f} s of "
-                                f"{status.get('patience_s', 0):g}): {reason}")
+                    said.append(
+                        f"sluice: waiting for {broker} ({status.get('down_s', 0):.0f} s of "
+                        f"{status.get('patience_s', 0):g}): {reason}"
+                    )
             elif name in self.last_said and not status.get("error"):
                 del self.last_said[name]
                 said.append(f"sluice: source {name!r} reached its broker again")

@@ -81,10 +81,19 @@ class Action:
     def to_dict(self) -> dict:
         value = self.value
         if self.kind == CHAINS:  # tuples of tuples, possibly with rebalances: as JSON lists
-            value = ({"chains": [list(c) for c in value["chains"]], "rebalance": dict(value.get("rebalance") or {})}
-                     if isinstance(value, dict) else [list(c) for c in value])
-        return {"kind": self.kind, "target": self.target, "value": value, "reason": self.reason,
-                "expected": dict(self.expected), "policy": self.policy}
+            value = (
+                {"chains": [list(c) for c in value["chains"]], "rebalance": dict(value.get("rebalance") or {})}
+                if isinstance(value, dict)
+                else [list(c) for c in value]
+            )
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "value": value,
+            "reason": self.reason,
+            "expected": dict(self.expected),
+            "policy": self.policy,
+        }
 
 
 def partitions_of(value: Any) -> int:

@@ -83,8 +83,7 @@ def plan_change(plan: Plan, action: Action, version: int) -> Plan:
     """The Plan from ``version`` on with a structural action applied."""
     if action.kind == CHAINS:
         # value: the chains, or {"chains": ..., "rebalance": {head: partitions}}
-        value = action.value if isinstance(action.value, dict) else {"chains": action.value,
-                                                                     "rebalance": plan.rebalance}
+        value = action.value if isinstance(action.value, dict) else {"chains": action.value, "rebalance": plan.rebalance}
         chains = tuple(tuple(str(op) for op in chain) for chain in value["chains"])
         old = sorted(op for chain in plan.chains for op in chain)
         new = sorted(op for chain in chains for op in chain)
@@ -109,13 +108,16 @@ def plan_change(plan: Plan, action: Action, version: int) -> Plan:
         if table is None:
             return plan.with_routing(version, action.target, range_routing(plan.max_parallelism, n), n)
         if len(table) != plan.max_parallelism or not all(0 <= int(p) < n for p in table):
-            raise PlanError(f"partitions of {action.target!r}: a routing of {plan.max_parallelism} key groups onto "
-                            f"partitions 0..{n - 1} is needed, got {len(table)} entries")
+            raise PlanError(
+                f"partitions of {action.target!r}: a routing of {plan.max_parallelism} key groups onto "
+                f"partitions 0..{n - 1} is needed, got {len(table)} entries"
+            )
         return plan.with_routing(version, action.target, [int(p) for p in table], n)
     if action.kind == ALTERNATE:
         if action.target not in plan.alternates:
-            raise PlanError(f"{action.target!r} has no alternates in this plan; operators with alternates: "
-                            f"{sorted(plan.alternates)}")
+            raise PlanError(
+                f"{action.target!r} has no alternates in this plan; operators with alternates: {sorted(plan.alternates)}"
+            )
         return replace(plan, version=version, alternates={**plan.alternates, action.target: str(action.value)})
     if action.kind == EXECUTORS:
         return replace(plan, version=version, executors=int(action.value))

@@ -40,17 +40,20 @@ class AlternatesByLoad(Policy):
         self.target, self.high, self.min_omega, self.window = target, high, min_omega, window
 
     def describe(self) -> dict:
-        return {"policy": self.name, "target": self.target, "high": self.high, "min_omega": self.min_omega,
-                "window": self.window}
+        return {"policy": self.name, "target": self.target, "high": self.high, "min_omega": self.min_omega, "window": self.window}
 
     def propose(self, view: ControlView) -> list[Action]:
-        batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window:]
+        batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window :]
         if len(batches) < self.window:
             return []
         wall = sum(m.duration_s for m in batches)
         cores = max(view.resources.cores, 1)
-        busy = sum(max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
-                   for m in batches for v in m.operators.values() if isinstance(v, dict))
+        busy = sum(
+            max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
+            for m in batches
+            for v in m.operators.values()
+            if isinstance(v, dict)
+        )
         load = busy / (wall * cores) if wall > 0 else 0.0
         admitted = sum(m.rows_in for m in batches)
         if admitted <= 0 or wall <= 0:
@@ -79,24 +82,43 @@ class AlternatesByLoad(Policy):
             values = {name: alt.value for name, alt in alternates.items()}
             by_value = sorted(values, key=lambda n: -values[n])
             fitting = [n for n in by_value if load_at_offered(n) <= self.target]
-            why = (f"cores {load:.2f} busy, {offered:,.0f} rows/s offered, {active} would need "
-                   f"{load_at_offered(active):.2f} of {cores} cores"
-                   + (f", Omega {omega:.2f}" if omega is not None else "") + (f", {violated} violated" if violated else ""))
+            why = (
+                f"cores {load:.2f} busy, {offered:,.0f} rows/s offered, {active} would need "
+                f"{load_at_offered(active):.2f} of {cores} cores"
+                + (f", Omega {omega:.2f}" if omega is not None else "")
+                + (f", {violated} violated" if violated else "")
+            )
             if behind:  # down: to a less valuable, cheaper alternate
                 known = {n: c for n, c in costs.items() if c is not None}  # the active one among them
-                lower = [n for n in by_value if alternates[n].value < alternates[active].value
-                         and n in known and known[n] < known[active]]
+                lower = [
+                    n
+                    for n in by_value
+                    if alternates[n].value < alternates[active].value and n in known and known[n] < known[active]
+                ]
                 if not lower:
                     continue
                 fits = [n for n in lower if n in fitting]
                 choice = fits[0] if fits else min(lower, key=known.__getitem__)
                 if choice != active:
-                    actions.append(Action(ALTERNATE, op_id, choice, f"behind ({why}): {active} -> {choice}",
-                                          expected={"load": round(load_at_offered(choice), 3)}))
+                    actions.append(
+                        Action(
+                            ALTERNATE,
+                            op_id,
+                            choice,
+                            f"behind ({why}): {active} -> {choice}",
+                            expected={"load": round(load_at_offered(choice), 3)},
+                        )
+                    )
             elif fitting and alternates[fitting[0]].value > alternates[active].value:
                 choice = fitting[0]
-                actions.append(Action(ALTERNATE, op_id, choice,
-                                      f"slack ({why}): {choice} would need {load_at_offered(choice):.2f} "
-                                      f"<= {self.target}: {active} -> {choice}",
-                                      expected={"load": round(load_at_offered(choice), 3)}))
+                actions.append(
+                    Action(
+                        ALTERNATE,
+                        op_id,
+                        choice,
+                        f"slack ({why}): {choice} would need {load_at_offered(choice):.2f} "
+                        f"<= {self.target}: {active} -> {choice}",
+                        expected={"load": round(load_at_offered(choice), 3)},
+                    )
+                )
         return actions

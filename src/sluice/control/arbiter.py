@@ -43,8 +43,9 @@ class Arbiter:
             return False
         return True
 
-    def arbitrate(self, proposals: list[Action], batch_id: int, qos: QoSManager,
-                  in_force: dict[tuple[str, str], object]) -> Verdict:
+    def arbitrate(
+        self, proposals: list[Action], batch_id: int, qos: QoSManager, in_force: dict[tuple[str, str], object]
+    ) -> Verdict:
         """``in_force``: (kind, target) -> the value in force now, to drop no-op proposals."""
         accepted: list[Action] = []
         deferred: list[tuple[Action, str]] = []
@@ -73,8 +74,12 @@ class Arbiter:
             elif in_force.get((action.kind, action.target)) == action.value:
                 continue
             elif waiting:
-                deferred.append((action, f"waiting for the windows to flush measurements taken before "
-                                         f"the change after batch {self.structural_at}"))
+                deferred.append(
+                    (
+                        action,
+                        f"waiting for the windows to flush measurements taken before the change after batch {self.structural_at}",
+                    )
+                )
             elif structural_taken is not None:
                 if not paired and _one_step(structural_taken, action):
                     paired = True

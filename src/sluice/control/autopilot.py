@@ -114,10 +114,17 @@ class AheadScaling(OneStepScaling):
             stage = plan.keyed[ops[0]]
             need = min(cores, plan.max_parallelism)
             if need != stage.partitions:
-                out.insert(0, Action(PARTITIONS, ops[0], need,
-                                     f"{ops[0]}: a partition a core of the {target} executor(s) held: "
-                                     f"{stage.partitions} -> {need}, key groups in ranges",
-                                     expected={"partitions": need}))
+                out.insert(
+                    0,
+                    Action(
+                        PARTITIONS,
+                        ops[0],
+                        need,
+                        f"{ops[0]}: a partition a core of the {target} executor(s) held: "
+                        f"{stage.partitions} -> {need}, key groups in ranges",
+                        expected={"partitions": need},
+                    ),
+                )
                 break  # one stage a step
         return out
 
@@ -200,7 +207,7 @@ class GoalArbiter:
         if len(after) < self.measure_batches:
             return []
         change.judged = True
-        after = after[:self.measure_batches]
+        after = after[: self.measure_batches]
         if change.intent == "cost":
             if not model.behind:
                 return []
@@ -216,11 +223,15 @@ class GoalArbiter:
             measured = sum(m.duration_s for m in after)
             if predicted <= 0 or measured <= predicted * (1 + self.worse_margin):
                 return []
-            why = (f"its batches took {measured / predicted:.2f}x what the model predicted for them before it "
-                   f"({measured * 1000 / len(after):.0f} ms against {predicted * 1000 / len(after):.0f} ms)")
+            why = (
+                f"its batches took {measured / predicted:.2f}x what the model predicted for them before it "
+                f"({measured * 1000 / len(after):.0f} ms against {predicted * 1000 / len(after):.0f} ms)"
+            )
             self._ban(change, now, None)
-        undo = tuple(replace(a, reason=f"undo {change.member}'s {a.kind} change of {a.target}: {why}; not "
-                                          f"retried for {self.ban_s:.0f} s") for a in change.undo)
+        undo = tuple(
+            replace(a, reason=f"undo {change.member}'s {a.kind} change of {a.target}: {why}; not retried for {self.ban_s:.0f} s")
+            for a in change.undo
+        )
         self.pending = Change(change.member, undo, (), "capacity", view.batch_id, view.plan.version, None, revert=True)
         return list(undo)
 
@@ -236,8 +247,7 @@ class GoalArbiter:
         return False
 
     # ---- judging ------------------------------------------------------------------------------
-    def judge(self, candidates: list[tuple[str, Action]], view: ControlView, model: JobModel,
-              now: float) -> list[Action]:
+    def judge(self, candidates: list[tuple[str, Action]], view: ControlView, model: JobModel, now: float) -> list[Action]:
         """The candidates (member, action) that pass; the rest are noted with why."""
         out: list[Action] = []
         structural = [(m, a) for m, a in candidates if a.kind in STRUCTURAL]
@@ -264,9 +274,16 @@ class GoalArbiter:
             intent = "cost" if any(self._direction(view, a) == "in" for a in actions) else "capacity"
             before = view.batches(5)
             rows = sum(m.rows_in for m in before)
-            self.pending = Change(member, tuple(actions), tuple(_undo(view, a) for a in actions), intent,
-                                  view.batch_id, view.plan.version, model.fit,
-                                  sum(m.duration_s for m in before) / rows if rows else None)
+            self.pending = Change(
+                member,
+                tuple(actions),
+                tuple(_undo(view, a) for a in actions),
+                intent,
+                view.batch_id,
+                view.plan.version,
+                model.fit,
+                sum(m.duration_s for m in before) / rows if rows else None,
+            )
             out.extend(actions)
             break
         return out
@@ -281,8 +298,7 @@ class GoalArbiter:
             return 3
         return 4  # scale-in last
 
-    def _why_not(self, member: str, actions: list[Action], view: ControlView, model: JobModel,
-                 now: float) -> str | None:
+    def _why_not(self, member: str, actions: list[Action], view: ControlView, model: JobModel, now: float) -> str | None:
         if self.pending is not None:
             what = "the undo of " if self.pending.revert else ""
             return f"held: {what}{self.pending.member}'s change is being applied"
@@ -311,10 +327,18 @@ class GoalArbiter:
             if model.behind:
                 return "held: no scale-in while the job is behind its goal"
             if self.low_since is None or now - self.low_since < self.scale_down_delay_s:
-                return (f"held: lazy scale-down (utilization under {low:.2f} for "
-                        f"{0 if self.low_since is None else now - self.low_since:.0f} of {self.scale_down_delay_s:.0f} s)")
-            recent_out = [c for c in self.changes if c.applied_at is not None and now - c.applied_at < self.undo_window_s
-                          and c.intent == "capacity" and any(a.kind in (PARTITIONS, EXECUTORS) for a in c.actions)]
+                return (
+                    f"held: lazy scale-down (utilization under {low:.2f} for "
+                    f"{0 if self.low_since is None else now - self.low_since:.0f} of {self.scale_down_delay_s:.0f} s)"
+                )
+            recent_out = [
+                c
+                for c in self.changes
+                if c.applied_at is not None
+                and now - c.applied_at < self.undo_window_s
+                and c.intent == "capacity"
+                and any(a.kind in (PARTITIONS, EXECUTORS) for a in c.actions)
+            ]
             if recent_out:
                 return f"held: a scale-out {now - recent_out[-1].applied_at:.0f} s ago"  # type: ignore[operator]
             speedup = min((self._speedup(view, a) for a in actions), default=1.0)
@@ -323,8 +347,10 @@ class GoalArbiter:
             if after is not None and after > high:
                 return f"held: the model predicts utilization {after:.2f} after it (band top {high:.2f})"
             if latency is not None and model.bound_s is not None and latency > 0.8 * model.bound_s:
-                return (f"held: the model predicts {latency * 1000:.0f} ms after it, over 80 % of the "
-                        f"{model.bound_s * 1000:.0f} ms bound")
+                return (
+                    f"held: the model predicts {latency * 1000:.0f} ms after it, over 80 % of the "
+                    f"{model.bound_s * 1000:.0f} ms bound"
+                )
         return None
 
     def _undoes(self, member: str, action: Action, now: float) -> str | None:
@@ -333,8 +359,12 @@ class GoalArbiter:
             if change.applied_at is None or now - change.applied_at >= self.undo_window_s or change.revert:
                 continue
             for done, undo in zip(change.actions, change.undo):
-                if action.kind == ROUTING and done.kind == ROUTING and change.member != member \
-                        and _stages(action) & _stages(done):
+                if (
+                    action.kind == ROUTING
+                    and done.kind == ROUTING
+                    and change.member != member
+                    and _stages(action) & _stages(done)
+                ):
                     return change.member
                 if done.kind == action.kind and done.target == action.target and _key(undo.value) == _key(action.value):
                     return change.member
@@ -381,8 +411,16 @@ class GoalArbiter:
         if self._said.get(key) == gist:
             return
         self._said[key] = gist
-        self.notes.append({"batch_id": view.batch_id, "member": member, "kind": action.kind,
-                           "target": action.target, "reason": why, "proposal": action.reason})
+        self.notes.append(
+            {
+                "batch_id": view.batch_id,
+                "member": member,
+                "kind": action.kind,
+                "target": action.target,
+                "reason": why,
+                "proposal": action.reason,
+            }
+        )
 
 
 def _key(value: Any) -> str:
@@ -451,10 +489,20 @@ class Autopilot(Policy):
 
     name = "autopilot"
 
-    def __init__(self, goals: Goals | dict | None = None, *, forecaster: Any = "holt_winters",
-                 startup_s: float = 30.0, catch_up_s: float = 20.0, undo_window_s: float = 120.0,
-                 scale_down_delay_s: float = 120.0, ban_s: float = 600.0, measure_batches: int = 3, worse_margin: float = 0.25,
-                 members: list[Policy] | None = None):
+    def __init__(
+        self,
+        goals: Goals | dict | None = None,
+        *,
+        forecaster: Any = "holt_winters",
+        startup_s: float = 30.0,
+        catch_up_s: float = 20.0,
+        undo_window_s: float = 120.0,
+        scale_down_delay_s: float = 120.0,
+        ban_s: float = 600.0,
+        measure_batches: int = 3,
+        worse_margin: float = 0.25,
+        members: list[Policy] | None = None,
+    ):
         from sluice.errors import ConfigError
 
         if isinstance(goals, dict):
@@ -462,31 +510,49 @@ class Autopilot(Policy):
 
             goals = make_goals(**goals)
         self.goals = goals or Goals()
-        if min(undo_window_s, scale_down_delay_s, ban_s, startup_s) < 0 or catch_up_s <= 0 or measure_batches < 1 \
-                or worse_margin <= 0:
-            raise ConfigError("autopilot: the windows and delays must be >= 0, measure_batches >= 1 and "
-                              "worse_margin > 0")
+        if (
+            min(undo_window_s, scale_down_delay_s, ban_s, startup_s) < 0
+            or catch_up_s <= 0
+            or measure_batches < 1
+            or worse_margin <= 0
+        ):
+            raise ConfigError("autopilot: the windows and delays must be >= 0, measure_batches >= 1 and worse_margin > 0")
         target = BANDS[self.goals.favour][0]
         self.scaling = AheadScaling(target_utilization=target)
         # key groups are placed by load (a MILP) only for a rescale the arbiter lets through
         self.scaling.balance = False
-        self.members: list[Policy] = members if members is not None else [
-            ModelBatchSizing(scaling=None), self.scaling, CollocationBalancing(), KeyGroupBalancing(),
-            DynamicChaining(), AlternatesByLoad()]
+        self.members: list[Policy] = (
+            members
+            if members is not None
+            else [
+                ModelBatchSizing(scaling=None),
+                self.scaling,
+                CollocationBalancing(),
+                KeyGroupBalancing(),
+                DynamicChaining(),
+                AlternatesByLoad(),
+            ]
+        )
         self.forecaster: ArrivalForecaster | None = make_forecaster(forecaster) if forecaster else None
         self.startup_s = startup_s
         self.catch_up_s = catch_up_s  # a backlog over the bound's worth of input is to drain within this
         self.rebalance_every = 20  # batches a balancing member that found nothing waits before it looks again
         self._quiet_until: dict[str, int] = {}
-        self.arbiter = GoalArbiter(self.goals.favour, undo_window_s, scale_down_delay_s, ban_s, measure_batches,
-                                   worse_margin)
+        self.arbiter = GoalArbiter(self.goals.favour, undo_window_s, scale_down_delay_s, ban_s, measure_batches, worse_margin)
 
     def describe(self) -> dict:
         a = self.arbiter
-        return {"policy": self.name, "goals": self.goals.to_dict(), "members": [m.describe() for m in self.members],
-                "forecaster": None if self.forecaster is None else self.forecaster.describe(),
-                "undo_window_s": a.undo_window_s, "scale_down_delay_s": a.scale_down_delay_s, "ban_s": a.ban_s,
-                "measure_batches": a.measure_batches, "worse_margin": a.worse_margin}
+        return {
+            "policy": self.name,
+            "goals": self.goals.to_dict(),
+            "members": [m.describe() for m in self.members],
+            "forecaster": None if self.forecaster is None else self.forecaster.describe(),
+            "undo_window_s": a.undo_window_s,
+            "scale_down_delay_s": a.scale_down_delay_s,
+            "ban_s": a.ban_s,
+            "measure_batches": a.measure_batches,
+            "worse_margin": a.worse_margin,
+        }
 
     def restore(self, history: list) -> None:
         for member in self.members:
@@ -554,8 +620,7 @@ class Autopilot(Policy):
         take every waiting row onto the cores held then, and run for as long as the scale-out
         it prompts would need to drain the lot."""
         fit, resources = model.fit, view.resources
-        if not self.goals.keep_up or not resources.elastic or model.bound_s is None \
-                or any(a.kind == ADMISSION for a in actions):
+        if not self.goals.keep_up or not resources.elastic or model.bound_s is None or any(a.kind == ADMISSION for a in actions):
             return actions
         # never below four times the recent batches (a fit over small batches may say little)
         cap = 4 * max((m.rows_in for m in view.batches(5)), default=0)
@@ -568,9 +633,16 @@ class Autopilot(Policy):
             return actions
         if current is not None and current <= 1.25 * cap and current >= 0.8 * cap:
             return actions
-        return [*actions, Action(ADMISSION, "*", cap, f"keep up: at most a batch the bound long on the cores "
-                                 f"held, or four times the recent batches: {cap:,} rows)", {"rows": cap})]
-
+        return [
+            *actions,
+            Action(
+                ADMISSION,
+                "*",
+                cap,
+                f"keep up: at most a batch the bound long on the cores held, or four times the recent batches: {cap:,} rows)",
+                {"rows": cap},
+            ),
+        ]
 
     def _keeping_up(self, view: ControlView, model: JobModel, actions: list[Action]) -> list[Action]:
         """With the keep-up goal, after an outage or a surge: when more than the bound's
@@ -588,17 +660,24 @@ class Autopilot(Policy):
         asked = max([resources.target] + [int(a.value) for a in actions if a.kind == EXECUTORS])
         sized = [a for a in actions if a.kind == ADMISSION]
         current = view.admission_total
-        if resources.elastic and resources.executors < asked and fit is not None and fit.b > 0 \
-                and model.bound_s is not None and fit.a < model.bound_s:
+        if (
+            resources.elastic
+            and resources.executors < asked
+            and fit is not None
+            and fit.b > 0
+            and model.bound_s is not None
+            and fit.a < model.bound_s
+        ):
             # executors asked for are still joining: a batch of it all now would run on the
             # cores held now (its tasks are placed when it starts); batches the bound long
             # until they join leave the bulk of the backlog to the cores they add
             rows = min(rows, max(int((model.bound_s - fit.a) / fit.b), latest.rows_in))
-            reason = (f"keep up: {backlog:,} rows wait while {asked - resources.executors} executor(s) join: "
-                      f"batches the bound long ({rows:,} rows) until they do")
+            reason = (
+                f"keep up: {backlog:,} rows wait while {asked - resources.executors} executor(s) join: "
+                f"batches the bound long ({rows:,} rows) until they do"
+            )
             if current != rows or sized:
-                return [a for a in actions if a.kind != ADMISSION] + [Action(ADMISSION, "*", rows, reason,
-                                                                             {"rows": rows})]
+                return [a for a in actions if a.kind != ADMISSION] + [Action(ADMISSION, "*", rows, reason, {"rows": rows})]
             return actions
         if current is None and not sized:
             return actions  # uncapped: it admits what waits already
@@ -606,8 +685,10 @@ class Autopilot(Policy):
             return actions
         if not sized and current is not None and current >= rows:
             return actions
-        reason = (f"keep up: {backlog:,} rows wait, more than the bound's worth of input; admit them all "
-                  f"({rows:,} rows) rather than keep them waiting")
+        reason = (
+            f"keep up: {backlog:,} rows wait, more than the bound's worth of input; admit them all "
+            f"({rows:,} rows) rather than keep them waiting"
+        )
         return [a for a in actions if a.kind != ADMISSION] + [Action(ADMISSION, "*", rows, reason, {"rows": rows})]
 
     def _placed(self, view: ControlView, action: Action) -> Action:
@@ -616,12 +697,15 @@ class Autopilot(Policy):
             return action
         plan = view.plan
         ops = next((ops for ops in plan.keyed_stages() if action.target in ops), (action.target,))
-        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.scaling.window:]
+        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.scaling.window :]
         routing = balanced_routing(batches, ops, plan.keyed[action.target], int(action.value), plan.max_parallelism)
         if routing is None:
             return action
-        placed = replace(action, value={"partitions": int(action.value), "routing": routing},
-                         reason=action.reason.replace("key groups in ranges", "key groups by measured load"))
+        placed = replace(
+            action,
+            value={"partitions": int(action.value), "routing": routing},
+            reason=action.reason.replace("key groups in ranges", "key groups by measured load"),
+        )
         if self.arbiter.pending is not None:
             self.arbiter.pending.actions = tuple(placed if a is action else a for a in self.arbiter.pending.actions)
         return placed
@@ -632,7 +716,7 @@ def _collocated_stages(view: ControlView) -> set[str]:
     those operators: the stages collocation owns."""
     latest = view.latest
     out: set[str] = set()
-    for op_id, traffic in ((getattr(latest, "traffic", None) or {}).items() if latest is not None else ()):
+    for op_id, traffic in (getattr(latest, "traffic", None) or {}).items() if latest is not None else ():
         upstream = traffic.get("upstream") if isinstance(traffic, dict) else None
         if upstream in view.plan.keyed and op_id in view.plan.keyed:
             out.update((op_id, upstream))

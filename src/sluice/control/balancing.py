@@ -52,11 +52,19 @@ class KeyGroupBalancing(Policy):
 
     name = "balancing"
 
-    def __init__(self, threshold: float = 0.2, min_gain: float = 0.3, window: int = 4, max_migrations: int = 16,
-                 max_pause: float = 0.5, time_limit: float = 2.0):
+    def __init__(
+        self,
+        threshold: float = 0.2,
+        min_gain: float = 0.3,
+        window: int = 4,
+        max_migrations: int = 16,
+        max_pause: float = 0.5,
+        time_limit: float = 2.0,
+    ):
         if threshold <= 0 or not 0 < min_gain < 1 or window < 1 or max_migrations < 1 or max_pause <= 0:
-            raise ValueError("balancing: threshold > 0, 0 < min_gain < 1, window >= 1, max_migrations >= 1 "
-                             "and max_pause > 0 are required")
+            raise ValueError(
+                "balancing: threshold > 0, 0 < min_gain < 1, window >= 1, max_migrations >= 1 and max_pause > 0 are required"
+            )
         self.threshold = threshold
         self.min_gain = min_gain
         self.window = window
@@ -65,12 +73,18 @@ class KeyGroupBalancing(Policy):
         self.settings = MilpSettings(time_limit=time_limit)
 
     def describe(self) -> dict:
-        return {"policy": self.name, "threshold": self.threshold, "min_gain": self.min_gain, "window": self.window,
-                "max_migrations": self.max_migrations, "max_pause": self.max_pause}
+        return {
+            "policy": self.name,
+            "threshold": self.threshold,
+            "min_gain": self.min_gain,
+            "window": self.window,
+            "max_migrations": self.max_migrations,
+            "max_pause": self.max_pause,
+        }
 
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
-        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.window:]
+        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.window :]
         if len(batches) < self.window:
             return []  # the routing in force is not measured yet
         for ops in sorted(plan.keyed_stages()):  # collocated operators share a stage: balanced together
@@ -86,23 +100,33 @@ class KeyGroupBalancing(Policy):
             if mean <= 0 or before <= self.threshold * mean:
                 continue
             batch_s = stats.wall_s / max(stats.batches, 1)
-            budget = MigrationBudget(max_cost=100.0 * self.max_pause * batch_s / stats.wall_s,
-                                     max_count=self.max_migrations)
+            budget = MigrationBudget(max_cost=100.0 * self.max_pause * batch_s / stats.wall_s, max_count=self.max_migrations)
             result = self.solve(problem, budget)
             after = result.load_distance
             if not result.migrations or after > before * (1 - self.min_gain):
                 continue
             moved = [m.key_group for m in result.migrations]
             hottest = int(np.argmax(problem.load))
-            reason = (f"{op_id}: partitions' loads {_loads(problem)} % of a core deviate up to {before:.1f} points "
-                      f"from their mean {mean:.1f} (threshold {self.threshold:.0%}); moving {len(moved)} key "
-                      f"group(s) {moved[:8]}{'...' if len(moved) > 8 else ''} (hottest: {hottest}, "
-                      f"{problem.load[hottest]:.1f} points) cuts it to {after:.1f} ({self.solver}, {result.status})")
-            return [Action(ROUTING, op_id, routing_of(result), reason,
-                           expected={"load_distance": round(after, 2), "load_distance_before": round(before, 2),
-                                     "migrations": len(moved),
-                                     "migration_s": round(sum(m.cost for m in result.migrations)
-                                                          * stats.wall_s / 100.0, 4)})]
+            reason = (
+                f"{op_id}: partitions' loads {_loads(problem)} % of a core deviate up to {before:.1f} points "
+                f"from their mean {mean:.1f} (threshold {self.threshold:.0%}); moving {len(moved)} key "
+                f"group(s) {moved[:8]}{'...' if len(moved) > 8 else ''} (hottest: {hottest}, "
+                f"{problem.load[hottest]:.1f} points) cuts it to {after:.1f} ({self.solver}, {result.status})"
+            )
+            return [
+                Action(
+                    ROUTING,
+                    op_id,
+                    routing_of(result),
+                    reason,
+                    expected={
+                        "load_distance": round(after, 2),
+                        "load_distance_before": round(before, 2),
+                        "migrations": len(moved),
+                        "migration_s": round(sum(m.cost for m in result.migrations) * stats.wall_s / 100.0, 4),
+                    },
+                )
+            ]
         return []
 
     solver = "MILP"

@@ -87,8 +87,9 @@ class LinearFit:
         return (seconds - self.a) / self.b if self.b > 0 else math.inf
 
 
-def fit_batch_time(rows: list[float], seconds: list[float], slope: float | None = None,
-                   max_rel_error: float = 0.25) -> LinearFit | None:
+def fit_batch_time(
+    rows: list[float], seconds: list[float], slope: float | None = None, max_rel_error: float = 0.25
+) -> LinearFit | None:
     """Least squares fit of seconds ~ a + b*rows; None without enough evidence.
 
     The slope is trusted only when its standard error is under ``max_rel_error`` of it
@@ -104,7 +105,7 @@ def fit_batch_time(rows: list[float], seconds: list[float], slope: float | None 
     if spread > 0 and len(n) >= 4:
         b, a = (float(x) for x in np.polyfit(n, d, 1))
         residual = d - (a + b * n)
-        error = math.sqrt(float((residual ** 2).sum()) / (len(n) - 2) / spread)
+        error = math.sqrt(float((residual**2).sum()) / (len(n) - 2) / spread)
         if not (b <= 0 or error > max_rel_error * b):
             fitted = (a, b)
     if fitted is None:
@@ -168,7 +169,7 @@ def _pull_mode(view: ControlView, rate: float | None) -> bool:
 
 def _gap_s(view: ControlView, last: int = 10) -> float:
     """Spark's time between one batch's end and the next one's start (planning, offsets)."""
-    batches = [m for m in view.history if not m.skipped][-(last + 1):]
+    batches = [m for m in view.history if not m.skipped][-(last + 1) :]
     gaps = [cur.started_at - (prev.started_at + prev.duration_s) for prev, cur in itertools.pairwise(batches)]
     gaps = [g for g in gaps if g >= 0]
     return float(np.median(gaps)) if gaps else 0.0
@@ -201,9 +202,17 @@ class ModelBatchSizing(Policy):
 
     name = "batch_sizing"
 
-    def __init__(self, safety: float = 0.8, fit_batches: int = 40, dead_band: float = 0.1,
-                 r: float = 0.98, s: float = 1.1, max_rows: int = 2_000_000, model_tolerance: float = 0.4,
-                 scaling: bool | Policy | None = True):
+    def __init__(
+        self,
+        safety: float = 0.8,
+        fit_batches: int = 40,
+        dead_band: float = 0.1,
+        r: float = 0.98,
+        s: float = 1.1,
+        max_rows: int = 2_000_000,
+        model_tolerance: float = 0.4,
+        scaling: bool | Policy | None = True,
+    ):
         self.safety = safety  # aim at this share of the bound (noise, the next batch's variance)
         self.fit_batches = fit_batches
         self.dead_band = dead_band
@@ -223,13 +232,20 @@ class ModelBatchSizing(Policy):
         self.plan_version: int | None = None  # the Plan the model was fitted under
 
     def describe(self) -> dict:
-        return {"policy": self.name, "safety": self.safety, "fit_batches": self.fit_batches,
-                "dead_band": self.dead_band, "r": self.r, "s": self.s, "max_rows": self.max_rows,
-                "model_tolerance": self.model_tolerance,
-                "scaling": None if self.scaling is None else self.scaling.describe()}
+        return {
+            "policy": self.name,
+            "safety": self.safety,
+            "fit_batches": self.fit_batches,
+            "dead_band": self.dead_band,
+            "r": self.r,
+            "s": self.s,
+            "max_rows": self.max_rows,
+            "model_tolerance": self.model_tolerance,
+            "scaling": None if self.scaling is None else self.scaling.describe(),
+        }
 
     def restore(self, history: list) -> None:
-        batches = [m for m in history if m.rows_in > 0 and not m.skipped][-self.fit_batches:]
+        batches = [m for m in history if m.rows_in > 0 and not m.skipped][-self.fit_batches :]
         self._refit(batches)
 
     def _refit(self, batches) -> None:
@@ -282,10 +298,16 @@ class ModelBatchSizing(Policy):
                 return []
             self.countering = None
         proposals = self.scaling.propose(view)
-        more = [a for a in proposals
-                if (a.kind == PARTITIONS and a.target in view.plan.keyed
-                    and partitions_of(a.value) > view.plan.keyed[a.target].partitions)
-                or (a.kind == THREADS and a.value > view.plan.threads.get(a.target, 1))]
+        more = [
+            a
+            for a in proposals
+            if (
+                a.kind == PARTITIONS
+                and a.target in view.plan.keyed
+                and partitions_of(a.value) > view.plan.keyed[a.target].partitions
+            )
+            or (a.kind == THREADS and a.value > view.plan.threads.get(a.target, 1))
+        ]
         if not more:
             return []
         self.countering = (view.batch_id, view.plan.version)
@@ -338,29 +360,43 @@ class ModelBatchSizing(Policy):
         current = view.admission_total
         if current is None or abs(cap - current) > self.dead_band * current:
             mode = "pull" if pull else f"input {rate:,.0f} rows/s"
-            reason = (f"model: batch time = {fit.a * 1000:.0f} ms + {fit.b * 1e6:.2f} us/row ({fit.points} batches); "
-                      f"{mode}; {tight.constraint} {tight.measure} <= {tight.bound_ms:.0f} ms with latency = "
-                      f"{tight.k:.2f} x batch time allows batches of {batch_s * 1000:.0f} ms")
-            actions.append(Action(ADMISSION, ALL_SOURCES, cap, reason,
-                                  {"batch_ms": round(expected_ms, 1),
-                                   "latency_ms": round(expected_ms * tight.k, 1)}))
+            reason = (
+                f"model: batch time = {fit.a * 1000:.0f} ms + {fit.b * 1e6:.2f} us/row ({fit.points} batches); "
+                f"{mode}; {tight.constraint} {tight.measure} <= {tight.bound_ms:.0f} ms with latency = "
+                f"{tight.k:.2f} x batch time allows batches of {batch_s * 1000:.0f} ms"
+            )
+            actions.append(
+                Action(
+                    ADMISSION,
+                    ALL_SOURCES,
+                    cap,
+                    reason,
+                    {"batch_ms": round(expected_ms, 1), "latency_ms": round(expected_ms * tight.k, 1)},
+                )
+            )
         return actions
 
-    def _escalation(self, view: ControlView, tight: Target, fit: LinearFit, gap: float,
-                    rate: float | None) -> Action:
+    def _escalation(self, view: ControlView, tight: Target, fit: LinearFit, gap: float, rate: float | None) -> Action:
         bound_s = tight.bound_ms / 1000
         max_rate = max((1 - tight.k * (fit.a + gap) / bound_s) / fit.b, 0.0) if fit.b > 0 else None
-        details = {"bottleneck": _bottleneck(view, tight.constraint),
-                   "max_rate": None if max_rate is None else round(max_rate, 1),
-                   "offered_rate": None if rate is None else round(rate, 1),
-                   "fixed_cost_ms": round(fit.a * 1000, 1), "us_per_row": round(fit.b * 1e6, 3)}
+        details = {
+            "bottleneck": _bottleneck(view, tight.constraint),
+            "max_rate": None if max_rate is None else round(max_rate, 1),
+            "offered_rate": None if rate is None else round(rate, 1),
+            "fixed_cost_ms": round(fit.a * 1000, 1),
+            "us_per_row": round(fit.b * 1e6, 3),
+        }
         if rate is None:
-            reason = (f"{tight.constraint}: even the smallest batch takes {fit.a * 1000:.0f} ms, over what the "
-                      f"bound of {tight.bound_ms:.0f} ms allows")
+            reason = (
+                f"{tight.constraint}: even the smallest batch takes {fit.a * 1000:.0f} ms, over what the "
+                f"bound of {tight.bound_ms:.0f} ms allows"
+            )
         else:
-            reason = (f"{tight.constraint}: at {rate:,.0f} rows/s the bound of {tight.bound_ms:.0f} ms ({tight.measure}) "
-                      f"cannot hold; it can up to about {details['max_rate']:,.0f} rows/s; bottleneck "
-                      f"{details['bottleneck']}")
+            reason = (
+                f"{tight.constraint}: at {rate:,.0f} rows/s the bound of {tight.bound_ms:.0f} ms ({tight.measure}) "
+                f"cannot hold; it can up to about {details['max_rate']:,.0f} rows/s; bottleneck "
+                f"{details['bottleneck']}"
+            )
         return Action(ESCALATE, tight.constraint, details, reason)
 
     def _fallback(self, view: ControlView, pull: bool) -> list[Action]:
@@ -382,8 +418,15 @@ class ModelBatchSizing(Policy):
             self.last_shrink = None
             if view.admission_total is not None and cap <= current:
                 return []
-            return [Action(ADMISSION, ALL_SOURCES, cap, f"{backlog} rows waiting: admission must keep up "
-                           f"with the input (no model yet)", {"rows": cap})]
+            return [
+                Action(
+                    ADMISSION,
+                    ALL_SOURCES,
+                    cap,
+                    f"{backlog} rows waiting: admission must keep up with the input (no model yet)",
+                    {"rows": cap},
+                )
+            ]
         shrunk = self.last_shrink
         if shrunk is not None and latest.rows_in and latest.rows_in < shrunk[0]:
             self.last_shrink = None
@@ -393,26 +436,48 @@ class ModelBatchSizing(Policy):
             # fewer rows or more whose time fell by less than a fifth of that share is its fixed cost
             if fewer_rows >= 0.25 and less_time < 0.2 * fewer_rows:
                 self.futile_below = shrunk[0]
-                reason = (f"{name}: shrinking the batch by {fewer_rows:.0%} ({shrunk[0]} -> {latest.rows_in} rows) "
-                          f"left its time at {latest.duration_s * 1000:.0f} ms: the fixed cost of a batch is over "
-                          f"the bound")
-                details = {"bottleneck": _bottleneck(view, name) if name else None, "max_rate": 0.0,
-                           "offered_rate": view.offered_rate(), "fixed_cost_ms": round(latest.duration_s * 1000, 1)}
-                return [*self._escalate_or_counter(view, Action(ESCALATE, name or view.constraints[0].name, details, reason)),
-                        Action(ADMISSION, ALL_SOURCES, int(shrunk[0]), "back to the larger batch: smaller ones "
-                               "cost throughput and gain no latency", {"rows": int(shrunk[0])})]
+                reason = (
+                    f"{name}: shrinking the batch by {fewer_rows:.0%} ({shrunk[0]} -> {latest.rows_in} rows) "
+                    f"left its time at {latest.duration_s * 1000:.0f} ms: the fixed cost of a batch is over "
+                    f"the bound"
+                )
+                details = {
+                    "bottleneck": _bottleneck(view, name) if name else None,
+                    "max_rate": 0.0,
+                    "offered_rate": view.offered_rate(),
+                    "fixed_cost_ms": round(latest.duration_s * 1000, 1),
+                }
+                return [
+                    *self._escalate_or_counter(view, Action(ESCALATE, name or view.constraints[0].name, details, reason)),
+                    Action(
+                        ADMISSION,
+                        ALL_SOURCES,
+                        int(shrunk[0]),
+                        "back to the larger batch: smaller ones cost throughput and gain no latency",
+                        {"rows": int(shrunk[0])},
+                    ),
+                ]
         if pressure > 1.0:
             if self.futile_below is not None and current <= self.futile_below:
                 name = name or view.constraints[0].name
-                return self._escalate_or_counter(view, Action(
-                    ESCALATE, name, {"bottleneck": _bottleneck(view, name), "max_rate": 0.0,
-                                     "offered_rate": view.offered_rate(),
-                                     "fixed_cost_ms": round(latest.duration_s * 1000, 1)},
-                    f"{name}: smaller batches do not shorten a batch; its fixed cost is over the bound"))
+                return self._escalate_or_counter(
+                    view,
+                    Action(
+                        ESCALATE,
+                        name,
+                        {
+                            "bottleneck": _bottleneck(view, name),
+                            "max_rate": 0.0,
+                            "offered_rate": view.offered_rate(),
+                            "fixed_cost_ms": round(latest.duration_s * 1000, 1),
+                        },
+                        f"{name}: smaller batches do not shorten a batch; its fixed cost is over the bound",
+                    ),
+                )
             excess_pct = 100 * (pressure - 1.0)
             # at least the dead band: a shrink smaller than it would be dropped below, and the
             # batch would sit at the bound with no second size for the model to fit
-            cap = max(MIN_ROWS, int(current * min(max(self.r ** excess_pct, 0.5), 1 - self.dead_band)))
+            cap = max(MIN_ROWS, int(current * min(max(self.r**excess_pct, 0.5), 1 - self.dead_band)))
             if cap < current:
                 self.last_shrink = (current, latest.duration_s)
             reason = f"Eq. 2: {name} at {pressure:.0%} of its bound, no model yet: shrink by r^excess"
@@ -445,8 +510,9 @@ class FixedPointBatchSizing(Policy):
 
     def __init__(self, rho: float = 0.8, smoothing: float = 0.5):
         if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0 < rho <= 1:
-            raise ConfigError(f"fixed_point: rho must be a number in (0, 1] (the share of its interval a batch "
-                              f"may take), got {rho!r}")
+            raise ConfigError(
+                f"fixed_point: rho must be a number in (0, 1] (the share of its interval a batch may take), got {rho!r}"
+            )
         if isinstance(smoothing, bool) or not isinstance(smoothing, (int, float)) or not 0 < smoothing <= 1:
             raise ConfigError(f"fixed_point: smoothing must be a number in (0, 1], got {smoothing!r}")
         self.rho = float(rho)
@@ -465,16 +531,22 @@ class FixedPointBatchSizing(Policy):
         if rate is None:  # pull mode: the admitted rate over the last batch's cycle
             rate = latest.rows_in / max(latest.duration_s + gap, 1e-3)
         target = (latest.duration_s + gap) / self.rho
-        self.interval = target if self.interval is None else \
-            self.smoothing * target + (1 - self.smoothing) * self.interval
+        self.interval = target if self.interval is None else self.smoothing * target + (1 - self.smoothing) * self.interval
         cap = max(MIN_ROWS, int(rate * self.interval))
         current = view.admission_total
         if current is not None and abs(cap - current) <= 0.05 * current:
             return []
-        return [Action(ADMISSION, ALL_SOURCES, cap,
-                       f"fixed point: interval {self.interval * 1000:.0f} ms = (batch time "
-                       f"{latest.duration_s * 1000:.0f} ms + gap {gap * 1000:.0f} ms) / rho {self.rho} at "
-                       f"{rate:,.0f} rows/s", {"batch_ms": round(self.rho * self.interval * 1000 - gap * 1000, 1)})]
+        return [
+            Action(
+                ADMISSION,
+                ALL_SOURCES,
+                cap,
+                f"fixed point: interval {self.interval * 1000:.0f} ms = (batch time "
+                f"{latest.duration_s * 1000:.0f} ms + gap {gap * 1000:.0f} ms) / rho {self.rho} at "
+                f"{rate:,.0f} rows/s",
+                {"batch_ms": round(self.rho * self.interval * 1000 - gap * 1000, 1)},
+            )
+        ]
 
 
 class FixedAdmission(Policy):

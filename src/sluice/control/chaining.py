@@ -58,8 +58,15 @@ class DynamicChaining(Policy):
 
     name = "chaining"
 
-    def __init__(self, min_gain: float = 0.15, min_batches: int = 3, pass_us_per_row: float = PASS_US_PER_ROW,
-                 exchange_us_per_row: float = EXCHANGE_US_PER_ROW, worse_by: float = 0.05, ban_batches: int = 50):
+    def __init__(
+        self,
+        min_gain: float = 0.15,
+        min_batches: int = 3,
+        pass_us_per_row: float = PASS_US_PER_ROW,
+        exchange_us_per_row: float = EXCHANGE_US_PER_ROW,
+        worse_by: float = 0.05,
+        ban_batches: int = 50,
+    ):
         if not 0 < min_gain < 1:
             raise ValueError(f"min_gain must be between 0 and 1, got {min_gain}")
         if min_batches < 1:
@@ -75,12 +82,17 @@ class DynamicChaining(Policy):
         self.input_tasks: dict[str, float] = {}  # run head -> partitions of its input, as last measured
 
     def describe(self) -> dict:
-        return {"policy": self.name, "min_gain": self.min_gain, "min_batches": self.min_batches,
-                "pass_us_per_row": self.pass_us_per_row, "exchange_us_per_row": self.exchange_us_per_row}
+        return {
+            "policy": self.name,
+            "min_gain": self.min_gain,
+            "min_batches": self.min_batches,
+            "pass_us_per_row": self.pass_us_per_row,
+            "exchange_us_per_row": self.exchange_us_per_row,
+        }
 
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
-        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.min_batches:]
+        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.min_batches :]
         if len(batches) < self.min_batches:
             return []  # the layout in force is not measured yet (or another change is settling)
         s_per_row = sum(m.duration_s for m in batches) / max(sum(m.rows_in for m in batches), 1)
@@ -98,7 +110,8 @@ class DynamicChaining(Policy):
             at = run_layout(run, plan.chains, plan.rebalance)
             passes = sum(1 for chain in plan.chains if chain and chain[0] in run)
             now = costs.time(at) + (passes - (2 if at else 1)) * costs.rows[0] * costs.pass_s_per_row / min(
-                max(costs.tasks, 1.0), cores)
+                max(costs.tasks, 1.0), cores
+            )
             best, predicted = best_cut(costs)
             if (best == at and passes == (2 if at else 1)) or predicted > now * (1 - self.min_gain):
                 continue
@@ -107,9 +120,15 @@ class DynamicChaining(Policy):
             if self.banned.get(new, -1) >= view.batch_id:
                 continue
             self.trial = _Trial(layout, new, s_per_row)
-            return [Action(CHAINS, ALL, {"chains": chains, "rebalance": rebalance},
-                           _reason(run, best, costs, now, predicted),
-                           expected={"run_ms": round(predicted * 1000, 2), "run_ms_before": round(now * 1000, 2)})]
+            return [
+                Action(
+                    CHAINS,
+                    ALL,
+                    {"chains": chains, "rebalance": rebalance},
+                    _reason(run, best, costs, now, predicted),
+                    expected={"run_ms": round(predicted * 1000, 2), "run_ms_before": round(now * 1000, 2)},
+                )
+            ]
         return []
 
     def _costs(self, run: tuple[str, ...], plan, batches, cores: int) -> RunCosts | None:
@@ -129,9 +148,14 @@ class DynamicChaining(Policy):
                 return None
             self.input_tasks[run[0]] = tasks
         tasks = self.input_tasks.get(run[0], 1.0)
-        return RunCosts(work_s=work, rows=rows, tasks=tasks, cores=cores,
-                        pass_s_per_row=self.pass_us_per_row * 1e-6,
-                        exchange_s_per_row=self.exchange_us_per_row * 1e-6)
+        return RunCosts(
+            work_s=work,
+            rows=rows,
+            tasks=tasks,
+            cores=cores,
+            pass_s_per_row=self.pass_us_per_row * 1e-6,
+            exchange_s_per_row=self.exchange_us_per_row * 1e-6,
+        )
 
     def _judge_trial(self, view: ControlView, layout: Layout, s_per_row: float) -> Action | None:
         """Once the layout this policy set has been measured: undo it if it is slower."""
@@ -143,11 +167,15 @@ class DynamicChaining(Policy):
             return None
         self.banned[trial.after] = view.batch_id + self.ban_batches
         chains, rebalance = trial.before
-        return Action(CHAINS, ALL, {"chains": chains, "rebalance": dict(rebalance)},
-                      f"undone: the new chains measured {s_per_row * 1e6:.2f} us a row against "
-                      f"{trial.before_s_per_row * 1e6:.2f} before the change; not tried again "
-                      f"for {self.ban_batches} batches",
-                      expected={"us_per_row": round(trial.before_s_per_row * 1e6, 3)})
+        return Action(
+            CHAINS,
+            ALL,
+            {"chains": chains, "rebalance": dict(rebalance)},
+            f"undone: the new chains measured {s_per_row * 1e6:.2f} us a row against "
+            f"{trial.before_s_per_row * 1e6:.2f} before the change; not tried again "
+            f"for {self.ban_batches} batches",
+            expected={"us_per_row": round(trial.before_s_per_row * 1e6, 3)},
+        )
 
 
 def _layout(chains, rebalance: dict[str, int]) -> Layout:
@@ -158,9 +186,13 @@ def _reason(run, best: int | None, costs: RunCosts, now: float, predicted: float
     work = " + ".join(f"{w * 1000:.1f}" for w in costs.work_s)
     setting = f"its input has {costs.tasks:g} partition(s) for {costs.cores} cores"
     if best is None:
-        why = (f"fuse {'+'.join(run)} into one pass: {work} ms of work a batch; {setting}, so a rebalance "
-               f"or another pass costs more than it gives")
+        why = (
+            f"fuse {'+'.join(run)} into one pass: {work} ms of work a batch; {setting}, so a rebalance "
+            f"or another pass costs more than it gives"
+        )
     else:
-        why = (f"rebalance over {costs.cores} partitions before {run[best]}: {work} ms of work a batch and "
-               f"{setting}, so its work runs on {min(max(costs.tasks, 1.0), costs.cores):g} core(s)")
+        why = (
+            f"rebalance over {costs.cores} partitions before {run[best]}: {work} ms of work a batch and "
+            f"{setting}, so its work runs on {min(max(costs.tasks, 1.0), costs.cores):g} core(s)"
+        )
     return f"{why}; predicted {now * 1000:.1f} -> {predicted * 1000:.1f} ms a batch"

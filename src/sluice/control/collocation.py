@@ -47,29 +47,55 @@ class CollocationBalancing(Policy):
 
     name = "collocation"
 
-    def __init__(self, target: float = 0.9, min_gain: float = 0.05, window: int = 2, max_migrations: int = 64,
-                 max_pause: float = 0.5, tolerance: float = 0.2, pin_share: float = 0.75, time_limit: float = 2.0):
-        if not 0 < target <= 1 or not 0 < min_gain < 1 or window < 1 or max_migrations < 1 or max_pause <= 0 \
-                or tolerance < 0 or not 0 < pin_share <= 1:
-            raise ValueError("collocation: 0 < target <= 1, 0 < min_gain < 1, window >= 1, max_migrations >= 1, "
-                             "max_pause > 0, tolerance >= 0 and 0 < pin_share <= 1 are required")
+    def __init__(
+        self,
+        target: float = 0.9,
+        min_gain: float = 0.05,
+        window: int = 2,
+        max_migrations: int = 64,
+        max_pause: float = 0.5,
+        tolerance: float = 0.2,
+        pin_share: float = 0.75,
+        time_limit: float = 2.0,
+    ):
+        if (
+            not 0 < target <= 1
+            or not 0 < min_gain < 1
+            or window < 1
+            or max_migrations < 1
+            or max_pause <= 0
+            or tolerance < 0
+            or not 0 < pin_share <= 1
+        ):
+            raise ValueError(
+                "collocation: 0 < target <= 1, 0 < min_gain < 1, window >= 1, max_migrations >= 1, "
+                "max_pause > 0, tolerance >= 0 and 0 < pin_share <= 1 are required"
+            )
         self.target = target
         self.min_gain = min_gain
         self.window = window
         self.max_migrations = max_migrations
         self.max_pause = max_pause
         self.tolerance = tolerance
-        self.settings = AlbicSettings(max_new_pairs=None, collocation_budget_share=pin_share,
-                                      milp=MilpSettings(time_limit=time_limit))
+        self.settings = AlbicSettings(
+            max_new_pairs=None, collocation_budget_share=pin_share, milp=MilpSettings(time_limit=time_limit)
+        )
 
     def describe(self) -> dict:
-        return {"policy": self.name, "target": self.target, "min_gain": self.min_gain, "window": self.window,
-                "max_migrations": self.max_migrations, "max_pause": self.max_pause, "tolerance": self.tolerance,
-                "pin_share": self.settings.collocation_budget_share}
+        return {
+            "policy": self.name,
+            "target": self.target,
+            "min_gain": self.min_gain,
+            "window": self.window,
+            "max_migrations": self.max_migrations,
+            "max_pause": self.max_pause,
+            "tolerance": self.tolerance,
+            "pin_share": self.settings.collocation_budget_share,
+        }
 
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
-        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.window:]
+        batches = [m for m in view.batches() if m.plan_version == plan.version][-self.window :]
         if len(batches) < self.window:
             return []  # the routing in force is not measured yet
         k = plan.max_parallelism
@@ -89,8 +115,7 @@ class CollocationBalancing(Policy):
                 continue
             problem = collocation_problem(up, down, traffic, up_stage, down_stage, self.tolerance)
             batch_s = up.wall_s / max(up.batches, 1)
-            budget = MigrationBudget(max_cost=100.0 * self.max_pause * batch_s / up.wall_s,
-                                     max_count=self.max_migrations)
+            budget = MigrationBudget(max_cost=100.0 * self.max_pause * batch_s / up.wall_s, max_count=self.max_migrations)
             result = albic(problem, budget, self.settings)
             expected_before = collocation_factor(problem)  # the window's pairs as recorded
             after = collocation_factor(problem, result.assignment)
@@ -98,14 +123,27 @@ class CollocationBalancing(Policy):
                 continue
             routing_up, routing_down = routings_of(result, k)
             moved = len(result.migrations)
-            reason = (f"{op_id} reads {before:.0%} of its rows from {traffic.upstream}'s partition of the same index "
-                      f"(target {self.target:.0%}); ALBIC moves {moved} key group(s) of the two to raise it to "
-                      f"{after:.0%} ({result.notes.get('pinned_pairs', 0)} pair(s) pinned, "
-                      f"{result.notes.get('solves', 1)} solve(s), load distance {load_distance(problem):.1f} -> "
-                      f"{result.load_distance:.1f} points)")
-            return [Action(ROUTING, f"{traffic.upstream}+{op_id}", {traffic.upstream: routing_up, op_id: routing_down},
-                           reason, expected={"collocation": round(after, 4), "collocation_before": round(before, 4),
-                                             "migrations": moved, "load_distance": round(result.load_distance, 2),
-                                             "load_distance_before": round(load_distance(problem), 2),
-                                             "migration_s": round(result.migration_cost * up.wall_s / 100.0, 4)})]
+            reason = (
+                f"{op_id} reads {before:.0%} of its rows from {traffic.upstream}'s partition of the same index "
+                f"(target {self.target:.0%}); ALBIC moves {moved} key group(s) of the two to raise it to "
+                f"{after:.0%} ({result.notes.get('pinned_pairs', 0)} pair(s) pinned, "
+                f"{result.notes.get('solves', 1)} solve(s), load distance {load_distance(problem):.1f} -> "
+                f"{result.load_distance:.1f} points)"
+            )
+            return [
+                Action(
+                    ROUTING,
+                    f"{traffic.upstream}+{op_id}",
+                    {traffic.upstream: routing_up, op_id: routing_down},
+                    reason,
+                    expected={
+                        "collocation": round(after, 4),
+                        "collocation_before": round(before, 4),
+                        "migrations": moved,
+                        "load_distance": round(result.load_distance, 2),
+                        "load_distance_before": round(load_distance(problem), 2),
+                        "migration_s": round(result.migration_cost * up.wall_s / 100.0, 4),
+                    },
+                )
+            ]
         return []

@@ -54,10 +54,18 @@ class EscalationWarning(UserWarning):
 
 
 class Controller:
-    def __init__(self, graph, policies: list[Policy], *, checkpoint: str | Checkpoint | None = None,
-                 admission: MemoryAdmission | None = None, resources: Resources | None = None,
-                 history: list | None = None, executors: ExecutorActuator | None = None,
-                 swaps: PolicySwaps | None = None):
+    def __init__(
+        self,
+        graph,
+        policies: list[Policy],
+        *,
+        checkpoint: str | Checkpoint | None = None,
+        admission: MemoryAdmission | None = None,
+        resources: Resources | None = None,
+        history: list | None = None,
+        executors: ExecutorActuator | None = None,
+        swaps: PolicySwaps | None = None,
+    ):
         """``resources``: fixed resources (``executors`` actions are rejected); ``executors``:
         an actuator that reports them after every batch and holds what the policies ask for;
         ``swaps``: where to look for new policies after every batch (``control.swap``)."""
@@ -89,8 +97,15 @@ class Controller:
         self._measure(metrics)
         for swap in self.swaps.poll(metrics.batch_id) if self.swaps is not None else ():
             if swap.policies is None:
-                self.log.append({"type": "rejected", "batch_id": metrics.batch_id, "time": round(time.time(), 3),
-                                 "policy": "control", "reason": f"new policies not loaded: {swap.error}"})
+                self.log.append(
+                    {
+                        "type": "rejected",
+                        "batch_id": metrics.batch_id,
+                        "time": round(time.time(), 3),
+                        "policy": "control",
+                        "reason": f"new policies not loaded: {swap.error}",
+                    }
+                )
                 log.warning("batch %d: new policies not loaded: %s", metrics.batch_id, swap.error)
             else:
                 self.replace_policies(swap.policies, metrics.batch_id, swap.source)
@@ -107,8 +122,9 @@ class Controller:
                 continue
             proposals.extend(proposed)
             for note in notes:  # proposals a policy held back itself, and why
-                self.log.append({"type": "held", "batch_id": metrics.batch_id, "time": round(time.time(), 3),
-                                 "policy": policy.name, **note})
+                self.log.append(
+                    {"type": "held", "batch_id": metrics.batch_id, "time": round(time.time(), 3), "policy": policy.name, **note}
+                )
         verdict = self.arbiter.arbitrate(proposals, metrics.batch_id, self.qos, self._in_force(plan))
         new_plan = None
         escalating = set()
@@ -145,8 +161,15 @@ class Controller:
         which policy failed and how (``sluice control`` swaps in mended policies)."""
         self.policies.remove(policy)
         reason = f"policy failed and is disabled for this run: {type(exc).__name__}: {exc}"[:2000]
-        self.log.append({"type": "policy_failed", "batch_id": batch_id, "time": round(time.time(), 3),
-                         "policy": policy.name, "reason": reason})
+        self.log.append(
+            {
+                "type": "policy_failed",
+                "batch_id": batch_id,
+                "time": round(time.time(), 3),
+                "policy": policy.name,
+                "reason": reason,
+            }
+        )
         log.error("batch %d: %s %s", batch_id, policy.name, reason)
 
     def replace_policies(self, policies: list[Policy], batch_id: int, source: str = "replace_policies") -> None:
@@ -157,11 +180,23 @@ class Controller:
         for policy in self.policies:
             policy.restore(list(self.history))
         names = ", ".join(p.name for p in self.policies) or "none"
-        record = {"type": "decision", "id": self.log.next_id(), "batch_id": batch_id, "time": round(time.time(), 3),
-                  "policy": "control",
-                  "action": {"kind": "policies", "target": "*", "value": names,
-                             "reason": f"policies replaced from {source}", "expected": {}, "policy": "control"},
-                  "policies": [p.describe() for p in self.policies], "previous": previous}
+        record = {
+            "type": "decision",
+            "id": self.log.next_id(),
+            "batch_id": batch_id,
+            "time": round(time.time(), 3),
+            "policy": "control",
+            "action": {
+                "kind": "policies",
+                "target": "*",
+                "value": names,
+                "reason": f"policies replaced from {source}",
+                "expected": {},
+                "policy": "control",
+            },
+            "policies": [p.describe() for p in self.policies],
+            "previous": previous,
+        }
         self.log.append(record)
         self.last_decision = record
         self.last_change_batch = batch_id
@@ -169,9 +204,16 @@ class Controller:
         log.info("batch %d: policies replaced from %s: %s", batch_id, source, names)
 
     def view(self, batch_id: int, plan) -> ControlView:
-        return ControlView(batch_id=batch_id, graph=self.graph, plan=plan, constraints=self.constraints,
-                           status=self.qos.statuses(), history=tuple(self.history),
-                           admission=self.admission.current(), resources=self.resources)
+        return ControlView(
+            batch_id=batch_id,
+            graph=self.graph,
+            plan=plan,
+            constraints=self.constraints,
+            status=self.qos.statuses(),
+            history=tuple(self.history),
+            admission=self.admission.current(),
+            resources=self.resources,
+        )
 
     @property
     def resources(self) -> Resources:
@@ -197,9 +239,15 @@ class Controller:
 
     def _decided(self, batch_id: int, action: Action, view: ControlView) -> None:
         decision_id = self.log.next_id()
-        record = {"type": "decision", "id": decision_id, "batch_id": batch_id, "time": round(time.time(), 3),
-                  "policy": action.policy, "action": action.to_dict(),
-                  "constraints": {name: s.to_dict() for name, s in view.status.items()}}
+        record = {
+            "type": "decision",
+            "id": decision_id,
+            "batch_id": batch_id,
+            "time": round(time.time(), 3),
+            "policy": action.policy,
+            "action": action.to_dict(),
+            "constraints": {name: s.to_dict() for name, s in view.status.items()},
+        }
         self.log.append(record)
         self.unmeasured.append((decision_id, action))
         self.last_change_batch = batch_id
@@ -214,14 +262,24 @@ class Controller:
             if action.target not in self.graph or not alternates_of(self.graph[action.target]):
                 return f"{action.target!r} is no operator with alternates"
             if action.value not in alternates_of(self.graph[action.target]):
-                return (f"{action.target!r} has no alternate {action.value!r}; its alternates: "
-                        f"{sorted(alternates_of(self.graph[action.target]))}")
+                return (
+                    f"{action.target!r} has no alternate {action.value!r}; its alternates: "
+                    f"{sorted(alternates_of(self.graph[action.target]))}"
+                )
         return None
 
     def _reject(self, batch_id: int, action: Action, problem: str) -> None:
         """An accepted action that cannot be applied to this job: logged, warned about, not applied."""
-        self.log.append({"type": "rejected", "batch_id": batch_id, "time": round(time.time(), 3),
-                         "policy": action.policy, "action": action.to_dict(), "reason": problem})
+        self.log.append(
+            {
+                "type": "rejected",
+                "batch_id": batch_id,
+                "time": round(time.time(), 3),
+                "policy": action.policy,
+                "action": action.to_dict(),
+                "reason": problem,
+            }
+        )
         log.warning("batch %d: %s's %s action rejected: %s", batch_id, action.policy, action.kind, problem)
 
     def _measure(self, metrics) -> None:
@@ -239,9 +297,16 @@ class Controller:
         if traffic:  # beside a collocation's expected factor: the one measured (runtime.traffic)
             measured["collocation"] = {op: round(t["local_rows"] / t["rows"], 4) for op, t in traffic.items()}
         for decision_id, action in self.unmeasured:
-            self.log.append({"type": "measured", "decision": decision_id, "batch_id": metrics.batch_id,
-                             "time": round(time.time(), 3), "expected": dict(action.expected),
-                             "measured": measured})
+            self.log.append(
+                {
+                    "type": "measured",
+                    "decision": decision_id,
+                    "batch_id": metrics.batch_id,
+                    "time": round(time.time(), 3),
+                    "expected": dict(action.expected),
+                    "measured": measured,
+                }
+            )
         self.unmeasured = []
 
     def _escalate(self, batch_id: int, action: Action) -> None:
@@ -250,18 +315,34 @@ class Controller:
         self.escalated[action.target] = details
         if previous is not None:
             return  # already said; the state shows it until it ends
-        self.log.append({"type": "escalation", "batch_id": batch_id, "time": round(time.time(), 3),
-                         "constraint": action.target, "state": "started", "policy": action.policy,
-                         "details": details, "reason": action.reason})
-        warnings.warn(f"latency constraint {action.target!r} cannot be met: {action.reason}",
-                      EscalationWarning, stacklevel=2)
+        self.log.append(
+            {
+                "type": "escalation",
+                "batch_id": batch_id,
+                "time": round(time.time(), 3),
+                "constraint": action.target,
+                "state": "started",
+                "policy": action.policy,
+                "details": details,
+                "reason": action.reason,
+            }
+        )
+        warnings.warn(f"latency constraint {action.target!r} cannot be met: {action.reason}", EscalationWarning, stacklevel=2)
         log.warning("constraint %s cannot be met: %s", action.target, action.reason)
 
     def _end_escalation(self, batch_id: int, name: str) -> None:
         details = self.escalated.pop(name)
-        self.log.append({"type": "escalation", "batch_id": batch_id, "time": round(time.time(), 3),
-                         "constraint": name, "state": "ended", "details": details,
-                         "reason": "the bound can hold at the offered rate again"})
+        self.log.append(
+            {
+                "type": "escalation",
+                "batch_id": batch_id,
+                "time": round(time.time(), 3),
+                "constraint": name,
+                "state": "ended",
+                "details": details,
+                "reason": "the bound can hold at the offered rate again",
+            }
+        )
 
     # ---- what the progress line and the dashboard show -------------------------------------------
     def constraint_state(self, name: str) -> str:
@@ -270,8 +351,7 @@ class Controller:
             return "escalated"
         status = self.qos.status(name)
         latest = self.history[-1].batch_id if self.history else None
-        recent = self.last_change_batch is not None and latest is not None \
-            and latest - self.last_change_batch < ADAPTING_BATCHES
+        recent = self.last_change_batch is not None and latest is not None and latest - self.last_change_batch < ADAPTING_BATCHES
         if status.state == VIOLATED and (recent or self.arbiter.structural_at is not None):
             return "adapting"
         return status.state if status.state in (MET, VIOLATED) else UNKNOWN
@@ -279,8 +359,9 @@ class Controller:
     def state(self) -> dict:
         """Each constraint's state and window figures, the last decision, escalations."""
         return {
-            "constraints": {name: {**self.qos.status(name).to_dict(), "state": self.constraint_state(name)}
-                            for name in self.qos.constraints},
+            "constraints": {
+                name: {**self.qos.status(name).to_dict(), "state": self.constraint_state(name)} for name in self.qos.constraints
+            },
             "admission": self.admission.current(),
             "last_decision": self.last_decision,
             "escalations": dict(self.escalated),

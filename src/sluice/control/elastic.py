@@ -88,14 +88,30 @@ class ElasticPolicy(Policy):
     executors still joining or warming, and the stall a new one brings.
     """
 
-    def __init__(self, scheduler, *, price_per_hour: float = 1.0, cost_at_best: float | None = None,
-                 cost_at_worst: float | None = None, period_s: float = 3600.0, omega_target: float = 0.95,
-                 epsilon: float = 0.05, interval_s: float = 20.0, horizon: int = 4, startup_s: float = 15.0,
-                 forecaster: Forecaster | None = None, window: int = 3, utilization: float = 0.7,
-                 name: str | None = None, warmup_s: float = 0.0):
+    def __init__(
+        self,
+        scheduler,
+        *,
+        price_per_hour: float = 1.0,
+        cost_at_best: float | None = None,
+        cost_at_worst: float | None = None,
+        period_s: float = 3600.0,
+        omega_target: float = 0.95,
+        epsilon: float = 0.05,
+        interval_s: float = 20.0,
+        horizon: int = 4,
+        startup_s: float = 15.0,
+        forecaster: Forecaster | None = None,
+        window: int = 3,
+        utilization: float = 0.7,
+        name: str | None = None,
+        warmup_s: float = 0.0,
+    ):
         if interval_s <= 0 or horizon < 1 or window < 1 or price_per_hour < 0 or not 0 < utilization <= 1:
-            raise ValueError("elastic policy: interval_s > 0, horizon >= 1, window >= 1, price_per_hour >= 0 and "
-                             "0 < utilization <= 1 are required")
+            raise ValueError(
+                "elastic policy: interval_s > 0, horizon >= 1, window >= 1, price_per_hour >= 0 and "
+                "0 < utilization <= 1 are required"
+            )
         if not 0 <= warmup_s <= startup_s:
             raise ValueError(f"elastic policy: 0 <= warmup_s ({warmup_s}) <= startup_s ({startup_s}) is required")
         self.warmup_s = warmup_s
@@ -113,9 +129,16 @@ class ElasticPolicy(Policy):
         self.rate_history: list[float] = []
 
     def describe(self) -> dict:
-        return {"policy": self.name, "scheduler": self.scheduler.name, "price_per_hour": self.price_per_hour,
-                "omega_target": self.omega_target, "epsilon": self.epsilon, "interval_s": self.interval_s,
-                "horizon": self.horizon, "forecast": self.forecaster is not None}
+        return {
+            "policy": self.name,
+            "scheduler": self.scheduler.name,
+            "price_per_hour": self.price_per_hour,
+            "omega_target": self.omega_target,
+            "epsilon": self.epsilon,
+            "interval_s": self.interval_s,
+            "horizon": self.horizon,
+            "forecast": self.forecaster is not None,
+        }
 
     # ---- the loop ------------------------------------------------------------------------------
     def propose(self, view: ControlView) -> list[Action]:
@@ -172,11 +195,21 @@ class ElasticPolicy(Policy):
             operators.append(Operator(pe.op_id, tuple(alts)))
             current = view.active_alternate(pe.op_id) if pe.op_id != "*" else "*"
             active.append(pe.alternates.index(current) if current in pe.alternates else 0)
-        dataflow = DynamicDataflow(tuple(operators), tuple((i, i + 1) for i in range(len(pes) - 1)),
-                                   name=view.graph.name if hasattr(view.graph, "name") else "job")
+        dataflow = DynamicDataflow(
+            tuple(operators),
+            tuple((i, i + 1) for i in range(len(pes) - 1)),
+            name=view.graph.name if hasattr(view.graph, "name") else "job",
+        )
         resources = view.resources
-        vm_class = VMClass("executor", max(resources.cores_per_executor, 1), 1.0, PLENTY_BANDWIDTH,
-                           self.price_per_hour, self.startup_s, self.warmup_s)
+        vm_class = VMClass(
+            "executor",
+            max(resources.cores_per_executor, 1),
+            1.0,
+            PLENTY_BANDWIDTH,
+            self.price_per_hour,
+            self.startup_s,
+            self.warmup_s,
+        )
         need = np.array([rate * op.alternates[a].cost for op, a in zip(operators, active)])
         vms = self._running(resources, need, now, vm_class)
         profit = self._profit(dataflow, view)
@@ -190,15 +223,27 @@ class ElasticPolicy(Policy):
             rates = np.zeros((len(future), len(pes)))
             rates[:, 0] = future
             forecast = Forecast(rates)
-        inp = SchedulerInput(dataflow=dataflow, vm_classes=(vm_class,), profit=profit, external_rate=external,
-                             active=tuple(active), vms=tuple(vms), now_s=now, step_s=self.interval_s,
-                             period_s=self.period_s, omega_target=self.omega_target, epsilon=self.epsilon,
-                             observed_omega=observed_omega(view, self.window), queue=queue,
-                             forecast=forecast, billing_s=self._billing_s(view),
-                             max_vms=resources.max_executors or None,
-                             period_processed=self._processed_within(view, now),
-                             batch_s=float(np.mean([m.duration_s for m in view.batches(self.window)] or [0.0])),
-                             rate_history=np.array([[r] + [0.0] * (len(pes) - 1) for r in self.rate_history[-8:]]))
+        inp = SchedulerInput(
+            dataflow=dataflow,
+            vm_classes=(vm_class,),
+            profit=profit,
+            external_rate=external,
+            active=tuple(active),
+            vms=tuple(vms),
+            now_s=now,
+            step_s=self.interval_s,
+            period_s=self.period_s,
+            omega_target=self.omega_target,
+            epsilon=self.epsilon,
+            observed_omega=observed_omega(view, self.window),
+            queue=queue,
+            forecast=forecast,
+            billing_s=self._billing_s(view),
+            max_vms=resources.max_executors or None,
+            period_processed=self._processed_within(view, now),
+            batch_s=float(np.mean([m.duration_s for m in view.batches(self.window)] or [0.0])),
+            rate_history=np.array([[r] + [0.0] * (len(pes) - 1) for r in self.rate_history[-8:]]),
+        )
         return inp, pes
 
     def _processed_within(self, view: ControlView, now: float) -> float:
@@ -225,16 +270,17 @@ class ElasticPolicy(Policy):
         vms = []
         for v in range(n_exec):
             counts = [0] * n
-            for i in slots[v * per:(v + 1) * per]:
+            for i in slots[v * per : (v + 1) * per]:
                 counts[i] += 1
             if v == n_exec - 1:  # more PEs than cores: the last executor hosts the rest
-                for i in slots[(v + 1) * per:]:
+                for i in slots[(v + 1) * per :]:
                     counts[i] += 1
             # registered less than warmup_s ago: its Python workers are not up yet
             joined_since = self.started_at is not None and since[v] > self.started_at
             ready = since[v] + self.warmup_s if joined_since and now - since[v] < self.warmup_s else 0.0
-            vms.append(RunningVM(f"executor-{v}", _with_cores(vm_class, max(per, sum(counts))), since[v],
-                                 tuple(counts), ready_s=ready))
+            vms.append(
+                RunningVM(f"executor-{v}", _with_cores(vm_class, max(per, sum(counts))), since[v], tuple(counts), ready_s=ready)
+            )
         return vms
 
     def _profit(self, dataflow: DynamicDataflow, view: ControlView) -> ProfitModel:
@@ -305,8 +351,7 @@ class ElasticPolicy(Policy):
             cost = active_measured[0]
         else:
             cost = 1e-4
-        selectivity = alt.selectivity if alt.selectivity is not None else \
-            self.measured.get((pe.op_id, name), (0.0, 1.0))[1]
+        selectivity = alt.selectivity if alt.selectivity is not None else self.measured.get((pe.op_id, name), (0.0, 1.0))[1]
         return cost, float(selectivity), value
 
     # ---- answering -----------------------------------------------------------------------------
@@ -315,18 +360,28 @@ class ElasticPolicy(Policy):
         executors = sum(1 for vm_id, row in decision.mapping.items() if any(row))
         executors = max(1, min(executors, view.resources.max_executors or view.resources.executors))
         omega = observed_omega(view, self.window)
-        why = (f"{self.scheduler.name}: {rate:,.0f} rows/s offered, Omega {omega if omega is None else round(omega, 3)} "
-               f"(target {self.omega_target} +- {self.epsilon})")
+        why = (
+            f"{self.scheduler.name}: {rate:,.0f} rows/s offered, Omega {omega if omega is None else round(omega, 3)} "
+            f"(target {self.omega_target} +- {self.epsilon})"
+        )
         for pe, a in zip(pes, decision.active):
             if pe.op_id == "*":
                 continue
             name = pe.alternates[int(a)]
             if name != view.active_alternate(pe.op_id):
-                actions.append(Action(ALTERNATE, pe.op_id, name, f"{why}: alternate {name!r}",
-                                      expected={"value": float(view.alternates(pe.op_id)[name].value)}))
+                actions.append(
+                    Action(
+                        ALTERNATE,
+                        pe.op_id,
+                        name,
+                        f"{why}: alternate {name!r}",
+                        expected={"value": float(view.alternates(pe.op_id)[name].value)},
+                    )
+                )
         if executors != view.resources.target:
-            actions.append(Action(EXECUTORS, "*", executors, f"{why}: hold {executors} executors",
-                                  expected={"executors": executors}))
+            actions.append(
+                Action(EXECUTORS, "*", executors, f"{why}: hold {executors} executors", expected={"executors": executors})
+            )
         return actions
 
 

@@ -14,9 +14,11 @@ from typing import Protocol
 from sluice.control.view import Resources
 from sluice.errors import ConfigError
 
-LOCAL_SPARK = ("local Spark runs every task in the driver's JVM on a fixed number of task slots: executors "
-               "cannot be added or released; run on a standalone cluster (master spark://host:port, e.g. "
-               "`sluice cluster up`) to let the controller hold executors")
+LOCAL_SPARK = (
+    "local Spark runs every task in the driver's JVM on a fixed number of task slots: executors "
+    "cannot be added or released; run on a standalone cluster (master spark://host:port, e.g. "
+    "`sluice cluster up`) to let the controller hold executors"
+)
 
 
 class ExecutorActuator(Protocol):

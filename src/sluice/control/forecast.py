@@ -57,8 +57,7 @@ class ArrivalForecaster:
                 continue
             self.seen = m.batch_id
             end = m.started_at + m.duration_s
-            backlog = None if not m.backlog or any(v is None for v in m.backlog.values()) \
-                else int(sum(m.backlog.values()))
+            backlog = None if not m.backlog or any(v is None for v in m.backlog.values()) else int(sum(m.backlog.values()))
             if self.last_end is None:
                 self.origin = m.started_at
                 start = m.started_at
@@ -94,7 +93,7 @@ class ArrivalForecaster:
             self.update(rate)
             self.done += 1
         if len(self.rates) > self.max_bins:
-            del self.rates[:len(self.rates) - self.max_bins]
+            del self.rates[: len(self.rates) - self.max_bins]
 
     def update(self, rate: float) -> None:
         """One more completed bin (subclasses keep their state incrementally)."""
@@ -149,8 +148,17 @@ class HoltWinters(ArrivalForecaster):
 
     name = "holt_winters"
 
-    def __init__(self, season_s: float | None = None, bin_s: float = 5.0, alpha: float = 0.3, beta: float = 0.05,
-                 gamma: float = 0.2, phi: float = 0.9, min_bins: int = 6, max_bins: int = 20_000):
+    def __init__(
+        self,
+        season_s: float | None = None,
+        bin_s: float = 5.0,
+        alpha: float = 0.3,
+        beta: float = 0.05,
+        gamma: float = 0.2,
+        phi: float = 0.9,
+        min_bins: int = 6,
+        max_bins: int = 20_000,
+    ):
         super().__init__(bin_s, max_bins)
         for label, v in (("alpha", alpha), ("beta", beta), ("gamma", gamma), ("phi", phi)):
             if not 0 <= v <= 1:
@@ -166,8 +174,14 @@ class HoltWinters(ArrivalForecaster):
         self.season: np.ndarray | None = None  # m offsets, indexed by bin % m
 
     def describe(self) -> dict:
-        return {**super().describe(), "season_s": self.season_s, "alpha": self.alpha, "beta": self.beta,
-                "gamma": self.gamma, "phi": self.phi}
+        return {
+            **super().describe(),
+            "season_s": self.season_s,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "gamma": self.gamma,
+            "phi": self.phi,
+        }
 
     def update(self, rate: float) -> None:
         t = self.done  # this bin's index
@@ -189,7 +203,7 @@ class HoltWinters(ArrivalForecaster):
         if self.level is None or len(self.rates) < self.min_bins:
             return None
         h = np.arange(1, bins + 1)
-        damped = np.cumsum(self.phi ** h) if self.phi < 1 else h.astype(float)
+        damped = np.cumsum(self.phi**h) if self.phi < 1 else h.astype(float)
         out = self.level + damped * self.trend
         if self.season is not None and self.m is not None:
             out = out + self.season[(self.done + h - 1) % self.m]
@@ -202,12 +216,13 @@ class SeasonalMovingAverage(ArrivalForecaster):
 
     name = "seasonal_average"
 
-    def __init__(self, season_s: float, bin_s: float = 5.0, seasons: int = 3, window: int = 6,
-                 max_bins: int = 20_000):
+    def __init__(self, season_s: float, bin_s: float = 5.0, seasons: int = 3, window: int = 6, max_bins: int = 20_000):
         super().__init__(bin_s, max_bins)
         if not season_s >= 2 * bin_s or seasons < 1 or window < 1:
-            raise ConfigError(f"seasonal_average: season_s >= two bins, seasons >= 1 and window >= 1 are required, "
-                              f"got {season_s!r}, {seasons!r}, {window!r}")
+            raise ConfigError(
+                f"seasonal_average: season_s >= two bins, seasons >= 1 and window >= 1 are required, "
+                f"got {season_s!r}, {seasons!r}, {window!r}"
+            )
         self.season_s = season_s
         self.m = round(season_s / self.bin_s)
         self.seasons, self.window = seasons, window
@@ -220,7 +235,7 @@ class SeasonalMovingAverage(ArrivalForecaster):
         n, m = len(r), self.m
         if n < self.window:
             return None
-        recent = float(r[-self.window:].mean())
+        recent = float(r[-self.window :].mean())
         if n < m + self.window:
             return np.full(bins, recent)
         out = np.empty(bins)
@@ -228,13 +243,15 @@ class SeasonalMovingAverage(ArrivalForecaster):
             t = n + h  # the bin forecast
             past = [r[t - j * m] for j in range(1, self.seasons + 1) if 0 <= t - j * m < n]
             out[h] = float(np.mean(past)) if past else recent
-        before = r[n - self.window - m:n - m]
+        before = r[n - self.window - m : n - m]
         scale = recent / float(before.mean()) if before.mean() > 0 else 1.0
         return np.clip(out * scale, 0.0, None)
 
 
-FORECASTERS: dict[str, type[ArrivalForecaster]] = {HoltWinters.name: HoltWinters,
-                                                   SeasonalMovingAverage.name: SeasonalMovingAverage}
+FORECASTERS: dict[str, type[ArrivalForecaster]] = {
+    HoltWinters.name: HoltWinters,
+    SeasonalMovingAverage.name: SeasonalMovingAverage,
+}
 
 
 def make_forecaster(spec: Any) -> ArrivalForecaster:
@@ -249,8 +266,7 @@ def make_forecaster(spec: Any) -> ArrivalForecaster:
         name, options = next(iter(spec.items()))
         options = options or {}
     else:
-        raise ConfigError(f"forecaster: expected a name or {{name: {{options}}}}, got {spec!r}; "
-                          f"known: {sorted(FORECASTERS)}")
+        raise ConfigError(f"forecaster: expected a name or {{name: {{options}}}}, got {spec!r}; known: {sorted(FORECASTERS)}")
     if name not in FORECASTERS:
         raise ConfigError(f"forecaster: unknown {name!r}; known: {sorted(FORECASTERS)}")
     try:

@@ -45,15 +45,14 @@ class Goals:
 
     def __post_init__(self) -> None:
         if self.percentile not in PERCENTILES:
-            raise ConfigError(f"goals: percentile must be 95 or 'mean' (what the job measures), "
-                              f"got {self.percentile!r}")
+            raise ConfigError(f"goals: percentile must be 95 or 'mean' (what the job measures), got {self.percentile!r}")
         if self.favour not in FAVOURS:
             raise ConfigError(f"goals: favour must be one of {FAVOURS}, got {self.favour!r}")
-        if self.max_executors is not None and (isinstance(self.max_executors, bool)
-                                               or not isinstance(self.max_executors, int) or self.max_executors < 1):
+        if self.max_executors is not None and (
+            isinstance(self.max_executors, bool) or not isinstance(self.max_executors, int) or self.max_executors < 1
+        ):
             raise ConfigError(f"goals: max_executors must be a whole number >= 1, got {self.max_executors!r}")
-        if self.price_per_hour is not None and not (isinstance(self.price_per_hour, (int, float))
-                                                    and self.price_per_hour >= 0):
+        if self.price_per_hour is not None and not (isinstance(self.price_per_hour, (int, float)) and self.price_per_hour >= 0):
             raise ConfigError(f"goals: price_per_hour must be >= 0, got {self.price_per_hour!r}")
         if not isinstance(self.keep_up, bool):
             raise ConfigError(f"goals: keep_up must be True or False, got {self.keep_up!r}")
@@ -83,16 +82,37 @@ class Goals:
         return "; ".join(parts)
 
     def to_dict(self) -> dict:
-        return {"latency_ms": None if self.latency_s is None else round(self.latency_s * 1000, 3),
-                "percentile": self.percentile, "over_s": self.over_s,
-                "path": list(self.path) if self.path else None, "keep_up": self.keep_up,
-                "max_executors": self.max_executors, "price_per_hour": self.price_per_hour, "favour": self.favour}
+        return {
+            "latency_ms": None if self.latency_s is None else round(self.latency_s * 1000, 3),
+            "percentile": self.percentile,
+            "over_s": self.over_s,
+            "path": list(self.path) if self.path else None,
+            "keep_up": self.keep_up,
+            "max_executors": self.max_executors,
+            "price_per_hour": self.price_per_hour,
+            "favour": self.favour,
+        }
 
 
-def make_goals(latency=None, *, percentile: int | str = 95, over="30s", path: tuple[str, str] | None = None,
-               keep_up: bool = True, max_executors: int | None = None, price_per_hour: float | None = None,
-               favour: str = "latency") -> Goals:
+def make_goals(
+    latency=None,
+    *,
+    percentile: int | str = 95,
+    over="30s",
+    path: tuple[str, str] | None = None,
+    keep_up: bool = True,
+    max_executors: int | None = None,
+    price_per_hour: float | None = None,
+    favour: str = "latency",
+) -> Goals:
     """Goals from user-facing values (durations as text or seconds)."""
-    return Goals(latency_s=None if latency is None else parse_duration(latency, "goals latency"),
-                 percentile=percentile, over_s=parse_duration(over, "goals over"), path=path, keep_up=keep_up,
-                 max_executors=max_executors, price_per_hour=price_per_hour, favour=favour)
+    return Goals(
+        latency_s=None if latency is None else parse_duration(latency, "goals latency"),
+        percentile=percentile,
+        over_s=parse_duration(over, "goals over"),
+        path=path,
+        keep_up=keep_up,
+        max_executors=max_executors,
+        price_per_hour=price_per_hour,
+        favour=favour,
+    )

@@ -46,12 +46,48 @@ from sluice.control.policy import Policy
 from sluice.control.view import ControlView
 from sluice.errors import ConfigError
 
-NAMES = ("batch_id", "rows", "batch_s", "rate", "backlog", "latency_ms", "p95_ms", "bound_ms", "value", "omega",
-         "cost", "profit", "executors")
+NAMES = (
+    "batch_id",
+    "rows",
+    "batch_s",
+    "rate",
+    "backlog",
+    "latency_ms",
+    "p95_ms",
+    "bound_ms",
+    "value",
+    "omega",
+    "cost",
+    "profit",
+    "executors",
+)
 FUNCTIONS = ("metric", "active", "min", "max", "abs")
-_ALLOWED = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd, ast.BinOp,
-            ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
-            ast.Name, ast.Load, ast.Constant, ast.Call)
+_ALLOWED = (
+    ast.Expression,
+    ast.BoolOp,
+    ast.And,
+    ast.Or,
+    ast.UnaryOp,
+    ast.Not,
+    ast.USub,
+    ast.UAdd,
+    ast.BinOp,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.Compare,
+    ast.Eq,
+    ast.NotEq,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.Name,
+    ast.Load,
+    ast.Constant,
+    ast.Call,
+)
 
 
 def compile_condition(text: str, where: str):
@@ -66,8 +102,10 @@ def compile_condition(text: str, where: str):
         if not isinstance(node, _ALLOWED):
             raise ConfigError(f"{where}: the condition {text!r} uses {type(node).__name__}, which a guard may not")
         if isinstance(node, ast.Name) and node.id not in NAMES + FUNCTIONS:
-            raise ConfigError(f"{where}: the condition {text!r} names {node.id!r}; a guard knows {', '.join(NAMES)} "
-                              f"and the functions {', '.join(FUNCTIONS)}")
+            raise ConfigError(
+                f"{where}: the condition {text!r} names {node.id!r}; a guard knows {', '.join(NAMES)} "
+                f"and the functions {', '.join(FUNCTIONS)}"
+            )
         if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in FUNCTIONS):
             raise ConfigError(f"{where}: the condition {text!r} calls something other than {', '.join(FUNCTIONS)}")
         if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str)):
@@ -87,8 +125,7 @@ class Guards(Policy):
 
     name = "guards"
 
-    def __init__(self, rules: list[Mapping[str, Any]], otherwise: Mapping[str, str] | None = None,
-                 for_batches: int = 1):
+    def __init__(self, rules: list[Mapping[str, Any]], otherwise: Mapping[str, str] | None = None, for_batches: int = 1):
         if not isinstance(rules, list) or not rules:
             raise ConfigError("guards: 'rules' must be a non-empty list of {when: condition, use: {operator: alternate}}")
         if not isinstance(for_batches, int) or for_batches < 1:
@@ -104,8 +141,12 @@ class Guards(Policy):
         self._held = [0] * len(self.rules)  # batches in a row each rule has held
 
     def describe(self) -> dict:
-        return {"policy": self.name, "rules": [{"when": r.when, "use": r.use} for r in self.rules],
-                "otherwise": self.otherwise, "for_batches": self.for_batches}
+        return {
+            "policy": self.name,
+            "rules": [{"when": r.when, "use": r.use} for r in self.rules],
+            "otherwise": self.otherwise,
+            "for_batches": self.for_batches,
+        }
 
     def propose(self, view: ControlView) -> list[Action]:
         if view.latest is None:
@@ -123,15 +164,20 @@ class Guards(Policy):
         for op_id, (alternate, why) in decided.items():
             if view.active_alternate(op_id) != alternate:
                 shown = {k: _rounded(v) for k, v in names.items() if v is not None}
-                actions.append(Action(ALTERNATE, op_id, alternate,
-                                      f"{why}: {op_id} {view.active_alternate(op_id)} -> {alternate} ({shown})",
-                                      expected={"alternate": alternate}))
+                actions.append(
+                    Action(
+                        ALTERNATE,
+                        op_id,
+                        alternate,
+                        f"{why}: {op_id} {view.active_alternate(op_id)} -> {alternate} ({shown})",
+                        expected={"alternate": alternate},
+                    )
+                )
         return actions
 
 
 def _uses(use: Any, where: str) -> dict[str, str]:
-    if not isinstance(use, Mapping) or not use or not all(isinstance(k, str) and isinstance(v, str)
-                                                          for k, v in use.items()):
+    if not isinstance(use, Mapping) or not use or not all(isinstance(k, str) and isinstance(v, str) for k, v in use.items()):
         raise ConfigError(f"{where}: 'use' must map operator ids to alternate names, got {use!r}")
     return dict(use)
 
@@ -160,10 +206,19 @@ def measurements(view: ControlView) -> dict[str, Any]:
         rate = latest.rows_in / latest.duration_s
     dynamics = getattr(latest, "dynamics", None) or {}
     return {
-        "batch_id": latest.batch_id, "rows": latest.rows_in, "batch_s": latest.duration_s, "rate": rate,
-        "backlog": view.backlog(), "latency_ms": latency, "p95_ms": p95, "bound_ms": min(bounds) if bounds else None,
-        "value": dynamics.get("value"), "omega": dynamics.get("omega"), "cost": dynamics.get("cost"),
-        "profit": dynamics.get("profit"), "executors": dynamics.get("executors"),
+        "batch_id": latest.batch_id,
+        "rows": latest.rows_in,
+        "batch_s": latest.duration_s,
+        "rate": rate,
+        "backlog": view.backlog(),
+        "latency_ms": latency,
+        "p95_ms": p95,
+        "bound_ms": min(bounds) if bounds else None,
+        "value": dynamics.get("value"),
+        "omega": dynamics.get("omega"),
+        "cost": dynamics.get("cost"),
+        "profit": dynamics.get("profit"),
+        "executors": dynamics.get("executors"),
     }
 
 
@@ -181,8 +236,7 @@ def operator_metric(view: ControlView, op_id: str, name: str) -> float | None:
 def evaluate(code, names: Mapping[str, Any], view: ControlView) -> bool:
     """The condition's truth; False when a name it compares is unmeasured (None)."""
     env = dict(names)
-    env.update(metric=lambda op, name: operator_metric(view, op, name), active=view.active_alternate,
-               min=min, max=max, abs=abs)
+    env.update(metric=lambda op, name: operator_metric(view, op, name), active=view.active_alternate, min=min, max=max, abs=abs)
     try:
         result = eval(code, {"__builtins__": {}}, env)  # the tree was checked: names, literals, operators
     except (TypeError, ZeroDivisionError, ValueError):

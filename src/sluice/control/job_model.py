@@ -93,12 +93,26 @@ def build_model(view: ControlView, *, ahead: float | None = None, window: int = 
     violated = any(s.state == VIOLATED for s in view.status.values())
     measured = batches[-5:] if len(batches) >= 3 else view.batches(5)
     rows = sum(m.rows_in for m in measured)
-    useful = sum(max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
-                 for m in measured for v in m.operators.values() if isinstance(v, dict))
-    return JobModel(busy_per_row=useful / rows if rows > 0 and useful > 0 else None,
-                    fit=fit, rate=rate, ahead=ahead, gap_s=_gap_s(view), k=tight.k if tight else 2.0,
-                    bound_s=tight.bound_ms / 1000 if tight else None, violated=violated, backlog=view.backlog(),
-                    growing=_growing(view), executors=view.resources.target, cores=view.resources.cores)
+    useful = sum(
+        max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
+        for m in measured
+        for v in m.operators.values()
+        if isinstance(v, dict)
+    )
+    return JobModel(
+        busy_per_row=useful / rows if rows > 0 and useful > 0 else None,
+        fit=fit,
+        rate=rate,
+        ahead=ahead,
+        gap_s=_gap_s(view),
+        k=tight.k if tight else 2.0,
+        bound_s=tight.bound_ms / 1000 if tight else None,
+        violated=violated,
+        backlog=view.backlog(),
+        growing=_growing(view),
+        executors=view.resources.target,
+        cores=view.resources.cores,
+    )
 
 
 def _growing(view: ControlView, last: int = 4) -> bool:

@@ -95,8 +95,13 @@ def balancing_problem(stats: KeyGroupStats, stage: KeyedStagePlan) -> BalancingP
     current assignment; a migration costs the measured time to load the key group's state,
     in the same unit as a load: percentage points of a core over the window."""
     cost_per_byte = 100.0 * stats.load_s_per_byte / stats.wall_s if stats.wall_s > 0 else 0.0
-    return BalancingProblem(load=stats.load, state_bytes=stats.state_bytes, assignment=np.asarray(stage.routing),
-                            nodes=np.arange(stage.partitions), cost_per_byte=cost_per_byte)
+    return BalancingProblem(
+        load=stats.load,
+        state_bytes=stats.state_bytes,
+        assignment=np.asarray(stage.routing),
+        nodes=np.arange(stage.partitions),
+        cost_per_byte=cost_per_byte,
+    )
 
 
 def routing_of(plan: BalancePlan) -> list[int]:
@@ -152,8 +157,14 @@ def key_group_traffic(batches: Sequence, op_id: str, max_parallelism: int) -> Ke
     return KeyGroupTraffic(upstream, op_id, Traffic(unique // k, unique % k, rate), rows, local, wall)
 
 
-def collocation_problem(up: KeyGroupStats, down: KeyGroupStats, traffic: KeyGroupTraffic, up_stage: KeyedStagePlan,
-                        down_stage: KeyedStagePlan, tolerance: float = 0.2) -> BalancingProblem:
+def collocation_problem(
+    up: KeyGroupStats,
+    down: KeyGroupStats,
+    traffic: KeyGroupTraffic,
+    up_stage: KeyedStagePlan,
+    down_stage: KeyedStagePlan,
+    tolerance: float = 0.2,
+) -> BalancingProblem:
     """ALBIC's input across two keyed stages with the same partition count: units 0..K-1 are
     the upstream operator's key groups, K..2K-1 the downstream one's (``operator`` 0 and 1);
     nodes are partition indexes (partition q of both stages); the traffic goes from an
@@ -167,8 +178,10 @@ def collocation_problem(up: KeyGroupStats, down: KeyGroupStats, traffic: KeyGrou
     k = len(up.load)
     n = up_stage.partitions
     if down_stage.partitions != n or len(down.load) != k:
-        raise ValueError(f"collocation across {up.op_id!r} and {down.op_id!r}: both stages need the same "
-                         f"partitions and max parallelism, got {up_stage.partitions} and {down_stage.partitions}")
+        raise ValueError(
+            f"collocation across {up.op_id!r} and {down.op_id!r}: both stages need the same "
+            f"partitions and max parallelism, got {up_stage.partitions} and {down_stage.partitions}"
+        )
     wall = max(up.wall_s, 1e-9)
     # one cost per byte for the problem: the downstream bytes weighed by its own measured cost
     per_byte = up.load_s_per_byte
@@ -182,10 +195,17 @@ def collocation_problem(up: KeyGroupStats, down: KeyGroupStats, traffic: KeyGrou
         now = np.bincount(np.asarray(routing), weights=stage_load, minlength=n)
         caps[:, r] = max(float(now.max()), (1 + tolerance) * float(stage_load.sum()) / n)
     t = traffic.traffic
-    return BalancingProblem(load=load, state_bytes=np.concatenate([up.state_bytes, down.state_bytes * scale]),
-                            assignment=assignment, nodes=np.arange(n),
-                            traffic=Traffic(t.src, t.dst + k, t.rate), operator=np.repeat([0, 1], k),
-                            resource_load=resource, resource_cap=caps, cost_per_byte=100.0 * per_byte / wall)
+    return BalancingProblem(
+        load=load,
+        state_bytes=np.concatenate([up.state_bytes, down.state_bytes * scale]),
+        assignment=assignment,
+        nodes=np.arange(n),
+        traffic=Traffic(t.src, t.dst + k, t.rate),
+        operator=np.repeat([0, 1], k),
+        resource_load=resource,
+        resource_cap=caps,
+        cost_per_byte=100.0 * per_byte / wall,
+    )
 
 
 def routings_of(plan: BalancePlan, max_parallelism: int) -> tuple[list[int], list[int]]:

@@ -51,8 +51,21 @@ class ConstraintStatus:
     split: dict = field(default_factory=dict)  # part -> mean ms over the window
 
     def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("name", "state", "bound_ms", "p95_bound_ms", "mean_ms", "p95_ms",
-                                             "worst_p95_ms", "batches", "rows", "split")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "name",
+                "state",
+                "bound_ms",
+                "p95_bound_ms",
+                "mean_ms",
+                "p95_ms",
+                "worst_p95_ms",
+                "batches",
+                "rows",
+                "split",
+            )
+        }
 
 
 def eq1_mean(samples) -> float | None:
@@ -82,8 +95,7 @@ def _mean_split(samples) -> dict:
             out[part] = out.get(part, 0.0) + w * float(s.split.get(part, 0.0))
         for op, ms in s.split.get("operators", {}).items():
             out["operators"][op] = out["operators"].get(op, 0.0) + w * ms
-    return {k: ({o: round(v, 2) for o, v in val.items()} if isinstance(val, dict) else round(val, 2))
-            for k, val in out.items()}
+    return {k: ({o: round(v, 2) for o, v in val.items()} if isinstance(val, dict) else round(val, 2)) for k, val in out.items()}
 
 
 class QoSManager:
@@ -100,8 +112,9 @@ class QoSManager:
             split = (metrics.paths or {}).get(name)
             window = self.windows[name]
             if split is not None and split.get("rows"):
-                window.append(Sample(metrics.batch_id, at, int(split["rows"]), float(split["mean_ms"]),
-                                     split.get("p95_ms"), split))
+                window.append(
+                    Sample(metrics.batch_id, at, int(split["rows"]), float(split["mean_ms"]), split.get("p95_ms"), split)
+                )
             while window and window[0].at < at - c.window_s:
                 window.popleft()
 
@@ -119,9 +132,18 @@ class QoSManager:
         p95 = _weighted_p95(samples)
         worst = max((s.p95_ms for s in samples if s.p95_ms is not None), default=None)
         met = mean <= bound_ms and (p95_bound is None or p95 is None or p95 <= p95_bound)
-        return ConstraintStatus(name, bound_ms, p95_bound, MET if met else VIOLATED, round(mean, 2),
-                                None if p95 is None else round(p95, 2), worst, len(samples),
-                                sum(s.rows for s in samples), _mean_split(samples))
+        return ConstraintStatus(
+            name,
+            bound_ms,
+            p95_bound,
+            MET if met else VIOLATED,
+            round(mean, 2),
+            None if p95 is None else round(p95, 2),
+            worst,
+            len(samples),
+            sum(s.rows for s in samples),
+            _mean_split(samples),
+        )
 
     def statuses(self) -> dict[str, ConstraintStatus]:
         return {name: self.status(name) for name in self.constraints}

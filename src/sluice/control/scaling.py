@@ -65,11 +65,16 @@ class OneStepScaling(Policy):
 
     name = "scaling"
 
-    def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25,
-                 max_step: int | None = None, whole_job: bool = False):
+    def __init__(
+        self,
+        target_utilization: float = 0.7,
+        window: int = 3,
+        tolerance: float = 0.25,
+        max_step: int | None = None,
+        whole_job: bool = False,
+    ):
         if not 0 < target_utilization <= 1 or window < 1 or tolerance < 0 or (max_step is not None and max_step < 1):
-            raise ValueError("scaling: 0 < target_utilization <= 1, window >= 1, tolerance >= 0 and max_step >= 1 "
-                             "are required")
+            raise ValueError("scaling: 0 < target_utilization <= 1, window >= 1, tolerance >= 0 and max_step >= 1 are required")
         self.target_utilization = target_utilization
         self.window = window
         self.tolerance = tolerance
@@ -78,15 +83,21 @@ class OneStepScaling(Policy):
         self.whole_job = whole_job
 
     def describe(self) -> dict:
-        return {"policy": self.name, "target_utilization": self.target_utilization, "window": self.window,
-                "max_step": self.max_step, "whole_job": self.whole_job}
+        return {
+            "policy": self.name,
+            "target_utilization": self.target_utilization,
+            "window": self.window,
+            "max_step": self.max_step,
+            "whole_job": self.whole_job,
+        }
 
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
         # measured under the plan in force, without its first batch after a change: that one
         # carries the change's transient (moved key groups load their state), not the true rate
-        batches = [m for m in view.batches() if m.plan_version == plan.version
-                   and (plan.version == 0 or m.batch_id > plan.version)][-self.window:]
+        batches = [
+            m for m in view.batches() if m.plan_version == plan.version and (plan.version == 0 or m.batch_id > plan.version)
+        ][-self.window :]
         if len(batches) < self.window:
             return []
         seconds = sum(m.duration_s for m in batches)
@@ -105,9 +116,15 @@ class OneStepScaling(Policy):
             # up (the partitions needed are the sum of what each needs)
             op_id, stage = ops[0], plan.keyed[ops[0]]
             rows = sum(float((m.operators.get(op) or {}).get("rows_in", 0.0)) for m in batches for op in ops)
-            useful = sum(max(float((m.operators.get(op) or {}).get("time_s", 0.0))
-                             - float((m.operators.get(op) or {}).get("input_wait_s", 0.0)), 0.0)
-                         for m in batches for op in ops)
+            useful = sum(
+                max(
+                    float((m.operators.get(op) or {}).get("time_s", 0.0))
+                    - float((m.operators.get(op) or {}).get("input_wait_s", 0.0)),
+                    0.0,
+                )
+                for m in batches
+                for op in ops
+            )
             if rows <= 0 or useful <= 0:
                 continue
             true_rate = rows / useful  # rows a second one partition processes while it works
@@ -122,24 +139,42 @@ class OneStepScaling(Policy):
             direction = "out" if need > now else "in"
             routing = balanced_routing(batches, ops, stage, need, plan.max_parallelism) if self.balance else None
             placed = "key groups by measured load" if routing is not None else "key groups in ranges"
-            reason = (f"{op_id}: true rate {true_rate:,.0f} rows/s a partition (useful time, DS2), "
-                      f"{needed_rate:,.0f} rows/s offered; at {self.target_utilization:.0%} utilization it needs "
-                      f"{exact:.2f} partitions (capped at {ceiling} cores): scale {direction} {now} -> {need}, "
-                      f"{placed}")
+            reason = (
+                f"{op_id}: true rate {true_rate:,.0f} rows/s a partition (useful time, DS2), "
+                f"{needed_rate:,.0f} rows/s offered; at {self.target_utilization:.0%} utilization it needs "
+                f"{exact:.2f} partitions (capped at {ceiling} cores): scale {direction} {now} -> {need}, "
+                f"{placed}"
+            )
             value = need if routing is None else {"partitions": need, "routing": routing}
-            actions.append(Action(PARTITIONS, op_id, value, reason,
-                                  expected={"utilization": round(needed_rate / (true_rate * need), 3),
-                                            "partitions": need, "true_rate": round(true_rate, 1)}))
+            actions.append(
+                Action(
+                    PARTITIONS,
+                    op_id,
+                    value,
+                    reason,
+                    expected={
+                        "utilization": round(needed_rate / (true_rate * need), 3),
+                        "partitions": need,
+                        "true_rate": round(true_rate, 1),
+                    },
+                )
+            )
             partitions.update(dict.fromkeys(ops, need))
             break  # one stage a step (the arbiter's rule); the others follow after the flush
         if resources.elastic and partitions:
             executors = executors_for(max(partitions.values()), resources)
             if executors != resources.target:
-                actions.append(Action(EXECUTORS, "*", executors,
-                                      f"{max(partitions.values())} partitions on {resources.cores_per_executor} "
-                                      f"core(s) an executor: hold {executors} executors (held {resources.executors}, "
-                                      f"asked for {resources.target})",
-                                      expected={"executors": executors}))
+                actions.append(
+                    Action(
+                        EXECUTORS,
+                        "*",
+                        executors,
+                        f"{max(partitions.values())} partitions on {resources.cores_per_executor} "
+                        f"core(s) an executor: hold {executors} executors (held {resources.executors}, "
+                        f"asked for {resources.target})",
+                        expected={"executors": executors},
+                    )
+                )
         return self._whole_job(view, actions) if self.whole_job else actions
 
     def _whole_job(self, view: ControlView, actions: list[Action]) -> list[Action]:
@@ -159,21 +194,34 @@ class OneStepScaling(Policy):
         rest = [a for a in actions if a.kind != EXECUTORS]
         now = resources.target
         if target > now:  # never fewer partitions while the job needs more executors
-            rest = [a for a in rest if not (a.kind == PARTITIONS and a.target in view.plan.keyed
-                                            and partitions_of(a.value) < view.plan.keyed[a.target].partitions)]
+            rest = [
+                a
+                for a in rest
+                if not (
+                    a.kind == PARTITIONS
+                    and a.target in view.plan.keyed
+                    and partitions_of(a.value) < view.plan.keyed[a.target].partitions
+                )
+            ]
         if target == now or (target < now and now - target <= self.tolerance * now and not rest):
             return rest
-        reason = (f"the job's work needs {need} executor(s) at {self.target_utilization:.0%} utilization (every "
-                  f"operator's useful time a row at the offered rate): hold {target} (asked for {now})")
+        reason = (
+            f"the job's work needs {need} executor(s) at {self.target_utilization:.0%} utilization (every "
+            f"operator's useful time a row at the offered rate): hold {target} (asked for {now})"
+        )
         return [*rest, Action(EXECUTORS, "*", target, reason, expected={"executors": target})]
 
     def job_executors(self, view: ControlView) -> int | None:
-        batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window:]
+        batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window :]
         if len(batches) < self.window:
             return None
         rows = sum(m.rows_in for m in batches)
-        useful = sum(max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
-                     for m in batches for v in m.operators.values() if isinstance(v, dict))
+        useful = sum(
+            max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
+            for m in batches
+            for v in m.operators.values()
+            if isinstance(v, dict)
+        )
         seconds = sum(m.duration_s for m in batches)
         rate = self.offered(view) or (rows / seconds if seconds > 0 else None)
         if rows <= 0 or useful <= 0 or not rate:
@@ -223,12 +271,21 @@ class FlinkLikeScaling(OneStepScaling):
 
     name = "flink_autoscaler"
 
-    def __init__(self, target_utilization: float = 0.7, boundary: float = 0.3, stabilization_s: float = 300.0,
-                 scale_down_interval_s: float = 3600.0, window: int = 3, whole_job: bool = False):
+    def __init__(
+        self,
+        target_utilization: float = 0.7,
+        boundary: float = 0.3,
+        stabilization_s: float = 300.0,
+        scale_down_interval_s: float = 3600.0,
+        window: int = 3,
+        whole_job: bool = False,
+    ):
         super().__init__(target_utilization, window, tolerance=0.0, whole_job=whole_job)
         if not 0 <= boundary < target_utilization or stabilization_s < 0 or scale_down_interval_s < 0:
-            raise ValueError("flink_autoscaler: 0 <= boundary < target_utilization, stabilization_s >= 0 and "
-                             "scale_down_interval_s >= 0 are required")
+            raise ValueError(
+                "flink_autoscaler: 0 <= boundary < target_utilization, stabilization_s >= 0 and "
+                "scale_down_interval_s >= 0 are required"
+            )
         self.boundary = boundary
         self.stabilization_s, self.scale_down_interval_s = stabilization_s, scale_down_interval_s
         self.started: float | None = None
@@ -238,8 +295,13 @@ class FlinkLikeScaling(OneStepScaling):
         self.down_need = 0
 
     def describe(self) -> dict:
-        return {**super().describe(), "policy": self.name, "boundary": self.boundary,
-                "stabilization_s": self.stabilization_s, "scale_down_interval_s": self.scale_down_interval_s}
+        return {
+            **super().describe(),
+            "policy": self.name,
+            "boundary": self.boundary,
+            "stabilization_s": self.stabilization_s,
+            "scale_down_interval_s": self.scale_down_interval_s,
+        }
 
     def propose(self, view: ControlView) -> list[Action]:
         latest = view.latest
@@ -276,17 +338,29 @@ class FlinkLikeScaling(OneStepScaling):
         self.down_since = None
         if need == self.down_need:
             return actions
-        return [Action(PARTITIONS, resize.target, self.down_need,
-                       f"{resize.target}: scale in {current} -> {self.down_need}, the largest need recommended over "
-                       f"{self.scale_down_interval_s:.0f} s", expected={"partitions": self.down_need})] + \
-            [replace(a, value=executors_for(self.down_need, view.resources)) for a in actions if a.kind == EXECUTORS]
+        return [
+            Action(
+                PARTITIONS,
+                resize.target,
+                self.down_need,
+                f"{resize.target}: scale in {current} -> {self.down_need}, the largest need recommended over "
+                f"{self.scale_down_interval_s:.0f} s",
+                expected={"partitions": self.down_need},
+            )
+        ] + [replace(a, value=executors_for(self.down_need, view.resources)) for a in actions if a.kind == EXECUTORS]
 
 
 RESCALE_SETTINGS = MilpSettings(time_limit=1.0)
 
 
-def balanced_routing(batches: Sequence, ops: Sequence[str], stage: KeyedStagePlan, partitions: int,
-                     max_parallelism: int, settings: MilpSettings = RESCALE_SETTINGS) -> list[int] | None:
+def balanced_routing(
+    batches: Sequence,
+    ops: Sequence[str],
+    stage: KeyedStagePlan,
+    partitions: int,
+    max_parallelism: int,
+    settings: MilpSettings = RESCALE_SETTINGS,
+) -> list[int] | None:
     """The routing of a keyed stage rescaled to ``partitions``, balanced by the key groups'
     loads measured over ``batches`` (ALBIC's Algorithm 1, lines 6-7: new partitions join
     empty, the ones beyond the new count are marked for removal, and one MILP on HiGHS
@@ -298,8 +372,11 @@ def balanced_routing(batches: Sequence, ops: Sequence[str], stage: KeyedStagePla
         return None
     now = stage.partitions
     problem = balancing_problem(stats, stage)
-    decision = (ScalingDecision(add_capacities=(1.0,) * (partitions - now)) if partitions > now
-                else ScalingDecision(remove=tuple(range(partitions, now))))
+    decision = (
+        ScalingDecision(add_capacities=(1.0,) * (partitions - now))
+        if partitions > now
+        else ScalingDecision(remove=tuple(range(partitions, now)))
+    )
     scaled = apply_decision(problem, decision)
     routing = np.asarray(solve_milp(scaled, MigrationBudget(), settings).assignment, dtype=np.int64)
     # whatever the solver left on a removed partition (key groups without load, on a time-out)

@@ -63,8 +63,12 @@ class PolicySwaps:
                 self.checkpoint.fs.move(self.checkpoint.path(REQUEST), self.checkpoint.path(claimed))
             except (FileNotFoundError, OSError):
                 return out
-            out.append(_load(f"{self.checkpoint.location(claimed)} (sluice control)",
-                             (self.checkpoint.read_bytes(claimed) or b"").decode("utf-8", errors="replace")))
+            out.append(
+                _load(
+                    f"{self.checkpoint.location(claimed)} (sluice control)",
+                    (self.checkpoint.read_bytes(claimed) or b"").decode("utf-8", errors="replace"),
+                )
+            )
         return out
 
 
@@ -78,8 +82,7 @@ def request_policies(checkpoint: str | Checkpoint, path: str) -> list[Policy]:
     policies = parse_policies(text, path)
     checkpoint = Checkpoint.of(checkpoint)
     if checkpoint.read_bytes("metrics.jsonl") is None and not checkpoint.started_batches():
-        raise ConfigError(f"{checkpoint} holds no job (no batch ever started there): nothing would pick the "
-                          f"policies up")
+        raise ConfigError(f"{checkpoint} holds no job (no batch ever started there): nothing would pick the policies up")
     checkpoint.write_bytes(REQUEST, text.encode())
     return policies
 

@@ -99,13 +99,17 @@ class ControlView:
         Arrivals between two batches' ends (when each batch's metrics read the backlog) =
         rows the later one admitted + growth of the backlog."""
         batches = [m for m in self.history if not m.skipped]
-        batches = batches[:len(batches) - before][-(last + 1):]
+        batches = batches[: len(batches) - before][-(last + 1) :]
         if len(batches) < 2:
             return None
         arrived, seconds = 0, 0.0
         for prev, cur in itertools.pairwise(batches):
-            if not cur.backlog or any(v is None for v in cur.backlog.values()) \
-                    or not prev.backlog or any(v is None for v in prev.backlog.values()):
+            if (
+                not cur.backlog
+                or any(v is None for v in cur.backlog.values())
+                or not prev.backlog
+                or any(v is None for v in prev.backlog.values())
+            ):
                 return None
             arrived += cur.rows_in + sum(cur.backlog.values()) - sum(prev.backlog.values())
             seconds += (cur.started_at + cur.duration_s) - (prev.started_at + prev.duration_s)
@@ -138,7 +142,7 @@ class ControlView:
             for source, rows in m.rows_by_source.items():
                 totals[source] = totals.get(source, 0.0) + rows
         latest = self.latest
-        for source, waiting in ((latest.backlog or {}).items() if latest is not None else ()):
+        for source, waiting in (latest.backlog or {}).items() if latest is not None else ():
             if waiting and source in totals:
                 totals[source] += waiting
         whole = sum(totals.values())

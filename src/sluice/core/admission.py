@@ -18,9 +18,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 def check_source_name(name: str) -> str:
     """Source names become file names: letters, digits, '_', '.', '-' only."""
     if not isinstance(name, str) or not _SAFE_NAME.match(name) or name in (".", ".."):
-        raise ConfigError(
-            f"source name {name!r} must be letters, digits, '_', '.' or '-' (it names files)"
-        )
+        raise ConfigError(f"source name {name!r} must be letters, digits, '_', '.' or '-' (it names files)")
     return name
 
 
@@ -51,13 +49,9 @@ def set_max_rows(control_dir: str, name: str, max_rows: int | None) -> None:
     Takes effect the next time the source plans a batch. ``None`` goes back to the source's
     default (its spec's ``max_rows_per_batch``).
     """
-    if max_rows is not None and (
-        isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1
-    ):
-        raise ConfigError(f"max_rows for source {name!r} must be a positive integer or None, "
-                          f"got {max_rows!r}")
-    write_json_atomic(control_path(control_dir, name, "admission"),
-                      {"max_rows": max_rows, "time": time.time()})
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+        raise ConfigError(f"max_rows for source {name!r} must be a positive integer or None, got {max_rows!r}")
+    write_json_atomic(control_path(control_dir, name, "admission"), {"max_rows": max_rows, "time": time.time()})
 
 
 def get_max_rows(control_dir: str, name: str) -> int | None:

@@ -130,8 +130,9 @@ class Checkpoint:
         try:
             return json.loads(data)
         except (ValueError, UnicodeDecodeError) as e:
-            raise CheckpointError(f"{self.location(rel)} is damaged (not JSON: {e}). Restore it from a backup, "
-                                  f"or run with a new checkpoint.") from None
+            raise CheckpointError(
+                f"{self.location(rel)} is damaged (not JSON: {e}). Restore it from a backup, or run with a new checkpoint."
+            ) from None
 
     def write_bytes(self, rel: str, data: bytes, durable: bool = False) -> None:
         """Replace ``rel`` atomically: readers see the old content or the new, never a part.
@@ -175,5 +176,4 @@ class Checkpoint:
         return sorted({int(m[1]) for name in self.files(BATCHES) if (m := _BATCH_RECORD.fullmatch(name))})
 
     def done_batches(self) -> list[int]:
-        return sorted(int(m[1]) for name in self.files(BATCHES)
-                      if (m := _BATCH_RECORD.fullmatch(name)) and m[2] == "done")
+        return sorted(int(m[1]) for name in self.files(BATCHES) if (m := _BATCH_RECORD.fullmatch(name)) and m[2] == "done")

@@ -152,7 +152,7 @@ def read_tail(fs: pafs.FileSystem, path: str, max_bytes: int) -> tuple[bytes, bo
         f.seek(info.size - max_bytes)
         data = f.read(max_bytes)
     cut = data.find(b"\n")
-    return (data[cut + 1:] if cut >= 0 else b""), True
+    return (data[cut + 1 :] if cut >= 0 else b""), True
 
 
 def read_bytes(fs: pafs.FileSystem, path: str) -> bytes | None:

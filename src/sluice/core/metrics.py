@@ -78,8 +78,11 @@ def read(checkpoint: str | Checkpoint, max_bytes: int | None = None) -> list[Bat
         try:
             by_batch[int(d["batch_id"])] = BatchMetrics(**d)
         except (KeyError, TypeError, ValueError):
-            warnings.warn(f"{checkpoint.location(METRICS)}: a record that is not a batch's metrics, skipped",
-                          jsonlines.DamagedLineWarning, stacklevel=2)
+            warnings.warn(
+                f"{checkpoint.location(METRICS)}: a record that is not a batch's metrics, skipped",
+                jsonlines.DamagedLineWarning,
+                stacklevel=2,
+            )
     return [by_batch[b] for b in sorted(by_batch)]
 
 

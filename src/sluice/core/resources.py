@@ -43,7 +43,6 @@ class Resources:
         return self.executors if self.requested is None else self.requested
 
 
-
 def held_executors(infos: list[dict]) -> list[dict]:
     """The executors proper (not the driver) among ``runtime.executors.executor_infos``."""
     return [e for e in infos if e.get("id") not in (None, DRIVER)]

@@ -45,11 +45,11 @@ HISTORY = 384  # readings of a building the forecasters look back over (its stat
 MA_WINDOW = 12  # readings the moving average averages
 CAPACITY = 1.3  # a building's contracted capacity, times its base demand
 READING_SCHEMA = {"building": "string", "ts": "timestamp", "kw": "double", "capacity": "double"}
-FORECAST_SCHEMA = {"building": "string", "ts": "timestamp", "kw": "double", "forecast": "double",
-                   "capacity": "double"}
+FORECAST_SCHEMA = {"building": "string", "ts": "timestamp", "kw": "double", "forecast": "double", "capacity": "double"}
 
 
 # ---- the meters ------------------------------------------------------------------------------
+
 
 def base_demand(buildings: np.ndarray) -> np.ndarray:
     """A building's base demand in kW (stable per building number: 20 to 220 kW)."""
@@ -72,23 +72,35 @@ def meter(batch: pa.RecordBatch) -> pa.RecordBatch:
     seconds = ts.cast(pa.int64()).to_numpy(zero_copy_only=False) / 1e6
     noise = batch.column("noise").to_numpy(zero_copy_only=False)
     kw = base * daily_shape(seconds) * (1.0 + noise)
-    return pa.RecordBatch.from_arrays([buildings, ts, pa.array(kw), pa.array(base * CAPACITY)],
-                                      names=list(READING_SCHEMA))
+    return pa.RecordBatch.from_arrays([buildings, ts, pa.array(kw), pa.array(base * CAPACITY)], names=list(READING_SCHEMA))
 
 
 # ---- the forecasters (numpy over all of a building's new readings at once) --------------------
+
 
 def _features(seconds: np.ndarray, origin: np.ndarray, day_s: float) -> np.ndarray:
     """Regression features of times ``seconds`` (..., n): 1, trend (days since ``origin``),
     and three harmonics of the day."""
     phase = 2 * np.pi * seconds / day_s
     trend = (seconds - origin) / day_s
-    return np.stack([np.ones_like(seconds), trend, np.sin(phase), np.cos(phase), np.sin(2 * phase),
-                     np.cos(2 * phase), np.sin(3 * phase), np.cos(3 * phase)], axis=-1)
+    return np.stack(
+        [
+            np.ones_like(seconds),
+            trend,
+            np.sin(phase),
+            np.cos(phase),
+            np.sin(2 * phase),
+            np.cos(2 * phase),
+            np.sin(3 * phase),
+            np.cos(3 * phase),
+        ],
+        axis=-1,
+    )
 
 
-def regression_forecast(seconds: np.ndarray, kw: np.ndarray, new: int, horizon_s: float = HORIZON_S,
-                        window: int = HISTORY, day_s: float = DAY_S) -> np.ndarray:
+def regression_forecast(
+    seconds: np.ndarray, kw: np.ndarray, new: int, horizon_s: float = HORIZON_S, window: int = HISTORY, day_s: float = DAY_S
+) -> np.ndarray:
     """For each of the last ``new`` readings: least squares over the ``window`` readings up
     to it (fewer at the start), evaluated ``horizon_s`` ahead. All fits at once (batched
     normal equations), no loop over readings."""
@@ -116,17 +128,18 @@ def moving_average_forecast(seconds: np.ndarray, kw: np.ndarray, new: int, windo
     return (sums[ends] - sums[starts]) / (ends - starts)
 
 
-def forecast_error(seconds: np.ndarray, kw: np.ndarray, forecasts: np.ndarray, new: int,
-                   horizon_s: float = HORIZON_S) -> float | None:
+def forecast_error(
+    seconds: np.ndarray, kw: np.ndarray, forecasts: np.ndarray, new: int, horizon_s: float = HORIZON_S
+) -> float | None:
     """Mean absolute percentage error of the forecasts made ``horizon_s`` before each of the
     last ``new`` readings (the latest reading at or before that moment made it), or None
     when none was made yet. Vectorized: one search over the readings' times."""
-    targets = seconds[len(seconds) - new:]
+    targets = seconds[len(seconds) - new :]
     made = np.searchsorted(seconds, targets - horizon_s, side="right") - 1
     known = (made >= 0) & np.isfinite(forecasts[np.maximum(made, 0)]) & (targets - horizon_s >= seconds[0])
     if not known.any():
         return None
-    actual = kw[len(kw) - new:][known]
+    actual = kw[len(kw) - new :][known]
     return float(np.mean(np.abs(forecasts[made[known]] - actual) / np.abs(actual)))
 
 
@@ -150,8 +163,15 @@ def _keyed(forecast):
         if error is not None:
             report("forecast_error", error)
         state.update((all_s[-HISTORY:], all_kw[-HISTORY:], all_f[-HISTORY:]))
-        return pa.table({"building": rows.column("building"), "ts": rows.column("ts"), "kw": rows.column("kw"),
-                         "forecast": pa.array(predicted), "capacity": rows.column("capacity")})
+        return pa.table(
+            {
+                "building": rows.column("building"),
+                "ts": rows.column("ts"),
+                "kw": rows.column("kw"),
+                "forecast": pa.array(predicted),
+                "capacity": rows.column("capacity"),
+            }
+        )
 
     fn.__name__ = fn.__qualname__ = forecast.__name__.replace("_forecast", "")
     return fn
@@ -162,6 +182,7 @@ moving_average = _keyed(moving_average_forecast)
 
 
 # ---- profiling: value (Eq. 4.1) and cost of each alternate -----------------------------------
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -186,7 +207,7 @@ def profile_forecasters(readings: int = 4000, per_call: int = 50, seed: int = 0)
         started, wall_started = time.process_time(), time.perf_counter()
         for end in range(per_call, readings + 1, per_call):
             lo = max(end - HISTORY - per_call, 0)
-            predicted[end - per_call:end] = forecast(seconds[lo:end], kw[lo:end], per_call)
+            predicted[end - per_call : end] = forecast(seconds[lo:end], kw[lo:end], per_call)
         cost = (time.process_time() - started) / readings
         wall = (time.perf_counter() - wall_started) / readings
         skip = HISTORY  # judged once the window is full
@@ -202,21 +223,32 @@ def forecaster_alternates(profiles: dict[str, Profile] | None = None) -> dict[st
     quality = {name: max(1.0 - p.mape, 1e-6) for name, p in profiles.items()}
     best = max(quality.values())
     fns = {"regression": regression, "moving_average": moving_average}
-    return {name: Alt(fns[name], value=round(quality[name] / best, 4), cost=profiles[name].cost)
-            for name in ("regression", "moving_average")}
+    return {
+        name: Alt(fns[name], value=round(quality[name] / best, 4), cost=profiles[name].cost)
+        for name in ("regression", "moving_average")
+    }
 
 
 # ---- the rate that rises and falls, and the pipeline ------------------------------------------
 
-def rate_trace(peak: float, phase_s: float, shape: tuple[float, ...] = (0.15, 0.5, 1.0, 0.5, 0.15)
-               ) -> list[tuple[float, float]]:
+
+def rate_trace(peak: float, phase_s: float, shape: tuple[float, ...] = (0.15, 0.5, 1.0, 0.5, 0.15)) -> list[tuple[float, float]]:
     """(seconds from the start, rows/s) of each phase: a rate that rises to ``peak`` and falls."""
     return [(i * phase_s, peak * share) for i, share in enumerate(shape)]
 
 
-def build(out: str, trace: list[tuple[float, float]], phase_s: float, *, alternates: dict[str, Alt] | None = None,
-          start: float | None = None, buildings: int = BUILDINGS, partitions: int = 2,
-          active: str | None = None, batch_s: float = 10.0) -> Pipeline:
+def build(
+    out: str,
+    trace: list[tuple[float, float]],
+    phase_s: float,
+    *,
+    alternates: dict[str, Alt] | None = None,
+    start: float | None = None,
+    buildings: int = BUILDINGS,
+    partitions: int = 2,
+    active: str | None = None,
+    batch_s: float = 10.0,
+) -> Pipeline:
     """The demo's pipeline. ``trace``: (seconds from the start, rows/s) of each phase of
     ``phase_s`` seconds: one generator whose rate steps through them (a ``RateSchedule``),
     starting at ``start`` (epoch s; default: when the query first starts); alerts go to
@@ -225,15 +257,27 @@ def build(out: str, trace: list[tuple[float, float]], phase_s: float, *, alterna
     total = int(sum(rate * phase_s for _, rate in trace))
     peak = max(rate for _, rate in trace)
     p = Pipeline("grid", partitions=partitions, max_parallelism=32)
-    readings = p.source(sources.generator(
-        fields={"building": sources.Keys(buildings, prefix="b"), "ts": sources.EventTime(),
-                "noise": sources.Normal(0.0, 0.03)},
-        rate=RateSchedule(tuple((t, r) for t, r in trace)), start_time=start, total_rows=total, seed=7,
-        max_rows_per_batch=max(int(peak * batch_s), 1)), name="meters")
-    forecasts = readings.map_batches(meter, schema=READING_SCHEMA, name="meter") \
-        .key_by("building") \
-        .process(schema=FORECAST_SCHEMA, name="forecast", alternates=alternates or forecaster_alternates(),
-                 active=active)
-    forecasts.filter("forecast > capacity", name="over_capacity") \
-        .sink(sinks.files(os.path.join(out, "alerts"), format="json"), name="alerts")
+    readings = p.source(
+        sources.generator(
+            fields={
+                "building": sources.Keys(buildings, prefix="b"),
+                "ts": sources.EventTime(),
+                "noise": sources.Normal(0.0, 0.03),
+            },
+            rate=RateSchedule(tuple((t, r) for t, r in trace)),
+            start_time=start,
+            total_rows=total,
+            seed=7,
+            max_rows_per_batch=max(int(peak * batch_s), 1),
+        ),
+        name="meters",
+    )
+    forecasts = (
+        readings.map_batches(meter, schema=READING_SCHEMA, name="meter")
+        .key_by("building")
+        .process(schema=FORECAST_SCHEMA, name="forecast", alternates=alternates or forecaster_alternates(), active=active)
+    )
+    forecasts.filter("forecast > capacity", name="over_capacity").sink(
+        sinks.files(os.path.join(out, "alerts"), format="json"), name="alerts"
+    )
     return p

@@ -28,8 +28,18 @@ class GridRun:
     started: float
 
 
-def run_grid_demo(output: str, *, peak: float | None = None, phase_s: float = 30.0, policies=None, master=None,
-                  spark=None, keep: bool = False, on_batch=None, ui: bool | None = False) -> GridRun:
+def run_grid_demo(
+    output: str,
+    *,
+    peak: float | None = None,
+    phase_s: float = 30.0,
+    policies=None,
+    master=None,
+    spark=None,
+    keep: bool = False,
+    on_batch=None,
+    ui: bool | None = False,
+) -> GridRun:
     """Profile the forecasters, run the pipeline over the trace, and return what it did.
 
     ``peak``: the highest rate of the trace (default: 90 % of what the cores could
@@ -60,10 +70,22 @@ def run_grid_demo(output: str, *, peak: float | None = None, phase_s: float = 30
     pipeline.economics(price_per_hour=PRICE_PER_HOUR, billing="second")
     checkpoint = os.path.join(output, "checkpoint")
     started = time.time()
-    result = pipeline.run(checkpoint, spark=spark, policies=policies if policies is not None else [AlternatesByLoad()],
-                          on_batch=on_batch, duration=len(trace) * phase_s + 60.0)
-    return GridRun(checkpoint, [m for m in result.metrics if m.rows_in], read_decisions(checkpoint), peak, phase_s,
-                   {n: {"value": a.value, "cost": a.cost} for n, a in alternates.items()}, started)
+    result = pipeline.run(
+        checkpoint,
+        spark=spark,
+        policies=policies if policies is not None else [AlternatesByLoad()],
+        on_batch=on_batch,
+        duration=len(trace) * phase_s + 60.0,
+    )
+    return GridRun(
+        checkpoint,
+        [m for m in result.metrics if m.rows_in],
+        read_decisions(checkpoint),
+        peak,
+        phase_s,
+        {n: {"value": a.value, "cost": a.cost} for n, a in alternates.items()},
+        started,
+    )
 
 
 def warm_up(spark, output: str, alternates: dict) -> None:
@@ -73,12 +95,21 @@ def warm_up(spark, output: str, alternates: dict) -> None:
     from sluice import Pipeline, sinks, sources
 
     p = Pipeline("grid_warm_up", partitions=2, max_parallelism=32)
-    readings = p.source(sources.generator(fields={"building": sources.Keys(grid.BUILDINGS, prefix="b"),
-                                                  "ts": sources.EventTime(), "noise": sources.Normal(0.0, 0.03)},
-                                          total_rows=400, seed=99), name="warm_up")
-    readings.map_batches(grid.meter, schema=grid.READING_SCHEMA, name="meter").key_by("building") \
-        .process(schema=grid.FORECAST_SCHEMA, name="forecast", alternates=alternates) \
-        .sink(sinks.memory(f"grid_warm_up_{time.time_ns()}"), name="out")
+    readings = p.source(
+        sources.generator(
+            fields={
+                "building": sources.Keys(grid.BUILDINGS, prefix="b"),
+                "ts": sources.EventTime(),
+                "noise": sources.Normal(0.0, 0.03),
+            },
+            total_rows=400,
+            seed=99,
+        ),
+        name="warm_up",
+    )
+    readings.map_batches(grid.meter, schema=grid.READING_SCHEMA, name="meter").key_by("building").process(
+        schema=grid.FORECAST_SCHEMA, name="forecast", alternates=alternates
+    ).sink(sinks.memory(f"grid_warm_up_{time.time_ns()}"), name="out")
     p.run(os.path.join(output, "warm_up_checkpoint"), spark=spark)
 
 
@@ -91,34 +122,52 @@ def timeline(run: GridRun) -> list[dict]:
     rows = []
     for m in run.metrics:
         d = m.dynamics or {}
-        rows.append({"t": round(m.started_at - t0, 1), "batch": m.batch_id, "rows": m.rows_in,
-                     "rate": round(m.rows_in / m.duration_s) if m.duration_s else None,
-                     "forecaster": m.alternates.get("forecast"), "value": d.get("value"),
-                     "omega": d.get("omega"), "executors": d.get("executors"), "cost": d.get("cost"),
-                     "profit": d.get("profit"), "profit_now": d.get("profit_now"),
-                     "backlog": sum(v for v in (m.backlog or {}).values() if v is not None)})
+        rows.append(
+            {
+                "t": round(m.started_at - t0, 1),
+                "batch": m.batch_id,
+                "rows": m.rows_in,
+                "rate": round(m.rows_in / m.duration_s) if m.duration_s else None,
+                "forecaster": m.alternates.get("forecast"),
+                "value": d.get("value"),
+                "omega": d.get("omega"),
+                "executors": d.get("executors"),
+                "cost": d.get("cost"),
+                "profit": d.get("profit"),
+                "profit_now": d.get("profit_now"),
+                "backlog": sum(v for v in (m.backlog or {}).values() if v is not None),
+            }
+        )
     return rows
 
 
 def print_report(run: GridRun) -> None:
     rows = timeline(run)
-    print("forecasters (profiled): " + ", ".join(
-        f"{n}: value {a['value']:.3f}, {a['cost'] * 1e6:.1f} us/reading" for n, a in run.alternates.items()))
+    print(
+        "forecasters (profiled): "
+        + ", ".join(f"{n}: value {a['value']:.3f}, {a['cost'] * 1e6:.1f} us/reading" for n, a in run.alternates.items())
+    )
     print(f"rate trace: peak {run.peak:,.0f} readings/s, {run.phase_s:.0f} s phases at 15/50/100/50/15 % of it")
-    print(f"{'t (s)':>7} {'batch':>5} {'rows':>7} {'backlog':>8} {'forecaster':>15} {'value':>6} {'omega':>6} "
-          f"{'exec':>4} {'cost':>9} {'profit':>7}")
+    print(
+        f"{'t (s)':>7} {'batch':>5} {'rows':>7} {'backlog':>8} {'forecaster':>15} {'value':>6} {'omega':>6} "
+        f"{'exec':>4} {'cost':>9} {'profit':>7}"
+    )
     for r in rows:
         omega = "-" if r["omega"] is None else f"{r['omega']:.2f}"
-        print(f"{r['t']:>7.1f} {r['batch']:>5} {r['rows']:>7,} {r['backlog']:>8,} {r['forecaster'] or '-':>15} "
-              f"{r['value']:>6.3f} {omega:>6} {r['executors']:>4} {r['cost']:>9.5f} {r['profit']:>7.3f}")
+        print(
+            f"{r['t']:>7.1f} {r['batch']:>5} {r['rows']:>7,} {r['backlog']:>8,} {r['forecaster'] or '-':>15} "
+            f"{r['value']:>6.3f} {omega:>6} {r['executors']:>4} {r['cost']:>9.5f} {r['profit']:>7.3f}"
+        )
     switches = [d for d in run.decisions if d.get("type") == "decision" and d["action"]["kind"] == "alternate"]
     print(f"\n{len(switches)} forecaster switches:")
     for d in switches:
         print(f"  after batch {d['batch_id']}: {d['action']['value']}  ({d['action']['reason']})")
     if rows:
         last = run.metrics[-1].dynamics
-        print(f"\nover the run: value {last['value_mean']:.3f}, Omega {last['omega_mean'] or float('nan'):.3f}, "
-              f"cost {last['cost']:.5f}, profit {last['profit']:.3f}")
+        print(
+            f"\nover the run: value {last['value_mean']:.3f}, Omega {last['omega_mean'] or float('nan'):.3f}, "
+            f"cost {last['cost']:.5f}, profit {last['profit']:.3f}"
+        )
 
 
 def plot(run: GridRun, path: str) -> None:
@@ -141,8 +190,9 @@ def plot(run: GridRun, path: str) -> None:
     axes[1].set_ylabel("relative")
     axes[1].set_ylim(0, 1.05)
     axes[2].plot(t, [r["cost"] for r in rows], label="cost mu(t) ($)")
-    axes[2].step(t, [r["executors"] * PRICE_PER_HOUR / 3600 * 1000 for r in rows], where="post",
-                 label="executors x price ($ per 1000 s)")
+    axes[2].step(
+        t, [r["executors"] * PRICE_PER_HOUR / 3600 * 1000 for r in rows], where="post", label="executors x price ($ per 1000 s)"
+    )
     axes[2].set_ylabel("$")
     axes[3].plot(t, [r["profit"] for r in rows], label="profit Theta (run so far)")
     axes[3].plot(t, [r["profit_now"] for r in rows], label="profit of the interval", alpha=0.6)
@@ -164,6 +214,15 @@ def plot(run: GridRun, path: str) -> None:
 
 def save(run: GridRun, path: str) -> None:
     with open(path, "w") as f:
-        json.dump({"peak": run.peak, "phase_s": run.phase_s, "alternates": run.alternates,
-                   "timeline": timeline(run),
-                   "switches": [d for d in run.decisions if d.get("type") == "decision"]}, f, indent=1, default=str)
+        json.dump(
+            {
+                "peak": run.peak,
+                "phase_s": run.phase_s,
+                "alternates": run.alternates,
+                "timeline": timeline(run),
+                "switches": [d for d in run.decisions if d.get("type") == "decision"],
+            },
+            f,
+            indent=1,
+            default=str,
+        )

@@ -156,8 +156,15 @@ def count_distinct(column: str) -> Aggregate:
     >>> agg.count_distinct("user").column
     'user'
     """
-    return UserAggregate(kind="count_distinct", column=column, create=sk.distinct_create, add=sk.distinct_add,
-                         merge=sk.distinct_merge, result=sk.distinct_result, result_type=pa.int64())
+    return UserAggregate(
+        kind="count_distinct",
+        column=column,
+        create=sk.distinct_create,
+        add=sk.distinct_add,
+        merge=sk.distinct_merge,
+        result=sk.distinct_result,
+        result_type=pa.int64(),
+    )
 
 
 def approx_count_distinct(column: str, precision: int = 12) -> Aggregate:
@@ -172,8 +179,15 @@ def approx_count_distinct(column: str, precision: int = 12) -> Aggregate:
     """
     if not (isinstance(precision, int) and 4 <= precision <= 18):
         raise PipelineError(f"approx_count_distinct({column!r}): precision must be an integer from 4 to 18, got {precision!r}")
-    return UserAggregate(kind="approx_count_distinct", column=column, create=sk.SketchFactory("hll", precision),
-                         add=sk.hll_add, merge=sk.hll_merge, result=sk.hll_result, result_type=pa.int64())
+    return UserAggregate(
+        kind="approx_count_distinct",
+        column=column,
+        create=sk.SketchFactory("hll", precision),
+        add=sk.hll_add,
+        merge=sk.hll_merge,
+        result=sk.hll_result,
+        result_type=pa.int64(),
+    )
 
 
 def approx_percentile(column: str, q: float, relative_accuracy: float = 0.01) -> Aggregate:
@@ -191,9 +205,15 @@ def approx_percentile(column: str, q: float, relative_accuracy: float = 0.01) ->
         raise PipelineError(f"approx_percentile({column!r}): q must be between 0 and 1 (0.95 for the 95th), got {q!r}")
     if not (isinstance(relative_accuracy, float) and 0 < relative_accuracy < 1):
         raise PipelineError(f"approx_percentile({column!r}): relative_accuracy must be in (0, 1), got {relative_accuracy!r}")
-    return UserAggregate(kind="approx_percentile", column=column, create=sk.SketchFactory("dd", relative_accuracy),
-                         add=sk.ddsketch_add, merge=sk.ddsketch_merge, result=sk.Percentile(float(q)),
-                         result_type=pa.float64())
+    return UserAggregate(
+        kind="approx_percentile",
+        column=column,
+        create=sk.SketchFactory("dd", relative_accuracy),
+        add=sk.ddsketch_add,
+        merge=sk.ddsketch_merge,
+        result=sk.Percentile(float(q)),
+        result_type=pa.float64(),
+    )
 
 
 def first(column: str) -> Aggregate:
@@ -204,8 +224,15 @@ def first(column: str) -> Aggregate:
     >>> agg.first("page").kind
     'first'
     """
-    return UserAggregate(kind="first", column=column, create=sk.extreme_create, add=sk.first_add,
-                         merge=sk.first_merge, result=sk.extreme_result, same_type=True)
+    return UserAggregate(
+        kind="first",
+        column=column,
+        create=sk.extreme_create,
+        add=sk.first_add,
+        merge=sk.first_merge,
+        result=sk.extreme_result,
+        same_type=True,
+    )
 
 
 def last(column: str) -> Aggregate:
@@ -216,8 +243,15 @@ def last(column: str) -> Aggregate:
     >>> agg.last("page").kind
     'last'
     """
-    return UserAggregate(kind="last", column=column, create=sk.extreme_create, add=sk.last_add,
-                         merge=sk.last_merge, result=sk.extreme_result, same_type=True)
+    return UserAggregate(
+        kind="last",
+        column=column,
+        create=sk.extreme_create,
+        add=sk.last_add,
+        merge=sk.last_merge,
+        result=sk.extreme_result,
+        same_type=True,
+    )
 
 
 def arg_max(column: str, by: str) -> Aggregate:
@@ -229,8 +263,16 @@ def arg_max(column: str, by: str) -> Aggregate:
     >>> agg.arg_max("page", by="duration_ms").by
     'duration_ms'
     """
-    return UserAggregate(kind="arg_max", column=column, by=by, create=sk.extreme_create, add=sk.ArgBest(True),
-                         merge=sk.ArgBestMerge(True), result=sk.extreme_result, same_type=True)
+    return UserAggregate(
+        kind="arg_max",
+        column=column,
+        by=by,
+        create=sk.extreme_create,
+        add=sk.ArgBest(True),
+        merge=sk.ArgBestMerge(True),
+        result=sk.extreme_result,
+        same_type=True,
+    )
 
 
 def arg_min(column: str, by: str) -> Aggregate:
@@ -241,8 +283,16 @@ def arg_min(column: str, by: str) -> Aggregate:
     >>> agg.arg_min("page", by="ts").kind
     'arg_min'
     """
-    return UserAggregate(kind="arg_min", column=column, by=by, create=sk.extreme_create, add=sk.ArgBest(False),
-                         merge=sk.ArgBestMerge(False), result=sk.extreme_result, same_type=True)
+    return UserAggregate(
+        kind="arg_min",
+        column=column,
+        by=by,
+        create=sk.extreme_create,
+        add=sk.ArgBest(False),
+        merge=sk.ArgBestMerge(False),
+        result=sk.extreme_result,
+        same_type=True,
+    )
 
 
 def udaf_values(table: pa.Table, agg: UserAggregate) -> pa.Array:
@@ -265,9 +315,7 @@ def parse(spec: Aggregate | tuple | str, output_name: str) -> Aggregate:
     else:
         raise PipelineError(f"aggregate {output_name!r}: cannot read {spec!r}; use e.g. sluice.agg.sum('col')")
     if not isinstance(agg, UserAggregate) and agg.kind not in BUILTIN:
-        raise PipelineError(
-            f"aggregate {output_name!r}: unknown function {agg.kind!r}; built-ins are {', '.join(BUILTIN)}"
-        )
+        raise PipelineError(f"aggregate {output_name!r}: unknown function {agg.kind!r}; built-ins are {', '.join(BUILTIN)}")
     if agg.column is None and agg.kind != "count":
         raise PipelineError(f"aggregate {output_name!r}: {agg.kind} needs a column")
     return agg

@@ -54,17 +54,26 @@ class Alt:
         if self.cost is not None and (not isinstance(self.cost, (int, float)) or self.cost < 0):
             raise ValueError(f"an alternate's cost is seconds of CPU per record (>= 0), got {self.cost!r}")
         if self.selectivity is not None and (not isinstance(self.selectivity, (int, float)) or self.selectivity < 0):
-            raise ValueError(f"an alternate's selectivity is output records per input record (>= 0), "
-                             f"got {self.selectivity!r}")
+            raise ValueError(f"an alternate's selectivity is output records per input record (>= 0), got {self.selectivity!r}")
 
     def describe(self) -> dict[str, Any]:
         """As JSON: the function's name and the declared figures."""
-        return {"fn": f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', repr(self.fn))}",
-                "value": float(self.value), "cost": self.cost, "selectivity": self.selectivity}
+        return {
+            "fn": f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', repr(self.fn))}",
+            "value": float(self.value),
+            "cost": self.cost,
+            "selectivity": self.selectivity,
+        }
 
 
-def check_alternates(fn: Callable | None, alternates: Mapping[str, Any] | None, active: str | None, what: str,
-                     name: str | None, location: str | None) -> tuple[Callable, dict[str, Alt], str | None]:
+def check_alternates(
+    fn: Callable | None,
+    alternates: Mapping[str, Any] | None,
+    active: str | None,
+    what: str,
+    name: str | None,
+    location: str | None,
+) -> tuple[Callable, dict[str, Alt], str | None]:
     """The function, the alternates (name -> Alt) and the default alternate of an operator
     built with ``fn=`` or ``alternates=``; raises PipelineError saying what is wrong.
 
@@ -73,17 +82,20 @@ def check_alternates(fn: Callable | None, alternates: Mapping[str, Any] | None, 
     label = name or what
     if alternates is None:
         if active is not None:
-            raise PipelineError(f"{what}: active={active!r} names an alternate, but no alternates= were given",
-                                label, location)
+            raise PipelineError(f"{what}: active={active!r} names an alternate, but no alternates= were given", label, location)
         if not callable(fn):
             raise PipelineError(f"{what} needs a function, got {fn!r}", label, location)
         return fn, {}, None
     if fn is not None:
-        raise PipelineError(f"{what}: give the function or alternates=, not both (the function of each alternate "
-                            f"is Alt(fn, ...))", label, location)
+        raise PipelineError(
+            f"{what}: give the function or alternates=, not both (the function of each alternate is Alt(fn, ...))",
+            label,
+            location,
+        )
     if not isinstance(alternates, Mapping) or not alternates:
-        raise PipelineError(f"{what}: alternates= must be a non-empty dict of name -> Alt(fn, value=...), "
-                            f"got {alternates!r}", label, location)
+        raise PipelineError(
+            f"{what}: alternates= must be a non-empty dict of name -> Alt(fn, value=...), got {alternates!r}", label, location
+        )
     alts: dict[str, Alt] = {}
     for alt_name, alt in alternates.items():
         if not isinstance(alt_name, str) or not alt_name:
@@ -93,8 +105,9 @@ def check_alternates(fn: Callable | None, alternates: Mapping[str, Any] | None, 
         elif callable(alt):
             alts[alt_name] = Alt(alt)
         else:
-            raise PipelineError(f"{what}: alternate {alt_name!r} must be Alt(fn, value=...) or a function, "
-                                f"got {alt!r}", label, location)
+            raise PipelineError(
+                f"{what}: alternate {alt_name!r} must be Alt(fn, value=...) or a function, got {alt!r}", label, location
+            )
     if active is None:
         top = max(a.value for a in alts.values())
         active = next(n for n, a in alts.items() if a.value == top)

@@ -49,9 +49,11 @@ alone could make a batch of gigabytes (read, parsed and copied several times ove
 
 def _declared_schema(where: str, schema) -> pa.Schema:
     if not isinstance(schema, pa.Schema) or len(schema) == 0:
-        raise SourceError(f"{where}: schema= must be a dict of column to type name or a pyarrow.Schema, with at "
-                          f"least one column "
-                          f"(messages carry no schema of their own), got {schema!r}")
+        raise SourceError(
+            f"{where}: schema= must be a dict of column to type name or a pyarrow.Schema, with at "
+            f"least one column "
+            f"(messages carry no schema of their own), got {schema!r}"
+        )
     _check_column_names(where, schema.names)
     return spark_compatible(schema)
 
@@ -141,10 +143,13 @@ class ConnectorSource(SourceSpec):
         if not self.patience_s > 0:
             raise SourceError(f"{where}: patience_s must be positive, got {self.patience_s!r}")
         if self.max_bytes_per_batch is not None and (
-                isinstance(self.max_bytes_per_batch, bool) or not isinstance(self.max_bytes_per_batch, int)
-                or self.max_bytes_per_batch < 1):
-            raise SourceError(f"{where}: max_bytes_per_batch must be a positive integer (bytes) or None, "
-                              f"got {self.max_bytes_per_batch!r}")
+            isinstance(self.max_bytes_per_batch, bool)
+            or not isinstance(self.max_bytes_per_batch, int)
+            or self.max_bytes_per_batch < 1
+        ):
+            raise SourceError(
+                f"{where}: max_bytes_per_batch must be a positive integer (bytes) or None, got {self.max_bytes_per_batch!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,17 +166,34 @@ class NatsSource(ConnectorSource):
     url: str = "nats://127.0.0.1:4222"
     auth: NatsAuth | None = None
 
-    def __init__(self, stream: str, schema: pa.Schema, *, url: str = "nats://127.0.0.1:4222",
-                 auth: NatsAuth | None = None,
-                 event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S,
-                 max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH):
+    def __init__(
+        self,
+        stream: str,
+        schema: pa.Schema,
+        *,
+        url: str = "nats://127.0.0.1:4222",
+        auth: NatsAuth | None = None,
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+        max_rows_per_batch: int | None = None,
+        patience_s: float = DEFAULT_PATIENCE_S,
+        max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH,
+    ):
         where = f"NatsSource({stream!r})"
         _text(where, "stream", stream)
         _auth(where, auth, NatsAuth)
-        self._init(where, schema, stream=stream, url=url, auth=auth, event_time=event_time,
-                   watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch,
-                   patience_s=patience_s, max_bytes_per_batch=max_bytes_per_batch)
+        self._init(
+            where,
+            schema,
+            stream=stream,
+            url=url,
+            auth=auth,
+            event_time=event_time,
+            watermark_delay=watermark_delay,
+            max_rows_per_batch=max_rows_per_batch,
+            patience_s=patience_s,
+            max_bytes_per_batch=max_bytes_per_batch,
+        )
 
     @property
     def broker(self) -> str:
@@ -191,15 +213,31 @@ class RedisStreamSource(ConnectorSource):
     key: str
     url: str = "redis://127.0.0.1:6379/0"
 
-    def __init__(self, key: str, schema: pa.Schema, *, url: str = "redis://127.0.0.1:6379/0",
-                 event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S,
-                 max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH):
+    def __init__(
+        self,
+        key: str,
+        schema: pa.Schema,
+        *,
+        url: str = "redis://127.0.0.1:6379/0",
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+        max_rows_per_batch: int | None = None,
+        patience_s: float = DEFAULT_PATIENCE_S,
+        max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH,
+    ):
         where = f"RedisStreamSource({key!r})"
         _text(where, "key", key)
-        self._init(where, schema, key=key, url=url, event_time=event_time,
-                   watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch,
-                   patience_s=patience_s, max_bytes_per_batch=max_bytes_per_batch)
+        self._init(
+            where,
+            schema,
+            key=key,
+            url=url,
+            event_time=event_time,
+            watermark_delay=watermark_delay,
+            max_rows_per_batch=max_rows_per_batch,
+            patience_s=patience_s,
+            max_bytes_per_batch=max_bytes_per_batch,
+        )
 
     @property
     def broker(self) -> str:
@@ -224,11 +262,21 @@ class MqttSource(ConnectorSource):
     port: int = 1883
     auth: MqttAuth | None = None
 
-    def __init__(self, topics, schema: pa.Schema, *, client_id: str, host: str = "127.0.0.1",
-                 port: int = 1883, auth: MqttAuth | None = None,
-                 event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S,
-                 max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH):
+    def __init__(
+        self,
+        topics,
+        schema: pa.Schema,
+        *,
+        client_id: str,
+        host: str = "127.0.0.1",
+        port: int = 1883,
+        auth: MqttAuth | None = None,
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+        max_rows_per_batch: int | None = None,
+        patience_s: float = DEFAULT_PATIENCE_S,
+        max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH,
+    ):
         topics = (topics,) if isinstance(topics, str) else tuple(topics)
         where = f"MqttSource({list(topics)!r})"
         if not topics:
@@ -237,9 +285,20 @@ class MqttSource(ConnectorSource):
             _text(where, "a topic", topic)
         _text(where, "client_id (it names the persistent session)", client_id)
         _auth(where, auth, MqttAuth)
-        self._init(where, schema, topics=topics, client_id=client_id, host=host, port=int(port), auth=auth,
-                   event_time=event_time, watermark_delay=watermark_delay,
-                   max_rows_per_batch=max_rows_per_batch, patience_s=patience_s, max_bytes_per_batch=max_bytes_per_batch)
+        self._init(
+            where,
+            schema,
+            topics=topics,
+            client_id=client_id,
+            host=host,
+            port=int(port),
+            auth=auth,
+            event_time=event_time,
+            watermark_delay=watermark_delay,
+            max_rows_per_batch=max_rows_per_batch,
+            patience_s=patience_s,
+            max_bytes_per_batch=max_bytes_per_batch,
+        )
 
     @property
     def broker(self) -> str:
@@ -256,19 +315,36 @@ class PostgresTableSource(ConnectorSource):
     table: str
     column: str
 
-    def __init__(self, dsn: str, table: str, column: str, schema: pa.Schema, *,
-                 event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None, patience_s: float = DEFAULT_PATIENCE_S,
-                 max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH):
+    def __init__(
+        self,
+        dsn: str,
+        table: str,
+        column: str,
+        schema: pa.Schema,
+        *,
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+        max_rows_per_batch: int | None = None,
+        patience_s: float = DEFAULT_PATIENCE_S,
+        max_bytes_per_batch: int | None = DEFAULT_MAX_BYTES_PER_BATCH,
+    ):
         where = f"PostgresTableSource({table!r})"
         for name, value in (("dsn", dsn), ("table", table), ("column", column)):
             _text(where, name, value)
         if column not in schema.names:
-            raise SourceError(f"{where}: the offset column {column!r} must be among the columns "
-                              f"read {schema.names}")
-        self._init(where, schema, dsn=dsn, table=table, column=column, event_time=event_time,
-                   watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch,
-                   patience_s=patience_s, max_bytes_per_batch=max_bytes_per_batch)
+            raise SourceError(f"{where}: the offset column {column!r} must be among the columns read {schema.names}")
+        self._init(
+            where,
+            schema,
+            dsn=dsn,
+            table=table,
+            column=column,
+            event_time=event_time,
+            watermark_delay=watermark_delay,
+            max_rows_per_batch=max_rows_per_batch,
+            patience_s=patience_s,
+            max_bytes_per_batch=max_bytes_per_batch,
+        )
 
     @property
     def broker(self) -> str:
@@ -361,8 +437,7 @@ class NatsSink(SinkSpec):
 CONNECTOR_SINKS = (PostgresSink, RedisSink, NatsSink)
 
 # a spec's repr (in errors, logs, a debugger) shows its address, never its password
-for _spec in (NatsSource, RedisStreamSource, MqttSource, PostgresTableSource, *CONNECTOR_SINKS,
-              NatsAuth, MqttAuth):
+for _spec in (NatsSource, RedisStreamSource, MqttSource, PostgresTableSource, *CONNECTOR_SINKS, NatsAuth, MqttAuth):
     redacted_repr(_spec)
 
 

@@ -60,8 +60,10 @@ class LatencyConstraint:
         if not self.bound_s > 0:
             raise ConfigError(f"constraint {self.name!r}: the latency bound must be positive, got {self.bound_s}")
         if self.window_s < MIN_WINDOW_S:
-            raise ConfigError(f"constraint {self.name!r}: window over={self.window_s}s is shorter than "
-                              f"{MIN_WINDOW_S}s; the mean of Eq. 1 needs several batches")
+            raise ConfigError(
+                f"constraint {self.name!r}: window over={self.window_s}s is shorter than "
+                f"{MIN_WINDOW_S}s; the mean of Eq. 1 needs several batches"
+            )
         if self.p95_s is not None and not self.p95_s > 0:
             raise ConfigError(f"constraint {self.name!r}: p95 bound must be positive, got {self.p95_s}")
 
@@ -76,17 +78,24 @@ class LatencyConstraint:
         return f"{self.name}: mean latency <= {self.bound_s * 1000:.0f} ms over {self.window_s:g} s{p95} ({path})"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "bound_ms": round(self.bound_s * 1000, 3), "window_s": self.window_s,
-                "path": list(self.path) if self.path else None,
-                "p95_ms": None if self.p95_s is None else round(self.p95_s * 1000, 3)}
+        return {
+            "name": self.name,
+            "bound_ms": round(self.bound_s * 1000, 3),
+            "window_s": self.window_s,
+            "path": list(self.path) if self.path else None,
+            "p95_ms": None if self.p95_s is None else round(self.p95_s * 1000, 3),
+        }
 
 
-def make_constraint(name: str, latency, *, path: tuple[str, str] | None = None, over="30s",
-                    p95=None) -> LatencyConstraint:
+def make_constraint(name: str, latency, *, path: tuple[str, str] | None = None, over="30s", p95=None) -> LatencyConstraint:
     """A constraint from user-facing values (durations as text or seconds)."""
-    return LatencyConstraint(name=name, bound_s=parse_duration(latency, f"constraint {name!r} latency"),
-                             window_s=parse_duration(over, f"constraint {name!r} over"), path=path,
-                             p95_s=None if p95 is None else parse_duration(p95, f"constraint {name!r} p95"))
+    return LatencyConstraint(
+        name=name,
+        bound_s=parse_duration(latency, f"constraint {name!r} latency"),
+        window_s=parse_duration(over, f"constraint {name!r} over"),
+        path=path,
+        p95_s=None if p95 is None else parse_duration(p95, f"constraint {name!r} p95"),
+    )
 
 
 # ---- the path in the graph ---------------------------------------------------------------------
@@ -145,11 +154,19 @@ def validate_constraints(graph, constraints: list[LatencyConstraint]) -> None:
         first, last = c.path
         for end in (first, last):
             if end not in graph:
-                raise PipelineError(f"constraint {c.name!r}: {end!r} is not an operator of this pipeline; "
-                                    f"operators: {[op.id for op in graph.operators]}")
+                raise PipelineError(
+                    f"constraint {c.name!r}: {end!r} is not an operator of this pipeline; "
+                    f"operators: {[op.id for op in graph.operators]}"
+                )
         if last not in _downstream(graph, first):
-            raise PipelineError(f"constraint {c.name!r}: no path leads from {first!r} to {last!r} "
-                                f"({last!r} is not downstream of {first!r})", graph[last].name, graph[last].location)
+            raise PipelineError(
+                f"constraint {c.name!r}: no path leads from {first!r} to {last!r} ({last!r} is not downstream of {first!r})",
+                graph[last].name,
+                graph[last].location,
+            )
         if not measuring_sinks(graph, c):
-            raise PipelineError(f"constraint {c.name!r}: no sink is downstream of {last!r}, so its latency "
-                                f"cannot be measured", graph[last].name, graph[last].location)
+            raise PipelineError(
+                f"constraint {c.name!r}: no sink is downstream of {last!r}, so its latency cannot be measured",
+                graph[last].name,
+                graph[last].location,
+            )

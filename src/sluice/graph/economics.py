@@ -40,8 +40,10 @@ class Economics:
             raise ConfigError(f"economics: min_omega is a relative throughput in [0, 1], got {self.min_omega!r}")
         best, worst = self.break_even_rates
         if not best > worst >= 0:
-            raise ConfigError(f"economics: the break-even cost at the best value ({best}/h) must exceed the one at the "
-                              f"worst value ({worst}/h): a better result is worth paying more for (Eq. 4.9)")
+            raise ConfigError(
+                f"economics: the break-even cost at the best value ({best}/h) must exceed the one at the "
+                f"worst value ({worst}/h): a better result is worth paying more for (Eq. 4.9)"
+            )
 
     @property
     def break_even_rates(self) -> tuple[float, float]:

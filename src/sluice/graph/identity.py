@@ -96,12 +96,14 @@ def with_ids(graph, ids: dict[str, str]):
     copy._operators = {}
     for op in graph.operators:
         new_id = ids.get(op.id, op.id)
-        copy.add(replace(op, id=new_id, name=new_id if op.name == op.id else op.name,
-                         inputs=tuple(ids.get(i, i) for i in op.inputs)))
+        copy.add(
+            replace(op, id=new_id, name=new_id if op.name == op.id else op.name, inputs=tuple(ids.get(i, i) for i in op.inputs))
+        )
     return copy
 
 
 # ---- what the state depends on --------------------------------------------------------------
+
 
 def state_record(graph, op: Operator) -> dict[str, Any]:
     """What ``op``'s state depends on, as JSON (after validation, when schemas are known)."""
@@ -132,8 +134,12 @@ def state_record(graph, op: Operator) -> dict[str, Any]:
         time = op.params["time"]
         record["deduplicate"] = f"on {'event time ' + time.column if hasattr(time, 'column') else 'processing time'}"
     elif op.kind == "top":  # the kept records are the state: their columns count
-        record["top"] = {"n": op.params["n"], "by": list(op.params["by"]), "ascending": op.params.get("ascending", False),
-                         "record": [_typed(upstream, f.name) for f in upstream] if upstream is not None else None}
+        record["top"] = {
+            "n": op.params["n"],
+            "by": list(op.params["by"]),
+            "ascending": op.params.get("ascending", False),
+            "record": [_typed(upstream, f.name) for f in upstream] if upstream is not None else None,
+        }
     if op.params.get("ttl") is not None:  # the state carries each key's last write, on this clock
         record["ttl"] = f"last write in {op.params['ttl'].time} time"  # the duration may change
     return record

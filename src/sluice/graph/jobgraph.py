@@ -124,9 +124,7 @@ class JobGraph:
             if op.kind != "source" and not op.inputs:
                 raise PipelineError("operator has no input", op.name, op.location)
             if op.kind not in ("sink",) and op.kind != "source" and not self.consumers(op.id):
-                raise PipelineError(
-                    "this stream goes nowhere: add a sink or remove the operator", op.name, op.location
-                )
+                raise PipelineError("this stream goes nowhere: add a sink or remove the operator", op.name, op.location)
             declared = op.schema
             culprit = next((assumed[i] for i in op.inputs if i in assumed), None)
             try:
@@ -140,7 +138,6 @@ class JobGraph:
             elif culprit is not None and op.definition.passes_schema:
                 assumed[op.id] = culprit
 
-
         validate_constraints(self, self.constraints)
 
 
@@ -152,7 +149,9 @@ def _schema_probably_missing(culprit: Operator, error: SchemaError) -> SchemaErr
         f"{culprit.kind} has no schema=, so its output was assumed to have its input's columns, and a later "
         f"operator then failed: {error}. Its output schema is probably missing: pass schema={{'column': 'type', "
         f"...}} (or a pyarrow.Schema) to the {culprit.kind}",
-        culprit.name, culprit.location)
+        culprit.name,
+        culprit.location,
+    )
 
 
 def _check(op: Operator, inputs: list[pa.Schema | None], typer: ExpressionTyper | None) -> pa.Schema | None:

@@ -82,24 +82,29 @@ class JoinSides:
         taken = list(self.left_keys) + list(extra)
         for name in lout + rout:
             if name in taken:
-                raise SchemaError(f"join: output column {name!r} would appear twice (after suffixes {self.suffixes}); "
-                                  f"rename it on one side (select/with_columns) or pass other suffixes=")
+                raise SchemaError(
+                    f"join: output column {name!r} would appear twice (after suffixes {self.suffixes}); "
+                    f"rename it on one side (select/with_columns) or pass other suffixes="
+                )
             taken.append(name)
         return lout, rout
 
 
 def check_keys(sides: JoinSides, left: pa.Schema, right: pa.Schema) -> None:
     if len(sides.left_keys) != len(sides.right_keys):
-        raise SchemaError(f"join: the sides have {len(sides.left_keys)} and {len(sides.right_keys)} key columns; "
-                          f"key both by as many columns")
+        raise SchemaError(
+            f"join: the sides have {len(sides.left_keys)} and {len(sides.right_keys)} key columns; key both by as many columns"
+        )
     for lk, rk in zip(sides.left_keys, sides.right_keys):
         for name, schema, what in ((lk, left, "left"), (rk, right, "right")):
             if name not in schema.names:
                 raise SchemaError(f"join: {what} key column {name!r} is not among {schema.names}")
         lt, rt = left.field(lk).type, right.field(rk).type
         if lt != rt:
-            raise SchemaError(f"join: key {lk!r} is {lt} on the left but {rk!r} is {rt} on the right; "
-                              f"cast one side so that both have the same type")
+            raise SchemaError(
+                f"join: key {lk!r} is {lt} on the left but {rk!r} is {rt} on the right; "
+                f"cast one side so that both have the same type"
+            )
 
 
 def signed(micros: int) -> str:
@@ -140,8 +145,9 @@ class StreamJoin:
         if self.window is not None and not isinstance(self.window, Sliding):
             raise SchemaError(f"join: window must be tumbling or sliding, not {self.window!r}")
         if self.between is not None and self.between[0] > self.between[1]:
-            raise SchemaError(f"join: between=({signed(self.between[0])}, {signed(self.between[1])}) "
-                              f"has its lower bound above its upper bound")
+            raise SchemaError(
+                f"join: between=({signed(self.between[0])}, {signed(self.between[1])}) has its lower bound above its upper bound"
+            )
         if self.allowed_lateness < 0:
             raise SchemaError("join: allowed_lateness must be >= 0")
 
@@ -155,8 +161,10 @@ class StreamJoin:
     def output_schema(self, left: pa.Schema, right: pa.Schema) -> pa.Schema:
         for side, schema, column in ((LEFT, left, self.sides.left_time), (RIGHT, right, self.sides.right_time)):
             if column is None:
-                raise SchemaError("join: a stream-stream join runs on event time; declare event_time= on the "
-                                  f"{'left' if side == LEFT else 'right'} side's sources")
+                raise SchemaError(
+                    "join: a stream-stream join runs on event time; declare event_time= on the "
+                    f"{'left' if side == LEFT else 'right'} side's sources"
+                )
             time_type(schema, column, "left" if side == LEFT else "right")
         lout, rout = self.sides.output_names(left, right, self.window_columns())
         fields = [left.field(k) for k in self.sides.left_keys]
@@ -175,7 +183,7 @@ class StreamJoin:
             lower, upper = self.between or (0, 0)
             cond = f"between({signed(lower)},{signed(upper)})"
         late = f", allowed lateness {self.allowed_lateness}us" if self.allowed_lateness else ""
-        return (f"{self.how} join on {cond}, event time {self.sides.left_time}/{self.sides.right_time}{late}")
+        return f"{self.how} join on {cond}, event time {self.sides.left_time}/{self.sides.right_time}{late}"
 
 
 @dataclass(frozen=True)
@@ -204,8 +212,9 @@ class TableLookup:
         vtype = right.field(self.version).type
         if not (pa.types.is_integer(vtype) or pa.types.is_timestamp(vtype)):
             raise SchemaError(f"lookup: version column {self.version!r} must be an integer or a timestamp, it is {vtype}")
-        if self.deleted is not None and (self.deleted not in right.names
-                                         or not pa.types.is_boolean(right.field(self.deleted).type)):
+        if self.deleted is not None and (
+            self.deleted not in right.names or not pa.types.is_boolean(right.field(self.deleted).type)
+        ):
             raise SchemaError(f"lookup: deleted= must name a boolean column of the table, got {self.deleted!r}")
         lout, rout = self.sides.output_names(left, right)
         fields = [left.field(k) for k in self.sides.left_keys]

@@ -52,20 +52,29 @@ def _config(where: str, config) -> tuple:
 
 def avro_schema(schema: pa.Schema, name: str = "record") -> dict:
     """The Avro record schema of ``schema``'s columns, every field nullable (default null)."""
+
     def avro_type(t: pa.DataType):
         if pa.types.is_timestamp(t):
             return {"type": "long", "logicalType": "timestamp-micros"}
-        for check, avro in ((pa.types.is_boolean, "boolean"), (pa.types.is_int64, "long"),
-                            (pa.types.is_integer, "int"), (pa.types.is_float32, "float"),
-                            (pa.types.is_floating, "double"), (pa.types.is_string, "string"),
-                            (pa.types.is_large_string, "string"), (pa.types.is_binary, "bytes")):
+        for check, avro in (
+            (pa.types.is_boolean, "boolean"),
+            (pa.types.is_int64, "long"),
+            (pa.types.is_integer, "int"),
+            (pa.types.is_float32, "float"),
+            (pa.types.is_floating, "double"),
+            (pa.types.is_string, "string"),
+            (pa.types.is_large_string, "string"),
+            (pa.types.is_binary, "bytes"),
+        ):
             if check(t):
                 return avro
-        raise PipelineError(f"Avro: no Avro type for column type {t} (use numbers, strings, bytes, "
-                            "booleans or timestamps)")
+        raise PipelineError(f"Avro: no Avro type for column type {t} (use numbers, strings, bytes, booleans or timestamps)")
 
-    return {"type": "record", "name": name,
-            "fields": [{"name": f.name, "type": ["null", avro_type(f.type)], "default": None} for f in schema]}
+    return {
+        "type": "record",
+        "name": name,
+        "fields": [{"name": f.name, "type": ["null", avro_type(f.type)], "default": None} for f in schema],
+    }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,11 +111,22 @@ class KafkaSource(ConnectorSource):
     starting_offsets: str = "earliest"
     config: tuple = ()
 
-    def __init__(self, topics, schema: pa.Schema | dict | None = None, *, format: str = "json",
-                 bootstrap: str = "127.0.0.1:9092", avro=None, metadata=(), starting_offsets: str = "earliest",
-                 config: Mapping[str, str] | None = None, event_time: str | None = None,
-                 watermark_delay: float = 0.0, max_rows_per_batch: int | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S):
+    def __init__(
+        self,
+        topics,
+        schema: pa.Schema | dict | None = None,
+        *,
+        format: str = "json",
+        bootstrap: str = "127.0.0.1:9092",
+        avro=None,
+        metadata=(),
+        starting_offsets: str = "earliest",
+        config: Mapping[str, str] | None = None,
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+        max_rows_per_batch: int | None = None,
+        patience_s: float = DEFAULT_PATIENCE_S,
+    ):
         topics = (topics,) if isinstance(topics, str) else tuple(topics or ())
         where = f"KafkaSource({list(topics)!r})"
         if not topics:
@@ -129,8 +149,7 @@ class KafkaSource(ConnectorSource):
         if isinstance(schema, dict):  # {"meter": "string", "kwh": "double"}, as schema= takes everywhere
             schema = as_schema(schema, f"{where}: ")
         if not isinstance(schema, pa.Schema):
-            raise SourceError(f"{where}: schema= must be a dict of column to type name or a pyarrow.Schema, "
-                              f"got {schema!r}")
+            raise SourceError(f"{where}: schema= must be a dict of column to type name or a pyarrow.Schema, got {schema!r}")
         clash = [METADATA[m].name for m in meta if METADATA[m].name in schema.names]
         if clash:
             raise SourceError(f"{where}: columns {clash} are both in the schema and metadata")
@@ -140,9 +159,21 @@ class KafkaSource(ConnectorSource):
             avro = json.dumps(avro, sort_keys=True)  # text: the spec stays hashable
         elif avro is not None:
             raise SourceError(f"{where}: avro= is for format='avro'")
-        self._init(where, full, topics=topics, bootstrap=bootstrap, format=format, avro=avro, metadata=meta,
-                   starting_offsets=starting_offsets, config=_config(where, config), event_time=event_time,
-                   watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch, patience_s=patience_s)
+        self._init(
+            where,
+            full,
+            topics=topics,
+            bootstrap=bootstrap,
+            format=format,
+            avro=avro,
+            metadata=meta,
+            starting_offsets=starting_offsets,
+            config=_config(where, config),
+            event_time=event_time,
+            watermark_delay=watermark_delay,
+            max_rows_per_batch=max_rows_per_batch,
+            patience_s=patience_s,
+        )
         object.__setattr__(self, "value_schema", pa.schema(self.schema_.field(n) for n in schema.names))
 
     @property

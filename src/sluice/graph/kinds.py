@@ -114,8 +114,14 @@ def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
 
 
 def _orderable(dtype: pa.DataType) -> bool:
-    return (pa.types.is_integer(dtype) or pa.types.is_floating(dtype) or pa.types.is_decimal(dtype)
-            or pa.types.is_timestamp(dtype) or pa.types.is_date(dtype) or pa.types.is_string(dtype))
+    return (
+        pa.types.is_integer(dtype)
+        or pa.types.is_floating(dtype)
+        or pa.types.is_decimal(dtype)
+        or pa.types.is_timestamp(dtype)
+        or pa.types.is_date(dtype)
+        or pa.types.is_string(dtype)
+    )
 
 
 def sum_type(col_type: pa.DataType | None) -> pa.DataType:
@@ -128,8 +134,9 @@ def sum_type(col_type: pa.DataType | None) -> pa.DataType:
     return pa.float64()
 
 
-def aggregate_output_schema(keys: list[str], aggregates: dict[str, Aggregate], schema: pa.Schema | None,
-                            op: Any = None) -> pa.Schema | None:
+def aggregate_output_schema(
+    keys: list[str], aggregates: dict[str, Aggregate], schema: pa.Schema | None, op: Any = None
+) -> pa.Schema | None:
     """Keys, then one column per aggregate, typed from its input column; ``op`` names the
     operator in errors."""
     if schema is None:
@@ -234,8 +241,12 @@ def _window(op, inputs, typer):
 def _join(op, inputs, typer):
     left, right = [*inputs, None, None][:2]
     if left is None or right is None:
-        raise fail(op, "join: the schemas of both sides must be known; give schema= to the Python "
-                       "operators before it (a select's types come from Spark's analyzer)", PipelineError)
+        raise fail(
+            op,
+            "join: the schemas of both sides must be known; give schema= to the Python "
+            "operators before it (a select's types come from Spark's analyzer)",
+            PipelineError,
+        )
     try:
         return op.params["spec"].output_schema(left, right)
     except PipelineError as exc:
@@ -266,15 +277,19 @@ for _kind in (
     OperatorKind("map_batches", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:MapBatchesKernel"),
     OperatorKind("map", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:RecordKernel"),
     OperatorKind("flat_map", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:RecordKernel"),
-    OperatorKind("filter_fn", PYTHON, ("fn",), _same_as_input, kernel=f"{_STATELESS}:RecordKernel",
-                 passes_schema=True),
+    OperatorKind("filter_fn", PYTHON, ("fn",), _same_as_input, kernel=f"{_STATELESS}:RecordKernel", passes_schema=True),
     OperatorKind("aggregate", KEYED, ("keys", "aggregates"), _aggregate, kernel=f"{_FACTORY}:aggregate_kernel"),
-    OperatorKind("reduce", KEYED, ("keys", "fn"), _same_as_input, kernel=f"{_FACTORY}:reduce_kernel",
-                 passes_schema=True),
+    OperatorKind("reduce", KEYED, ("keys", "fn"), _same_as_input, kernel=f"{_FACTORY}:reduce_kernel", passes_schema=True),
     OperatorKind("process", KEYED, ("keys", "fn"), _declared_or_input, kernel=f"{_FACTORY}:process_kernel"),
     OperatorKind("window", KEYED, ("keys", "queries"), _window, kernel=f"{_FACTORY}:window_kernel_of"),
-    OperatorKind("deduplicate", KEYED, ("keys", "within", "time"), _same_as_input,
-                 kernel=f"{_FACTORY}:deduplicate_kernel", passes_schema=True),
+    OperatorKind(
+        "deduplicate",
+        KEYED,
+        ("keys", "within", "time"),
+        _same_as_input,
+        kernel=f"{_FACTORY}:deduplicate_kernel",
+        passes_schema=True,
+    ),
     OperatorKind("top", KEYED, ("keys", "n", "by"), _top, kernel=f"{_FACTORY}:top_kernel"),
     # two inputs, the keyed streams of its two sides (sluice.graph.joins)
     OperatorKind("join", KEYED, ("keys", "spec"), _join, kernel=f"{_FACTORY}:join_kernel_of"),

@@ -110,8 +110,7 @@ class IcebergSink(SinkSpec):
         if not catalog:
             raise PipelineError(f"{where}: catalog= is required (a SQL catalog URL or catalog properties)")
         if isinstance(catalog, str) and self.warehouse is None:
-            raise PipelineError(f"{where}: a SQL catalog needs warehouse= (where table files go, "
-                                "e.g. 'file:///data/warehouse')")
+            raise PipelineError(f"{where}: a SQL catalog needs warehouse= (where table files go, e.g. 'file:///data/warehouse')")
         object.__setattr__(self, "catalog", catalog)
         object.__setattr__(self, "key", _key_columns(where, self.key))
 
@@ -152,21 +151,36 @@ class DeltaSource(ConnectorSource):
     starting_version: int | str = 0
     skip_change_commits: bool = False
 
-    def __init__(self, uri: str, schema: pa.Schema, *, starting_version: int | str = 0,
-                 skip_change_commits: bool = False, event_time: str | None = None,
-                 watermark_delay: float = 0.0, max_rows_per_batch: int | None = None,
-                 patience_s: float = DEFAULT_PATIENCE_S):
+    def __init__(
+        self,
+        uri: str,
+        schema: pa.Schema,
+        *,
+        starting_version: int | str = 0,
+        skip_change_commits: bool = False,
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+        max_rows_per_batch: int | None = None,
+        patience_s: float = DEFAULT_PATIENCE_S,
+    ):
         where = f"DeltaSource({uri!r})"
         _text(where, "uri", uri)
-        if not (starting_version == "latest" or (isinstance(starting_version, int)
-                                                 and not isinstance(starting_version, bool)
-                                                 and starting_version >= 0)):
-            raise SourceError(f"{where}: starting_version must be a version (int >= 0) or 'latest', "
-                              f"got {starting_version!r}")
-        self._init(where, schema, uri=uri, starting_version=starting_version,
-                   skip_change_commits=bool(skip_change_commits), event_time=event_time,
-                   watermark_delay=watermark_delay, max_rows_per_batch=max_rows_per_batch,
-                   patience_s=patience_s)
+        if not (
+            starting_version == "latest"
+            or (isinstance(starting_version, int) and not isinstance(starting_version, bool) and starting_version >= 0)
+        ):
+            raise SourceError(f"{where}: starting_version must be a version (int >= 0) or 'latest', got {starting_version!r}")
+        self._init(
+            where,
+            schema,
+            uri=uri,
+            starting_version=starting_version,
+            skip_change_commits=bool(skip_change_commits),
+            event_time=event_time,
+            watermark_delay=watermark_delay,
+            max_rows_per_batch=max_rows_per_batch,
+            patience_s=patience_s,
+        )
 
     @property
     def broker(self) -> str:

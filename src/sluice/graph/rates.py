@@ -51,8 +51,7 @@ class RateSchedule:
         try:
             steps = [(t, r) for t, r in value]
         except (TypeError, ValueError):
-            raise SourceError(f"{where}: a rate schedule is a list of (seconds, rows/s) pairs, "
-                              f"got {value!r}") from None
+            raise SourceError(f"{where}: a rate schedule is a list of (seconds, rows/s) pairs, got {value!r}") from None
         if not steps:
             raise SourceError(f"{where}: the rate schedule has no steps")
         for i, (t, r) in enumerate(steps):
@@ -102,12 +101,14 @@ def as_rate(where: str, value: Any) -> Rate | None:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not (math.isfinite(value) and value > 0):
-            raise SourceError(f"{where}: rate must be a positive number, a schedule of (seconds, rows/s) "
-                              f"steps or None, got {value!r}")
+            raise SourceError(
+                f"{where}: rate must be a positive number, a schedule of (seconds, rows/s) steps or None, got {value!r}"
+            )
         return value
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise SourceError(f"{where}: rate must be a positive number, a schedule of (seconds, rows/s) "
-                          f"steps or None, got {value!r}")
+        raise SourceError(
+            f"{where}: rate must be a positive number, a schedule of (seconds, rows/s) steps or None, got {value!r}"
+        )
     return RateSchedule.parse(where, value)
 
 
@@ -137,6 +138,7 @@ def rows_arrived(start_us: int, rate: Rate, now_us: int) -> int:
     seconds = (now_us - start_us) / 1e6
     expected = rate.rows_by(seconds) if isinstance(rate, RateSchedule) else seconds * rate
     k = math.floor(expected) + 1
+
     # Nudge by a row where float rounding disagrees with arrival_us, which is the truth.
     def due(i: int) -> int:
         return int(arrival_us(start_us, rate, np.array([i]))[0])

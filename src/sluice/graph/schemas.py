@@ -9,11 +9,20 @@ import pyarrow as pa
 from sluice.errors import PipelineError
 
 _TYPES = {
-    "int": pa.int64(), "int64": pa.int64(), "long": pa.int64(), "bigint": pa.int64(),
-    "int32": pa.int32(), "integer": pa.int32(),
-    "float": pa.float64(), "double": pa.float64(), "float64": pa.float64(), "float32": pa.float32(),
-    "str": pa.string(), "string": pa.string(),
-    "bool": pa.bool_(), "boolean": pa.bool_(),
+    "int": pa.int64(),
+    "int64": pa.int64(),
+    "long": pa.int64(),
+    "bigint": pa.int64(),
+    "int32": pa.int32(),
+    "integer": pa.int32(),
+    "float": pa.float64(),
+    "double": pa.float64(),
+    "float64": pa.float64(),
+    "float32": pa.float32(),
+    "str": pa.string(),
+    "string": pa.string(),
+    "bool": pa.bool_(),
+    "boolean": pa.bool_(),
     "timestamp": pa.timestamp("us", tz="UTC"),
     "binary": pa.binary(),
     "date": pa.date32(),
@@ -34,8 +43,9 @@ def to_arrow_type(t, where: str = "") -> pa.DataType:
         if not 1 <= precision <= 38 or scale > precision:
             raise PipelineError(f"{where}{t!r}: a decimal needs 1 <= precision <= 38 and scale <= precision")
         return pa.decimal128(precision, scale)
-    raise PipelineError(f"{where}unknown type {t!r}; use a pyarrow type or one of {sorted(_TYPES)} "
-                        f"or 'decimal(precision, scale)'")
+    raise PipelineError(
+        f"{where}unknown type {t!r}; use a pyarrow type or one of {sorted(_TYPES)} or 'decimal(precision, scale)'"
+    )
 
 
 def spark_type(t: pa.DataType) -> pa.DataType:
@@ -73,8 +83,9 @@ def as_schema(schema, where: str = "") -> pa.Schema | None:
     if isinstance(schema, pa.Schema):
         return pa.schema([f.with_type(spark_type(f.type)) for f in schema], metadata=schema.metadata)
     if isinstance(schema, dict):
-        return pa.schema([pa.field(name, spark_type(to_arrow_type(t, f"{where}column {name!r}: ")))
-                          for name, t in schema.items()])
+        return pa.schema(
+            [pa.field(name, spark_type(to_arrow_type(t, f"{where}column {name!r}: "))) for name, t in schema.items()]
+        )
     raise PipelineError(f"{where}schema must be a pyarrow.Schema or a dict of name -> type, got {schema!r}")
 
 

@@ -33,8 +33,9 @@ class FileSink(SinkSpec):
         if self.format not in ("parquet", "json"):
             raise PipelineError(f"files sink {self.path!r}: format must be 'parquet' or 'json', not {self.format!r}")
         if self.target_file_bytes is not None and self.format != "parquet":
-            raise PipelineError(f"files sink {self.path!r}: target_file_size rolls Parquet files; "
-                                f"format={self.format!r} has none")
+            raise PipelineError(
+                f"files sink {self.path!r}: target_file_size rolls Parquet files; format={self.format!r} has none"
+            )
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,7 @@ def files(path: str, format: str = "parquet", target_file_size: int | str | None
     >>> sinks.files("out/per_meter", format="json").format
     'json'
     """
-    return FileSink(path=str(path), format=format,
-                    target_file_bytes=parse_size(target_file_size, f"files sink {str(path)!r}"))
+    return FileSink(path=str(path), format=format, target_file_bytes=parse_size(target_file_size, f"files sink {str(path)!r}"))
 
 
 def console(rows: int = 20) -> ConsoleSink:

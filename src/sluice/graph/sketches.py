@@ -40,6 +40,7 @@ def _present(values: pa.Array) -> pa.Array:
 
 # ---- exact distinct count ------------------------------------------------------------------
 
+
 @dataclass
 class DistinctSet:
     """The distinct non-null values seen, as one Arrow array."""
@@ -70,6 +71,7 @@ def distinct_result(acc: DistinctSet) -> int:
 
 
 # ---- HyperLogLog -----------------------------------------------------------------------------
+
 
 def hash64(values: pa.Array) -> np.ndarray:
     """A stable 64-bit hash of each value (the same in every process and run)."""
@@ -246,6 +248,7 @@ class SketchFactory:
 
 # ---- first and last --------------------------------------------------------------------------
 
+
 @dataclass
 class Extreme:
     """The first or the last non-null value seen (``value`` an Arrow scalar; None: none yet)."""
@@ -284,6 +287,7 @@ def extreme_result(acc: Extreme) -> Any:
 
 
 # ---- arg_max and arg_min -----------------------------------------------------------------------
+
 
 @dataclass
 class Best(Extreme):

@@ -138,10 +138,7 @@ class Keys(FieldGenerator):
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
             raise SourceError(f"{where}: Keys n must be a positive integer, got {self.n!r}")
         if self.distribution not in ("uniform", "zipf"):
-            raise SourceError(
-                f"{where}: unknown key distribution {self.distribution!r} "
-                "(use 'uniform' or 'zipf')"
-            )
+            raise SourceError(f"{where}: unknown key distribution {self.distribution!r} (use 'uniform' or 'zipf')")
         _check_number(where, "Keys skew", self.skew)
         if self.distribution == "zipf" and self.skew <= 0:
             raise SourceError(f"{where}: Zipf skew must be > 0, got {self.skew!r}")
@@ -264,10 +261,7 @@ class Choice(FieldGenerator):
             raise SourceError(f"{where}: Choice values must not all be None")
         if self.weights is not None:
             if len(self.weights) != len(self.values):
-                raise SourceError(
-                    f"{where}: Choice has {len(self.values)} values but "
-                    f"{len(self.weights)} weights"
-                )
+                raise SourceError(f"{where}: Choice has {len(self.values)} values but {len(self.weights)} weights")
             for w in self.weights:
                 _check_number(where, "Choice weight", w)
             if min(self.weights) < 0 or sum(self.weights) <= 0:
@@ -279,8 +273,7 @@ class Choice(FieldGenerator):
         else:
             p = np.asarray(self.weights, dtype=np.float64)
             cdf = np.cumsum(p / p.sum())
-            picks = np.minimum(np.searchsorted(cdf, rng.random(len(rows)), side="right"),
-                               len(self.values) - 1)
+            picks = np.minimum(np.searchsorted(cdf, rng.random(len(rows)), side="right"), len(self.values) - 1)
         return pa.array(list(self.values)).take(pa.array(picks))
 
 
@@ -358,8 +351,7 @@ class Text(FieldGenerator):
             0 <= self.min_words <= self.max_words
         ):
             raise SourceError(
-                f"{where}: Text needs integers 0 <= min_words <= max_words, "
-                f"got {self.min_words!r}, {self.max_words!r}"
+                f"{where}: Text needs integers 0 <= min_words <= max_words, got {self.min_words!r}, {self.max_words!r}"
             )
         _check_number(where, "Text skew", self.skew)
         if self.skew < 0:
@@ -389,9 +381,7 @@ def _check_optional_positive(where: str, name: str, value: Any, integer: bool) -
     if value is None:
         return
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0 or (
-        not integer and not math.isfinite(value)
-    ):
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0 or (not integer and not math.isfinite(value)):
         what = "a positive integer" if integer else "a positive number"
         raise SourceError(f"{where}: {name} must be {what} or None, got {value!r}")
 
@@ -457,14 +447,10 @@ class SourceSpec:
         if self.event_time is None:
             return
         if self.event_time not in schema.names:
-            raise SourceError(
-                f"{where}: event_time column {self.event_time!r} is not among the columns "
-                f"{schema.names}"
-            )
+            raise SourceError(f"{where}: event_time column {self.event_time!r} is not among the columns {schema.names}")
         if not pa.types.is_timestamp(schema.field(self.event_time).type):
             raise SourceError(
-                f"{where}: event_time column {self.event_time!r} must be a timestamp, "
-                f"it is {schema.field(self.event_time).type}"
+                f"{where}: event_time column {self.event_time!r} must be a timestamp, it is {schema.field(self.event_time).type}"
             )
 
 
@@ -473,9 +459,7 @@ def _check_column_names(where: str, names: SequenceOf[str]) -> None:
         if not isinstance(name, str) or not name:
             raise SourceError(f"{where}: column names must be non-empty strings, got {name!r}")
         if name.startswith("__"):
-            raise SourceError(
-                f"{where}: column {name!r}: names starting with '__' are reserved for Sluice"
-            )
+            raise SourceError(f"{where}: column {name!r}: names starting with '__' are reserved for Sluice")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -523,13 +507,9 @@ class GeneratorSource(SourceSpec):
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise SourceError(f"{where}: seed must be an integer >= 0, got {self.seed!r}")
         if self.total_rows is not None and (
-            isinstance(self.total_rows, bool)
-            or not isinstance(self.total_rows, int)
-            or self.total_rows < 0
+            isinstance(self.total_rows, bool) or not isinstance(self.total_rows, int) or self.total_rows < 0
         ):
-            raise SourceError(
-                f"{where}: total_rows must be an integer >= 0 or None, got {self.total_rows!r}"
-            )
+            raise SourceError(f"{where}: total_rows must be an integer >= 0 or None, got {self.total_rows!r}")
         if self.start_time is not None:
             _check_number(where, "start_time", self.start_time)
         clocks = [n for n, g in self.fields.items() if isinstance(g, EventTime)]
@@ -544,9 +524,18 @@ class GeneratorSource(SourceSpec):
 
     def __hash__(self) -> int:
         # ``fields`` is a dict (friendly to write), so hash its items.
-        return hash((tuple(self.fields.items()), self.rate, self.seed, self.total_rows,
-                     self.start_time, self.event_time, self.watermark_delay,
-                     self.max_rows_per_batch))
+        return hash(
+            (
+                tuple(self.fields.items()),
+                self.rate,
+                self.seed,
+                self.total_rows,
+                self.start_time,
+                self.event_time,
+                self.watermark_delay,
+                self.max_rows_per_batch,
+            )
+        )
 
     def schema(self) -> pa.Schema:
         return pa.schema([pa.field(n, g.arrow_type()) for n, g in self.fields.items()])
@@ -592,10 +581,7 @@ class GeneratorSource(SourceSpec):
 def data_files(path: str) -> list[str]:
     """Visible regular files under a directory, sorted by name (hidden '.x' and '_x' are
     work-in-progress or metadata files by convention, e.g. Spark's _SUCCESS)."""
-    names = sorted(
-        n for n in os.listdir(path)
-        if not n.startswith((".", "_")) and os.path.isfile(os.path.join(path, n))
-    )
+    names = sorted(n for n in os.listdir(path) if not n.startswith((".", "_")) and os.path.isfile(os.path.join(path, n)))
     return [os.path.join(path, n) for n in names]
 
 
@@ -630,23 +616,19 @@ def read_file_schema(path: str, fmt: str) -> pa.Schema:
         raise SourceError(f"cannot read the schema of {path!r} as {fmt}: {e}") from None
 
 
-def _file_spec_schema(where: str, path: str, fmt: str, schema: pa.Schema | None,
-                      files: list[str]) -> pa.Schema:
+def _file_spec_schema(where: str, path: str, fmt: str, schema: pa.Schema | None, files: list[str]) -> pa.Schema:
     if fmt not in FILE_FORMATS:
         raise SourceError(f"{where}: unknown format {fmt!r} (use one of {', '.join(FILE_FORMATS)})")
     if isinstance(schema, dict):  # {"meter": "string", "kwh": "double"}, as schema= takes everywhere
         schema = as_schema(schema, f"{where}: ")
     if schema is not None:
         if not isinstance(schema, pa.Schema):
-            raise SourceError(f"{where}: schema must be a dict of column to type name or a pyarrow.Schema, "
-                              f"got {type(schema)}")
+            raise SourceError(f"{where}: schema must be a dict of column to type name or a pyarrow.Schema, got {type(schema)}")
         given = schema
     elif files:
         given = read_file_schema(files[0], fmt)
     else:
-        raise SourceError(
-            f"{where}: no schema given and no file in {path!r} to infer it from; pass schema="
-        )
+        raise SourceError(f"{where}: no schema given and no file in {path!r} to infer it from; pass schema=")
     if len(given) == 0:
         raise SourceError(f"{where}: the schema has no columns")
     _check_column_names(where, given.names)
@@ -681,10 +663,18 @@ class DirectorySource(SourceSpec):
     order: str = "name"
     available_now: bool = False
 
-    def __init__(self, path: str, format: str = "json", schema: pa.Schema | None = None, *,
-                 order: str = "name", event_time: str | None = None,
-                 watermark_delay: float = 0.0, max_rows_per_batch: int | None = None,
-                 available_now: bool = False):
+    def __init__(
+        self,
+        path: str,
+        format: str = "json",
+        schema: pa.Schema | None = None,
+        *,
+        order: str = "name",
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+        max_rows_per_batch: int | None = None,
+        available_now: bool = False,
+    ):
         set_ = functools.partial(object.__setattr__, self)
         set_("path", os.fspath(path) if isinstance(path, os.PathLike) else path)
         set_("format", format)
@@ -700,8 +690,7 @@ class DirectorySource(SourceSpec):
             raise SourceError(f"{where}: order must be 'name' or 'mtime', got {order!r}")
         if not isinstance(available_now, bool):
             raise SourceError(f"{where}: available_now must be True or False, got {available_now!r}")
-        set_("schema_", _file_spec_schema(where, self.path, format, schema,
-                                          data_files(self.path)))
+        set_("schema_", _file_spec_schema(where, self.path, format, schema, data_files(self.path)))
         self._validate_common(where)
         self._validate_event_time(where, self.schema_)
 
@@ -734,10 +723,18 @@ class ReplaySource(SourceSpec):
     schema_: pa.Schema | None = field(default=None, repr=False)
     start_time: float | None = None
 
-    def __init__(self, path: str, format: str = "json", rate: Rate | None = None,
-                 schema: pa.Schema | None = None, *, start_time: float | None = None,
-                 event_time: str | None = None, watermark_delay: float = 0.0,
-                 max_rows_per_batch: int | None = None):
+    def __init__(
+        self,
+        path: str,
+        format: str = "json",
+        rate: Rate | None = None,
+        schema: pa.Schema | None = None,
+        *,
+        start_time: float | None = None,
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+        max_rows_per_batch: int | None = None,
+    ):
         set_ = functools.partial(object.__setattr__, self)
         set_("path", os.fspath(path) if isinstance(path, os.PathLike) else path)
         set_("format", format)
@@ -790,8 +787,14 @@ class SparkSource(SourceSpec):
     factory: Callable[[Any], Any]
     schema_: pa.Schema | None = field(default=None, repr=False)
 
-    def __init__(self, factory: Callable[[Any], Any], schema: pa.Schema | None = None, *,
-                 event_time: str | None = None, watermark_delay: float = 0.0):
+    def __init__(
+        self,
+        factory: Callable[[Any], Any],
+        schema: pa.Schema | None = None,
+        *,
+        event_time: str | None = None,
+        watermark_delay: float = 0.0,
+    ):
         set_ = functools.partial(object.__setattr__, self)
         set_("factory", factory)
         set_("event_time", event_time)
@@ -799,8 +802,7 @@ class SparkSource(SourceSpec):
         set_("max_rows_per_batch", None)
         where = "SparkSource"
         if not callable(factory):
-            raise SourceError(f"{where}: factory must be callable (spark -> DataFrame), "
-                              f"got {factory!r}")
+            raise SourceError(f"{where}: factory must be callable (spark -> DataFrame), got {factory!r}")
         if schema is not None and not isinstance(schema, pa.Schema):
             raise SourceError(f"{where}: schema must be a pyarrow.Schema, got {type(schema)}")
         set_("schema_", schema)
@@ -811,7 +813,6 @@ class SparkSource(SourceSpec):
     def schema(self) -> pa.Schema:
         if self.schema_ is None:
             raise SourceError(
-                "SparkSource: its columns are unknown before Spark runs; pass schema= "
-                "(a pyarrow.Schema) to SparkSource"
+                "SparkSource: its columns are unknown before Spark runs; pass schema= (a pyarrow.Schema) to SparkSource"
             )
         return self.schema_

@@ -125,9 +125,7 @@ def _parse_duration_string(text: str, what: str) -> int:
             break
         number, unit = match.group(1), match.group(2).lower()
         if unit not in _UNIT_MICROS:
-            raise PipelineError(
-                f"{what}: unknown time unit {unit!r} in {text!r}; use us, ms, s, m, h or d (e.g. '15m', '1h30m')"
-            )
+            raise PipelineError(f"{what}: unknown time unit {unit!r} in {text!r}; use us, ms, s, m, h or d (e.g. '15m', '1h30m')")
         total += float(number) * _UNIT_MICROS[unit]
         pos = match.end()
     if pos != len(stripped):
@@ -143,8 +141,14 @@ def format_duration(micros: int) -> str:
         return "0s"
     parts = []
     rest = micros
-    for unit, size in (("d", 86400 * MICROS_PER_SECOND), ("h", 3600 * MICROS_PER_SECOND), ("m", 60 * MICROS_PER_SECOND),
-                       ("s", MICROS_PER_SECOND), ("ms", 1000), ("us", 1)):
+    for unit, size in (
+        ("d", 86400 * MICROS_PER_SECOND),
+        ("h", 3600 * MICROS_PER_SECOND),
+        ("m", 60 * MICROS_PER_SECOND),
+        ("s", MICROS_PER_SECOND),
+        ("ms", 1000),
+        ("us", 1),
+    ):
         if rest >= size:
             count, rest = divmod(rest, size)
             parts.append(f"{count}{unit}")
@@ -293,7 +297,8 @@ class WindowQuery:
             raise PipelineError(f"window query: time must be EventTime(column) or ProcessingTime(), got {self.time!r}")
         if self.mode not in OUTPUT_MODES:
             raise PipelineError(
-                f"window query {self.display_name!r}: output mode must be one of {OUTPUT_MODES}, got {self.mode!r}")
+                f"window query {self.display_name!r}: output mode must be one of {OUTPUT_MODES}, got {self.mode!r}"
+            )
         if not isinstance(self.allowed_lateness, int) or self.allowed_lateness < 0:
             raise PipelineError(
                 f"window query {self.display_name!r}: allowed_lateness must be >= 0 microseconds, got {self.allowed_lateness!r}"
@@ -389,9 +394,7 @@ def check_shared(queries: list[WindowQuery] | tuple[WindowQuery, ...]) -> None:
         raise PipelineError(f"window queries sharing a stream need distinct names; repeated: {duplicates}")
     domains = {q.time for q in queries}
     if len(domains) > 1:
-        raise PipelineError(
-            f"window queries sharing a stream must use one time domain, got {sorted(map(repr, domains))}"
-        )
+        raise PipelineError(f"window queries sharing a stream must use one time domain, got {sorted(map(repr, domains))}")
     sessions = [q for q in queries if q.is_session]
     if sessions and len(queries) > 1:
         raise PipelineError(
@@ -415,11 +418,12 @@ def value_kind(column: str, dtype: pa.DataType, what: str) -> str:
     if pa.types.is_decimal(dtype):
         if dtype.precision <= 18:  # held exactly as unscaled int64 (cents for a decimal(12, 2))
             return "int"
-        raise SchemaError(f"window aggregate {what}({column!r}): {dtype} has more than 18 digits, which a window "
-                          f"does not hold exactly; cast it to decimal(18, {dtype.scale}) or to double before")
+        raise SchemaError(
+            f"window aggregate {what}({column!r}): {dtype} has more than 18 digits, which a window "
+            f"does not hold exactly; cast it to decimal(18, {dtype.scale}) or to double before"
+        )
     raise SchemaError(
-        f"window aggregate {what}({column!r}): column type {dtype} is not supported "
-        "(numeric columns, and timestamps for min/max)"
+        f"window aggregate {what}({column!r}): column type {dtype} is not supported (numeric columns, and timestamps for min/max)"
     )
 
 
@@ -431,8 +435,10 @@ def aggregate_output_type(agg: Aggregate, input_schema: pa.Schema) -> pa.DataTyp
         return pa.int64()
     if isinstance(agg, UserAggregate):
         if agg.by is not None and agg.by not in input_schema.names:
-            raise SchemaError(f"window aggregate {agg.kind}({agg.column!r}, by={agg.by!r}): no such column "
-                              f"{agg.by!r}; input has {input_schema.names}")
+            raise SchemaError(
+                f"window aggregate {agg.kind}({agg.column!r}, by={agg.by!r}): no such column "
+                f"{agg.by!r}; input has {input_schema.names}"
+            )
         if agg.kind in NUMERIC_AGGREGATES:
             value_kind(agg.column, input_schema.field(agg.column).type, "mean")  # a numeric column
         return agg.output_type(input_schema.field(agg.column).type if agg.column else None)
@@ -468,7 +474,9 @@ def window_time_type(query: WindowQuery, input_schema: pa.Schema) -> pa.DataType
 
 
 def window_output_schema(
-    key_columns: list[str], queries: list[WindowQuery] | tuple[WindowQuery, ...], input_schema: pa.Schema,
+    key_columns: list[str],
+    queries: list[WindowQuery] | tuple[WindowQuery, ...],
+    input_schema: pa.Schema,
     emit_keys: bool = True,
 ) -> pa.Schema:
     """Output schema: [query,] [keys,] window_start, window_end, then every aggregate column.

@@ -168,8 +168,7 @@ class DynamicDataflow:
     def pick(self, table: np.ndarray, active: np.ndarray) -> np.ndarray:
         """Per-operator entry of ``table`` for the active alternates (any leading axes)."""
         active = np.asarray(active, dtype=int)
-        return np.take_along_axis(np.broadcast_to(table, active.shape + table.shape[-1:]),
-                                  active[..., None], axis=-1)[..., 0]
+        return np.take_along_axis(np.broadcast_to(table, active.shape + table.shape[-1:]), active[..., None], axis=-1)[..., 0]
 
     def best_alternates(self) -> np.ndarray:
         return np.nanargmax(self.value_table, axis=1)
@@ -208,8 +207,9 @@ class VMClass:
         if self.cores < 1 or self.core_speed <= 0 or self.price_per_hour < 0 or self.bandwidth <= 0:
             raise ModelError(f"VM class {self.name!r}: cores, core speed and bandwidth must be > 0, price >= 0")
         if not 0 <= self.warmup_s <= self.startup_s:
-            raise ModelError(f"VM class {self.name!r}: 0 <= warmup_s ({self.warmup_s}) <= startup_s "
-                             f"({self.startup_s}) is required")
+            raise ModelError(
+                f"VM class {self.name!r}: 0 <= warmup_s ({self.warmup_s}) <= startup_s ({self.startup_s}) is required"
+            )
 
     @property
     def capacity(self) -> float:
@@ -259,8 +259,10 @@ def application_value(dataflow: DynamicDataflow, active) -> np.ndarray:
 
 def value_bounds(dataflow: DynamicDataflow) -> tuple[float, float]:
     """(Gamma_min, Gamma_max): picking every operator's worst / best alternate."""
-    return (float(application_value(dataflow, dataflow.worst_alternates())),
-            float(application_value(dataflow, dataflow.best_alternates())))
+    return (
+        float(application_value(dataflow, dataflow.worst_alternates())),
+        float(application_value(dataflow, dataflow.best_alternates())),
+    )
 
 
 # ----------------------------------------------------------------------------- Eq. 4.4-4.7
@@ -319,8 +321,7 @@ def throughput(
     active = np.asarray(active, dtype=int)
     cap = np.asarray(capacity, dtype=float)
     ext = np.asarray(external_rate, dtype=float)
-    batch = np.broadcast_shapes(active.shape[:-1], cap.shape[:-1], ext.shape[:-1],
-                                () if queue is None else np.shape(queue)[:-1])
+    batch = np.broadcast_shapes(active.shape[:-1], cap.shape[:-1], ext.shape[:-1], () if queue is None else np.shape(queue)[:-1])
     shape = (*batch, n)
     cost = np.broadcast_to(dataflow.pick(dataflow.cost_table, active), shape)
     sel = np.broadcast_to(dataflow.pick(dataflow.selectivity_table, active), shape)
@@ -328,10 +329,16 @@ def throughput(
     ext = np.broadcast_to(ext, shape)
     q = np.zeros(shape) if queue is None else np.broadcast_to(np.asarray(queue, dtype=float), shape)
     n_edges = len(dataflow.edges)
-    local = (np.ones((*batch, n_edges)) if edge_local_fraction is None
-             else np.broadcast_to(np.asarray(edge_local_fraction, dtype=float), (*batch, n_edges)))
-    remote = (np.full((*batch, n_edges), np.inf) if edge_remote_bandwidth is None
-              else np.broadcast_to(np.asarray(edge_remote_bandwidth, dtype=float), (*batch, n_edges)))
+    local = (
+        np.ones((*batch, n_edges))
+        if edge_local_fraction is None
+        else np.broadcast_to(np.asarray(edge_local_fraction, dtype=float), (*batch, n_edges))
+    )
+    remote = (
+        np.full((*batch, n_edges), np.inf)
+        if edge_remote_bandwidth is None
+        else np.broadcast_to(np.asarray(edge_remote_bandwidth, dtype=float), (*batch, n_edges))
+    )
     remote_msgs = remote / dataflow.message_bytes  # the unit fix of Eq. 4.5: a rate
 
     in_rate = np.array(ext, dtype=float)
@@ -343,8 +350,8 @@ def throughput(
     for e, (a, _b) in enumerate(dataflow.edges):
         edges_from[a].append(e)
     for i in dataflow.topological_order:
-        offered = q[..., i] + in_rate[..., i] * dt                     # q_i + i_i dt
-        done = np.minimum(offered, cap[..., i] * dt / cost[..., i])   # Eq. 4.4, messages
+        offered = q[..., i] + in_rate[..., i] * dt  # q_i + i_i dt
+        done = np.minimum(offered, cap[..., i] * dt / cost[..., i])  # Eq. 4.4, messages
         processed[..., i] = done
         out_rate[..., i] = done * sel[..., i] / dt
         ideal_out[..., i] = (q[..., i] + ideal_in[..., i] * dt) * sel[..., i] / dt
@@ -352,7 +359,7 @@ def throughput(
             b = dataflow.edges[e][1]
             o = out_rate[..., i]
             flow = local[..., e] * o + np.minimum((1.0 - local[..., e]) * o, remote_msgs[..., e])  # Eq. 4.5
-            in_rate[..., b] += flow                                                                # Eq. 4.6
+            in_rate[..., b] += flow  # Eq. 4.6
             ideal_in[..., b] += ideal_out[..., i]
     offered_out = (q + in_rate * dt) * sel / dt
     op_omega = _ratio(out_rate, offered_out)
@@ -421,8 +428,9 @@ class ProfitModel:
         return self.cost_at_gamma_max + (np.asarray(value) - self.gamma_max) / self.sigma
 
     @classmethod
-    def for_dataflow(cls, dataflow: DynamicDataflow, cost_at_gamma_min: float, cost_at_gamma_max: float,
-                     offset: float | None = None) -> ProfitModel:
+    def for_dataflow(
+        cls, dataflow: DynamicDataflow, cost_at_gamma_min: float, cost_at_gamma_max: float, offset: float | None = None
+    ) -> ProfitModel:
         lo, hi = value_bounds(dataflow)
         return cls(lo, hi, cost_at_gamma_min, cost_at_gamma_max, offset)
 
@@ -435,8 +443,9 @@ class ProfitModel:
 # ----------------------------------------------------------------------------- Eq. 4.10
 
 
-def vm_weight(seconds_left_in_hour, free_cores, total_cores, instances_of_op_on_vm, instances_of_op,
-              core_speed, price_per_hour) -> np.ndarray:
+def vm_weight(
+    seconds_left_in_hour, free_cores, total_cores, instances_of_op_on_vm, instances_of_op, core_speed, price_per_hour
+) -> np.ndarray:
     """VM weight of Eq. 4.10; the scale-in removes an instance from the lightest VM.
 
     Printed: T_c * FreeCores/TotalCores * (1 - phi_r/phi) * TotalCores * pi / price. The prose
@@ -449,8 +458,14 @@ def vm_weight(seconds_left_in_hour, free_cores, total_cores, instances_of_op_on_
     total = np.asarray(total_cores, dtype=float)
     used = total - np.asarray(free_cores, dtype=float)
     share = np.asarray(instances_of_op_on_vm, dtype=float) / np.maximum(np.asarray(instances_of_op, dtype=float), 1.0)
-    return (np.asarray(seconds_left_in_hour, dtype=float) * (used / total) * (1.0 - share)
-            * total * np.asarray(core_speed, dtype=float) / np.asarray(price_per_hour, dtype=float))
+    return (
+        np.asarray(seconds_left_in_hour, dtype=float)
+        * (used / total)
+        * (1.0 - share)
+        * total
+        * np.asarray(core_speed, dtype=float)
+        / np.asarray(price_per_hour, dtype=float)
+    )
 
 
 # ----------------------------------------------------------------------------- mappings
@@ -481,7 +496,7 @@ def edge_network(dataflow: DynamicDataflow, counts, vm_core_speed, vm_bandwidth)
         return empty, empty
     src = np.array([a for a, _ in dataflow.edges])
     dst = np.array([b for _, b in dataflow.edges])
-    cap_a = counts[..., src] * speed[..., None]          # (..., V, E)
+    cap_a = counts[..., src] * speed[..., None]  # (..., V, E)
     hosts_a = counts[..., src] > 0
     hosts_b = counts[..., dst] > 0
     total = cap_a.sum(axis=-2)

@@ -37,8 +37,7 @@ from sluice.graph.economics import Economics
 from sluice.models.dynamic import ProfitModel
 
 
-def profit(economics: Economics, value: float, cost: float, hours: float, gamma_min: float,
-           gamma_max: float) -> float | None:
+def profit(economics: Economics, value: float, cost: float, hours: float, gamma_min: float, gamma_max: float) -> float | None:
     """Theta (Eq. 4.8, sigma of Eq. 4.9) of a run of ``hours`` at mean value ``value`` that
     cost ``cost``, against the economics' break-even costs per hour; None for no run."""
     if hours <= 0:
@@ -148,9 +147,16 @@ class EconomicsMeter:
             "cost_per_hour": round(rate, 9),
             "profit": _rounded(profit(econ, value_mean, cost, run_s / 3600.0, self.gamma_min, self.gamma_max)),
             "profit_now": _rounded(profit(econ, facts.value, rate, 1.0, self.gamma_min, self.gamma_max)),
-            "state": {"released_cost": self.ledger.released_cost, "open_since": list(self.ledger.open_since),
-                      "seconds": self.seconds, "until": self.until, "value_s": self.value_s, "omega_s": self.omega_s,
-                      "omega_known_s": self.omega_known_s, "waiting": self.waiting},
+            "state": {
+                "released_cost": self.ledger.released_cost,
+                "open_since": list(self.ledger.open_since),
+                "seconds": self.seconds,
+                "until": self.until,
+                "value_s": self.value_s,
+                "omega_s": self.omega_s,
+                "omega_known_s": self.omega_known_s,
+                "waiting": self.waiting,
+            },
         }
 
 
@@ -158,8 +164,9 @@ def _rounded(x: float | None) -> float | None:
     return None if x is None else round(x, 9)
 
 
-def measured_costs(operators: dict[str, dict[str, float]], alternates: dict[str, str],
-                   keyed: set[str]) -> dict[str, dict[str, Any]]:
+def measured_costs(
+    operators: dict[str, dict[str, float]], alternates: dict[str, str], keyed: set[str]
+) -> dict[str, dict[str, Any]]:
     """Per operator with alternates: the alternate that ran, and what it measured in this
     batch: ``cost`` (seconds of task time per input row; a keyed operator's kernel time, its
     state reads and writes left out) and ``selectivity`` (rows out per row in)."""
@@ -174,4 +181,3 @@ def measured_costs(operators: dict[str, dict[str, float]], alternates: dict[str,
             entry["selectivity"] = float(values.get("rows_out", 0.0)) / rows
         out[op_id] = entry
     return out
-

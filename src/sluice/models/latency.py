@@ -44,8 +44,9 @@ def _operator_times(operators: dict[str, dict[str, float]], path_ops: list[str])
     return own, exchange
 
 
-def split_path_latency(sinks: dict[str, dict[str, float]], operators: dict[str, dict[str, float]],
-                       path_ops: list[str], measuring_sinks: list[str]) -> dict | None:
+def split_path_latency(
+    sinks: dict[str, dict[str, float]], operators: dict[str, dict[str, float]], path_ops: list[str], measuring_sinks: list[str]
+) -> dict | None:
     """The latency split of one batch along one path, from its ``BatchMetrics`` fields
     ``sinks`` and ``operators``; None if no measuring sink committed a row in the batch.
 
@@ -53,8 +54,11 @@ def split_path_latency(sinks: dict[str, dict[str, float]], operators: dict[str, 
     ``{"mean_ms", "p95_ms", "rows", "sink", "source_wait", "operators": {op: ms},
     "exchange", "sink_commit", "rest"}`` where source_wait + sum(operators) + exchange +
     sink_commit + rest == mean_ms (up to rounding)."""
-    measured = [(s, sinks[s]) for s in measuring_sinks
-                if s in sinks and sinks[s].get("latency_mean_ms") is not None and sinks[s].get("rows")]
+    measured = [
+        (s, sinks[s])
+        for s in measuring_sinks
+        if s in sinks and sinks[s].get("latency_mean_ms") is not None and sinks[s].get("rows")
+    ]
     if not measured:
         return None
     sink_id, stats = max(measured, key=lambda item: item[1]["latency_mean_ms"])

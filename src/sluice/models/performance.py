@@ -76,10 +76,7 @@ class PerformanceModel:
         if any(int(t) != t or t < 1 for t in threads):
             raise ModelError(f"{where}: thread counts must be positive integers, got {threads}")
         if any(b <= a for a, b in itertools.pairwise(threads)):
-            raise ModelError(
-                f"{where}: thread counts must be strictly increasing (non-monotone or duplicated), "
-                f"got {threads}"
-            )
+            raise ModelError(f"{where}: thread counts must be strictly increasing (non-monotone or duplicated), got {threads}")
         if threads[0] != 1:
             raise ModelError(
                 f"{where}: the 1-thread point is missing (first measured thread count is "
@@ -91,8 +88,7 @@ class PerformanceModel:
             for what, value in (("cpu", p.cpu), ("memory", p.memory)):
                 if not (math.isfinite(value) and 0.0 <= value <= 1.0):
                     raise ModelError(
-                        f"{where}: {what} at {p.threads} threads must be a fraction of one slot "
-                        f"in [0, 1], got {value}"
+                        f"{where}: {what} at {p.threads} threads must be a fraction of one slot in [0, 1], got {value}"
                     )
 
     # ---- the measured grid, as arrays -------------------------------------------------------
@@ -121,10 +117,7 @@ class PerformanceModel:
         if not math.isfinite(q) or q < 1:
             raise ModelError(f"performance model {self.name!r}: thread count {q} is below 1")
         if q > self.max_threads and not beyond:
-            raise ModelError(
-                f"performance model {self.name!r}: {q} threads is out of the measured range "
-                f"1..{self.max_threads}"
-            )
+            raise ModelError(f"performance model {self.name!r}: {q} threads is out of the measured range 1..{self.max_threads}")
         grid = self._grid
         return float(np.interp(min(q, self.max_threads), grid[0], grid[column]))
 
@@ -189,10 +182,7 @@ class PerformanceModel:
             "source": self.source,
             "unit": self.unit,
             "cpu_memory_unit": "fraction of one slot (1.0 = 100 %), incremental over idle",
-            "points": [
-                {"threads": p.threads, "rate": p.rate, "cpu": p.cpu, "memory": p.memory}
-                for p in self.points
-            ],
+            "points": [{"threads": p.threads, "rate": p.rate, "cpu": p.cpu, "memory": p.memory} for p in self.points],
             **({"meta": self.meta} if self.meta else {}),
         }
 

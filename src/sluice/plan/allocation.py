@@ -17,7 +17,7 @@ allocation, 10 % CPU and 15 % memory for a source, 10 % CPU and 20 % memory for 
 Where the paper contradicts itself on LSA's thread count (Sec. 8.4.1 says LSA gives the
 Diamond's Table task "18 threads" for 50 t/s at 3 t/s per thread, while Algorithm 2 yields
 ceil(50 / 3) = 17; its other example, 54 threads for 160 t/s, agrees with Algorithm 2), we
-follow Algorithm 2 exactly; ``tests/test_plan_allocation.py`` pins this choice.
+follow Algorithm 2 exactly; ``tests/plan/test_plan_allocation.py`` pins this choice.
 """
 
 from __future__ import annotations
@@ -194,8 +194,13 @@ def _fixed(task: Task, rate: float) -> TaskAllocation:
     return TaskAllocation(task.id, rate, threads, cpu, memory, bundle=None)
 
 
-def _allocate_each(name: str, dag: Dag, omega: float, models: Mapping[str, PerformanceModel] | None,
-                   allocate_task: Callable[[str, float, PerformanceModel], TaskAllocation]) -> Allocation:
+def _allocate_each(
+    name: str,
+    dag: Dag,
+    omega: float,
+    models: Mapping[str, PerformanceModel] | None,
+    allocate_task: Callable[[str, float, PerformanceModel], TaskAllocation],
+) -> Allocation:
     """Rates through the DAG, then one allocation per task; sources and sinks get the
     paper's fixed allocation, user tasks ``allocate_task(task id, input rate, model)``."""
     models = dict(models) if models is not None else dag.models()

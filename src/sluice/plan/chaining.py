@@ -49,8 +49,7 @@ def chainable_runs(graph: JobGraph) -> list[tuple[str, ...]]:
         if not op.is_python:
             continue
         upstream = graph[op.inputs[0]]
-        joins = (upstream.id in run_of and len(graph.consumers(upstream.id)) == 1
-                 and op.chain and upstream.chain)
+        joins = upstream.id in run_of and len(graph.consumers(upstream.id)) == 1 and op.chain and upstream.chain
         if joins:
             run = run_of[upstream.id]
             run.append(op.id)
@@ -108,8 +107,9 @@ def run_layout(run: Sequence[str], chains: Sequence[Sequence[str]], rebalance: d
     return None
 
 
-def with_layout(chains: Sequence[Sequence[str]], rebalance: dict[str, int], run: Sequence[str],
-                at: int | None, partitions: int) -> tuple[tuple[tuple[str, ...], ...], dict[str, int]]:
+def with_layout(
+    chains: Sequence[Sequence[str]], rebalance: dict[str, int], run: Sequence[str], at: int | None, partitions: int
+) -> tuple[tuple[tuple[str, ...], ...], dict[str, int]]:
     """The Plan's chains and rebalances with ``run`` fused whole (``at`` None) or cut in two
     with a rebalance exchange to ``partitions`` before operator ``at``."""
     members = set(run)

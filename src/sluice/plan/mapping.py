@@ -192,9 +192,7 @@ def map_rsm(
             if m_bar > 1.0 + _EPS or c_bar > max(cluster.vm_slots) + _EPS:
                 raise _NeverFits(f"RSM: one thread of task {tid!r} needs more than a slot ({c_bar:.1%} CPU, {m_bar:.1%} memory)")
             distance = [
-                weights.memory * (vm_mem[j] - m_bar) ** 2
-                + weights.cpu * (vm_cpu[j] - c_bar) ** 2
-                + weights.network * network(j)
+                weights.memory * (vm_mem[j] - m_bar) ** 2 + weights.cpu * (vm_cpu[j] - c_bar) ** 2 + weights.network * network(j)
                 for j in range(len(cluster.vm_slots))
             ]
             chosen: SlotId | None = None

@@ -50,7 +50,8 @@ GUARANTEE_REAL_TIME = (
     "duration; a crash replays the input since the last checkpoint into the restored state); "
     "the Kafka sink at least once (records written since the last checkpoint are written again "
     "after a crash: an aggregate's update carries its key and running value, so a reader keeping "
-    "the latest value per key sees no double count)")
+    "the latest value per key sees no double count)"
+)
 GUARANTEE_MICRO_BATCH = "exactly once end to end (state, sinks and Sluice's batch records commit per batch)"
 
 
@@ -85,8 +86,15 @@ class ModeDecision:
 
     def record(self) -> dict:
         """The decision as one record of the job's decision log (``control.decisions``)."""
-        return {"type": "mode", "mode": self.mode, "reason": "; ".join(self.reasons), "guarantee": self.guarantee,
-                "floor_s": self.floor_s, "goal_s": self.goal_s, "real_time_batch": self.real_time_batch}
+        return {
+            "type": "mode",
+            "mode": self.mode,
+            "reason": "; ".join(self.reasons),
+            "guarantee": self.guarantee,
+            "floor_s": self.floor_s,
+            "goal_s": self.goal_s,
+            "real_time_batch": self.real_time_batch,
+        }
 
 
 def microbatch_floor_s() -> float:
@@ -119,31 +127,37 @@ def real_time_misfits(graph: JobGraph) -> list[str]:
         elif family == SINK:
             spec = op.params["spec"]
             if not isinstance(spec, KafkaSink):
-                reasons.append(f"sink {op.name!r} is {type(spec).__name__}: real-time mode writes to Kafka or foreach "
-                               f"sinks only")
+                reasons.append(f"sink {op.name!r} is {type(spec).__name__}: real-time mode writes to Kafka or foreach sinks only")
             elif spec.format != "json" or spec.headers:
-                reasons.append(f"sink {op.name!r} writes {spec.format} with headers {list(spec.headers)}: real-time "
-                               f"mode here writes JSON values without headers")
+                reasons.append(
+                    f"sink {op.name!r} writes {spec.format} with headers {list(spec.headers)}: real-time "
+                    f"mode here writes JSON values without headers"
+                )
         elif family == PYTHON:
-            reasons.append(f"{op.kind} {op.name!r} is a Python operator: real-time mode runs Spark's own operators "
-                           f"only (no mapInArrow)")
+            reasons.append(
+                f"{op.kind} {op.name!r} is a Python operator: real-time mode runs Spark's own operators only (no mapInArrow)"
+            )
         elif family == NATIVE and op.kind not in NATIVE_KINDS:
             reasons.append(f"{op.kind} {op.name!r} has no real-time equivalent")
         elif family == KEYED:
             if op.kind != "aggregate":
-                reasons.append(f"{op.kind} {op.name!r}: real-time mode runs Spark's aggregation only; "
-                               f"{op.kind} needs Sluice's key-group state (micro-batches)")
+                reasons.append(
+                    f"{op.kind} {op.name!r}: real-time mode runs Spark's aggregation only; "
+                    f"{op.kind} needs Sluice's key-group state (micro-batches)"
+                )
                 continue
             if op.params.get("ttl") is not None:
                 reasons.append(f"aggregate {op.name!r} has a ttl: Spark's aggregation keeps every key")
             for out, agg in op.params["aggregates"].items():
                 if isinstance(agg, UserAggregate) or agg.kind not in RT_AGGREGATES:
-                    reasons.append(f"aggregate {op.name!r}: {out} = {agg.kind} is not one of Spark's aggregates "
-                                   f"{sorted(RT_AGGREGATES)}")
+                    reasons.append(
+                        f"aggregate {op.name!r}: {out} = {agg.kind} is not one of Spark's aggregates {sorted(RT_AGGREGATES)}"
+                    )
     keyed = [op for op in graph.operators if op.is_keyed]
     if len(keyed) > 1:
-        reasons.append(f"{len(keyed)} stateful operators ({', '.join(op.name for op in keyed)}): real-time mode "
-                       f"here runs one aggregation")
+        reasons.append(
+            f"{len(keyed)} stateful operators ({', '.join(op.name for op in keyed)}): real-time mode here runs one aggregation"
+        )
     return reasons
 
 
@@ -154,21 +168,47 @@ def choose_mode(graph: JobGraph, floor_s: float | None = None) -> ModeDecision:
     goal = None if goals is None else goals.latency_s
     best = MicroBatchConfig()
     if goal is None:
-        return ModeDecision(MICRO_BATCH, ("no latency goal: micro-batches, exactly once",), GUARANTEE_MICRO_BATCH,
-                            floor, None, micro_batch=best)
+        return ModeDecision(
+            MICRO_BATCH, ("no latency goal: micro-batches, exactly once",), GUARANTEE_MICRO_BATCH, floor, None, micro_batch=best
+        )
     if goal >= floor:
-        return ModeDecision(MICRO_BATCH, (f"the latency goal {goal * 1000:.0f} ms is within reach of micro-batches "
-                                          f"(floor {floor * 1000:.0f} ms): exactly once",),
-                            GUARANTEE_MICRO_BATCH, floor, goal, micro_batch=best)
+        return ModeDecision(
+            MICRO_BATCH,
+            (
+                f"the latency goal {goal * 1000:.0f} ms is within reach of micro-batches "
+                f"(floor {floor * 1000:.0f} ms): exactly once",
+            ),
+            GUARANTEE_MICRO_BATCH,
+            floor,
+            goal,
+            micro_batch=best,
+        )
     misfits = real_time_misfits(graph)
     if misfits:
-        return ModeDecision(MICRO_BATCH, (f"the latency goal {goal * 1000:.0f} ms is below the micro-batch floor "
-                                          f"{floor * 1000:.0f} ms, but the pipeline cannot run in real-time mode",
-                                          *misfits, "running the fastest micro-batches instead (trigger 0, records "
-                                          "written off the batch's path); the goal will likely be missed"),
-                            GUARANTEE_MICRO_BATCH, floor, goal, micro_batch=best)
-    return ModeDecision(REAL_TIME, (f"the latency goal {goal * 1000:.0f} ms is below the micro-batch floor "
-                                    f"{floor * 1000:.0f} ms and the pipeline fits Spark's real-time mode "
-                                    f"(Kafka source, Spark's own operators, Kafka sink)",),
-                        GUARANTEE_REAL_TIME, floor, goal, real_time_batch=REAL_TIME_BATCH,
-                        packages=(SPARK_KAFKA_PACKAGE,))
+        return ModeDecision(
+            MICRO_BATCH,
+            (
+                f"the latency goal {goal * 1000:.0f} ms is below the micro-batch floor "
+                f"{floor * 1000:.0f} ms, but the pipeline cannot run in real-time mode",
+                *misfits,
+                "running the fastest micro-batches instead (trigger 0, records "
+                "written off the batch's path); the goal will likely be missed",
+            ),
+            GUARANTEE_MICRO_BATCH,
+            floor,
+            goal,
+            micro_batch=best,
+        )
+    return ModeDecision(
+        REAL_TIME,
+        (
+            f"the latency goal {goal * 1000:.0f} ms is below the micro-batch floor "
+            f"{floor * 1000:.0f} ms and the pipeline fits Spark's real-time mode "
+            f"(Kafka source, Spark's own operators, Kafka sink)",
+        ),
+        GUARANTEE_REAL_TIME,
+        floor,
+        goal,
+        real_time_batch=REAL_TIME_BATCH,
+        packages=(SPARK_KAFKA_PACKAGE,),
+    )

@@ -75,8 +75,10 @@ class Plan:
             raise PlanError(f"a rebalance needs at least one partition, got {bad}")
         heads = {chain[0] for chain in self.chains if chain}
         if not set(self.rebalance) <= heads:
-            raise PlanError(f"rebalances before {sorted(set(self.rebalance) - heads)}, which head no chain "
-                            f"(chains: {[list(c) for c in self.chains]})")
+            raise PlanError(
+                f"rebalances before {sorted(set(self.rebalance) - heads)}, which head no chain "
+                f"(chains: {[list(c) for c in self.chains]})"
+            )
 
     def with_routing(self, version: int, op_id: str, routing: list[int], partitions: int | None = None) -> Plan:
         """A later plan in which ``op_id``'s key groups are routed by ``routing``."""
@@ -110,17 +112,19 @@ class Plan:
         return self.stage_of(op_id)[0] == op_id
 
     def to_json(self) -> str:
-        return json.dumps({
-            "version": self.version,
-            "max_parallelism": self.max_parallelism,
-            "keyed": {k: {"partitions": v.partitions, "routing": list(v.routing)} for k, v in self.keyed.items()},
-            "chains": [list(c) for c in self.chains],
-            "threads": dict(self.threads),
-            "rebalance": dict(self.rebalance),
-            "alternates": dict(self.alternates),
-            "executors": self.executors,
-            "collocated": [list(g) for g in self.collocated],
-        })
+        return json.dumps(
+            {
+                "version": self.version,
+                "max_parallelism": self.max_parallelism,
+                "keyed": {k: {"partitions": v.partitions, "routing": list(v.routing)} for k, v in self.keyed.items()},
+                "chains": [list(c) for c in self.chains],
+                "threads": dict(self.threads),
+                "rebalance": dict(self.rebalance),
+                "alternates": dict(self.alternates),
+                "executors": self.executors,
+                "collocated": [list(g) for g in self.collocated],
+            }
+        )
 
     @staticmethod
     def from_json(text: str) -> Plan:
@@ -155,8 +159,14 @@ def initial_plan(graph: JobGraph, partitions: int, fuse: bool = True, collocate:
     routing = tuple(range_routing(graph.max_parallelism, partitions))
     keyed = {op.id: KeyedStagePlan(partitions, routing) for op in graph.operators if op.is_keyed}
     chains = fused_chains(graph) if fuse else [(op.id,) for op in graph.topological_order() if op.is_python]
-    return Plan(version=0, max_parallelism=graph.max_parallelism, keyed=keyed, chains=tuple(chains),
-                alternates=initial_alternates(graph), collocated=collocation_groups(graph) if collocate else ())
+    return Plan(
+        version=0,
+        max_parallelism=graph.max_parallelism,
+        keyed=keyed,
+        chains=tuple(chains),
+        alternates=initial_alternates(graph),
+        collocated=collocation_groups(graph) if collocate else (),
+    )
 
 
 def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> Plan:
@@ -166,22 +176,31 @@ def adapted_plan(plan: Plan, graph: JobGraph, partitions: int, version: int) -> 
     starts afresh; worker threads of operators that are gone are dropped; an operator's
     active alternate is kept while the operator still has it, else it runs its default."""
     routing = tuple(range_routing(graph.max_parallelism, partitions))
-    keyed = {op.id: plan.keyed.get(op.id) or KeyedStagePlan(partitions, routing)
-             for op in graph.operators if op.is_keyed}
+    keyed = {op.id: plan.keyed.get(op.id) or KeyedStagePlan(partitions, routing) for op in graph.operators if op.is_keyed}
     runs = fused_chains(graph)
     chains = plan.chains if _chains_fit(plan.chains, runs) else tuple(runs)
     heads = {chain[0] for chain in chains}
     rebalance = {k: v for k, v in plan.rebalance.items() if k in heads}
     threads = {k: v for k, v in plan.threads.items() if k in graph and graph[k].is_python}
-    alternates = {op_id: plan.alternates[op_id] if plan.alternates.get(op_id) in alternates_of(graph[op_id]) else default
-                  for op_id, default in initial_alternates(graph).items()}
+    alternates = {
+        op_id: plan.alternates[op_id] if plan.alternates.get(op_id) in alternates_of(graph[op_id]) else default
+        for op_id, default in initial_alternates(graph).items()
+    }
     # collocated groups the changed graph still allows keep sharing their head's routing
     possible = set(collocation_groups(graph))
     collocated = tuple(group for group in plan.collocated if group in possible)
     for group in collocated:
         keyed.update(dict.fromkeys(group, keyed[group[0]]))
-    return replace(plan, version=version, keyed=keyed, chains=chains, threads=threads, rebalance=rebalance,
-                   alternates=alternates, collocated=collocated)
+    return replace(
+        plan,
+        version=version,
+        keyed=keyed,
+        chains=chains,
+        threads=threads,
+        rebalance=rebalance,
+        alternates=alternates,
+        collocated=collocated,
+    )
 
 
 def _chains_fit(chains: tuple[tuple[str, ...], ...], runs: list[tuple[str, ...]]) -> bool:
@@ -189,5 +208,7 @@ def _chains_fit(chains: tuple[tuple[str, ...], ...], runs: list[tuple[str, ...]]
     operators that may share a pass."""
     if sorted(i for c in chains for i in c) != sorted(i for r in runs for i in r):
         return False
-    return all(any(chain[0] in run and run[run.index(chain[0]):run.index(chain[0]) + len(chain)] == chain
-                   for run in runs) for chain in chains)
+    return all(
+        any(chain[0] in run and run[run.index(chain[0]) : run.index(chain[0]) + len(chain)] == chain for run in runs)
+        for chain in chains
+    )

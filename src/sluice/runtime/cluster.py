@@ -70,8 +70,16 @@ class ClusterInfo:
 class LocalCluster:
     """A standalone master and ``workers`` workers of ``cores`` cores and ``memory`` each."""
 
-    def __init__(self, workers: int = 2, cores: int = 1, memory: str = "1g", root: str | None = None,
-                 timeout_s: float = 120.0, distinct_hosts: bool = False, authenticate: bool = False):
+    def __init__(
+        self,
+        workers: int = 2,
+        cores: int = 1,
+        memory: str = "1g",
+        root: str | None = None,
+        timeout_s: float = 120.0,
+        distinct_hosts: bool = False,
+        authenticate: bool = False,
+    ):
         """``distinct_hosts``: each worker (and its executors) binds its own loopback address,
         127.0.0.2, 127.0.0.3, ..., so Spark takes them for different hosts, as on a real
         cluster: it reads another executor's shuffle blocks over the network rather than from
@@ -105,20 +113,40 @@ class LocalCluster:
             assert self.secret_file is not None
             daemon_args = ("--properties-file", self.secret_file)
         try:
-            self._launch("master", "org.apache.spark.deploy.master.Master",
-                         "--host", HOST, "--port", str(self.master_port), "--webui-port", str(self.master_ui_port),
-                         *daemon_args)
+            self._launch(
+                "master",
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                HOST,
+                "--port",
+                str(self.master_port),
+                "--webui-port",
+                str(self.master_ui_port),
+                *daemon_args,
+            )
             self._wait_for(lambda: self._alive_workers() is not None, "the master to answer")
             for i in range(self.workers):
                 work_dir = os.path.join(self.root, f"worker-{i}")
                 os.makedirs(work_dir, exist_ok=True)
                 host = self.worker_host(i)
-                self._launch(f"worker-{i}", "org.apache.spark.deploy.worker.Worker",
-                             "--host", host, "--cores", str(self.cores), "--memory", self.memory,
-                             "--work-dir", work_dir, "--webui-port", str(free_port()), *daemon_args, self.master_url,
-                             host=host)
-            self._wait_for(lambda: (self._alive_workers() or 0) >= self.workers,
-                           f"{self.workers} workers to register")
+                self._launch(
+                    f"worker-{i}",
+                    "org.apache.spark.deploy.worker.Worker",
+                    "--host",
+                    host,
+                    "--cores",
+                    str(self.cores),
+                    "--memory",
+                    self.memory,
+                    "--work-dir",
+                    work_dir,
+                    "--webui-port",
+                    str(free_port()),
+                    *daemon_args,
+                    self.master_url,
+                    host=host,
+                )
+            self._wait_for(lambda: (self._alive_workers() or 0) >= self.workers, f"{self.workers} workers to register")
         except BaseException:
             self.stop()
             raise
@@ -141,8 +169,7 @@ class LocalCluster:
         self.stop()
 
     def info(self) -> ClusterInfo:
-        return ClusterInfo(self.master_url, self.master_ui, self.root, [p.pid for p in self.processes],
-                           self.secret_file)
+        return ClusterInfo(self.master_url, self.master_ui, self.root, [p.pid for p in self.processes], self.secret_file)
 
     def spark_conf(self) -> dict[str, str]:
         """What a driver's session needs to join this cluster (its secret, if it has one)."""
@@ -173,15 +200,24 @@ class LocalCluster:
         return f"127.0.0.{2 + index}" if self.distinct_hosts else HOST
 
     def _launch(self, name: str, main_class: str, *args: str, host: str = HOST) -> None:
-        env = dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP=host,
-                   PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        env = dict(
+            os.environ,
+            SPARK_HOME=spark_home(),
+            SPARK_LOCAL_IP=host,
+            PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable),
+        )
         env.pop("PYTHONPATH", None)  # executors get the pipeline's code as shipped files only
         with open(os.path.join(self.root, "logs", f"{name}.log"), "ab") as log:
-            self.processes.append(subprocess.Popen(
-                [os.path.join(spark_home(), "bin", "spark-class"), main_class, *args],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: stop() takes its children too
-            ))
+            self.processes.append(
+                subprocess.Popen(
+                    [os.path.join(spark_home(), "bin", "spark-class"), main_class, *args],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own process group: stop() takes its children too
+                )
+            )
 
     def _alive_workers(self) -> int | None:
         """Workers the master reports ALIVE, or None while it doesn't answer."""
@@ -197,11 +233,15 @@ class LocalCluster:
         while not condition():
             dead = [p for p in self.processes if p.poll() is not None]
             if dead:
-                raise EnvironmentProblem(f"a Spark cluster process exited ({dead[0].returncode}) while waiting for "
-                                         f"{what}; see the logs in {os.path.join(self.root, 'logs')}")
+                raise EnvironmentProblem(
+                    f"a Spark cluster process exited ({dead[0].returncode}) while waiting for "
+                    f"{what}; see the logs in {os.path.join(self.root, 'logs')}"
+                )
             if time.time() > deadline:
-                raise EnvironmentProblem(f"timed out after {self.timeout_s:.0f} s waiting for {what}; "
-                                         f"see the logs in {os.path.join(self.root, 'logs')}")
+                raise EnvironmentProblem(
+                    f"timed out after {self.timeout_s:.0f} s waiting for {what}; "
+                    f"see the logs in {os.path.join(self.root, 'logs')}"
+                )
             time.sleep(0.25)
 
 

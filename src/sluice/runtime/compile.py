@@ -124,8 +124,11 @@ class SourceStage(Stage):
                 return df
             schema = with_hidden(op.schema, INGEST)
             native = self.source.native_files
-            frame = records_of_splits(df, reader, schema) if native is None else \
-                records_of_files(df, reader, schema, native.slices(self.batch_id))
+            frame = (
+                records_of_splits(df, reader, schema)
+                if native is None
+                else records_of_files(df, reader, schema, native.slices(self.batch_id))
+            )
         else:
             frame = df if self.n_sources == 1 else df.filter(F.col(SOURCE_ID) == self.source.index)
         if frame.columns != [*op.schema.names, INGEST]:  # each transformation costs an analysis
@@ -196,8 +199,18 @@ class ChainStage(Stage):
         if self.rebalance is not None:  # a costly chain gets more tasks than its input has
             frame = frame.repartition(self.rebalance)
         fusion = self.fusion or ChainFusion(self.chain[-1].id)
-        return python_chain(frame, self.chain, self.upstream.schema, self.batch_id, self.checkpoint, self.accumulator,
-                            self.source_stats, fusion.filters, fusion.combine, self.splits_reader)
+        return python_chain(
+            frame,
+            self.chain,
+            self.upstream.schema,
+            self.batch_id,
+            self.checkpoint,
+            self.accumulator,
+            self.source_stats,
+            fusion.filters,
+            fusion.combine,
+            self.splits_reader,
+        )
 
 
 @dataclass
@@ -233,18 +246,49 @@ class KeyedStage(Stage):
             assert isinstance(kernel, AggregateKernel)  # chain_fusions combines for these alone
             keyed_schema = kernel.combined_schema(keyed_schema)
         if self.exchanges:
-            routed = exchange(keyed_input, op, kernel, keyed_schema, self.plan, self.context, self.max_parallelism,
-                              self.checkpoint, self.accumulator, self.source_stats,
-                              self.upstream[1] if self.upstream else None, precombined=self.combined)
+            routed = exchange(
+                keyed_input,
+                op,
+                kernel,
+                keyed_schema,
+                self.plan,
+                self.context,
+                self.max_parallelism,
+                self.checkpoint,
+                self.accumulator,
+                self.source_stats,
+                self.upstream[1] if self.upstream else None,
+                precombined=self.combined,
+            )
             frame, schema, self._finish = routed.frame, routed.schema, routed.finish
             traffic_from = self.upstream[0] if self.upstream and routed.traffic else None
         else:
             traffic_from = None
-            frame, schema = collocated_input(keyed_input, op, kernel, keyed_schema, self.plan, self.context,
-                                             self.max_parallelism, self.checkpoint, self.accumulator)
-        return keyed_stage(frame, op, schema, self.plan, (self.store.root, op.id, kernel.key_columns),
-                           self.state.index(op.id), self.context, self.checkpoint, self.accumulator,
-                           self.source_stats, kernel=kernel, traffic_from=traffic_from)
+            frame, schema = collocated_input(
+                keyed_input,
+                op,
+                kernel,
+                keyed_schema,
+                self.plan,
+                self.context,
+                self.max_parallelism,
+                self.checkpoint,
+                self.accumulator,
+            )
+        return keyed_stage(
+            frame,
+            op,
+            schema,
+            self.plan,
+            (self.store.root, op.id, kernel.key_columns),
+            self.state.index(op.id),
+            self.context,
+            self.checkpoint,
+            self.accumulator,
+            self.source_stats,
+            kernel=kernel,
+            traffic_from=traffic_from,
+        )
 
     def finish(self) -> dict[str, float]:
         return self._finish() if self._finish is not None else {}
@@ -305,8 +349,12 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
             if measurer is not None:
                 stats = measured[measurer] = SourceStats(op.id, info.event_time)
             # a chain the plan spreads over more tasks gets records: two splits make two tasks
-            if info.splits_reader is not None and info.native_files is None and reading is not None and \
-                    plan.rebalance.get(graph.consumers(op.id)[0].id) is None:
+            if (
+                info.splits_reader is not None
+                and info.native_files is None
+                and reading is not None
+                and plan.rebalance.get(graph.consumers(op.id)[0].id) is None
+            ):
                 splits_read_by[reading] = info.splits_reader
             stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats, reading in splits_read_by))
         elif op.kind == "sink":
@@ -322,16 +370,40 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
             fusion = fusions.get(op.id)
             # the stage's frame stands for the last operator it runs (consumers look it up by id)
             end = graph[fusion.end] if fusion is not None else op
-            stages.append(ChainStage(end, chain, graph[chain[0].inputs[0]], plan.rebalance.get(chain[0].id),
-                                     batch.batch_id, batch.checkpoint, batch.accumulator, measured.get(op.id), fusion,
-                                     splits_read_by.get(op.id)))
+            stages.append(
+                ChainStage(
+                    end,
+                    chain,
+                    graph[chain[0].inputs[0]],
+                    plan.rebalance.get(chain[0].id),
+                    batch.batch_id,
+                    batch.checkpoint,
+                    batch.accumulator,
+                    measured.get(op.id),
+                    fusion,
+                    splits_read_by.get(op.id),
+                )
+            )
         else:  # keyed
             planned = as_planned(op, plan)  # the active alternate's function
-            stages.append(KeyedStage(planned, batch.kernel_of(planned), graph[op.inputs[0]], plan.keyed[op.id],
-                                     plan.max_parallelism, batch.stores[op.id], batch.state, batch.context,
-                                     batch.checkpoint, batch.accumulator, measured.get(op.id),
-                                     exchanges=plan.exchanges_before(op.id), upstream=traffic_source(graph, op.id),
-                                     combined=op.id in combined))
+            stages.append(
+                KeyedStage(
+                    planned,
+                    batch.kernel_of(planned),
+                    graph[op.inputs[0]],
+                    plan.keyed[op.id],
+                    plan.max_parallelism,
+                    batch.stores[op.id],
+                    batch.state,
+                    batch.context,
+                    batch.checkpoint,
+                    batch.accumulator,
+                    measured.get(op.id),
+                    exchanges=plan.exchanges_before(op.id),
+                    upstream=traffic_source(graph, op.id),
+                    combined=op.id in combined,
+                )
+            )
     return BatchLineage(graph, stages)
 
 

@@ -24,13 +24,16 @@ BUDGET_MIN_ROWS = 100
 
 def check_budget_value(budget: float) -> float:
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1:
-        raise ConfigError(f"dead_letter_budget must be a fraction in (0, 1] of an operator's records in a batch "
-                          f"(e.g. 0.05 for 5 %), got {budget!r}")
+        raise ConfigError(
+            f"dead_letter_budget must be a fraction in (0, 1] of an operator's records in a batch "
+            f"(e.g. 0.05 for 5 %), got {budget!r}"
+        )
     return float(budget)
 
 
-def check_budget(graph: JobGraph, batch_id: int, dead: list[dict], per_op: dict[str, dict[str, float]],
-                 budget: float, where: str) -> None:
+def check_budget(
+    graph: JobGraph, batch_id: int, dead: list[dict], per_op: dict[str, dict[str, float]], budget: float, where: str
+) -> None:
     """Raise ``DeadLetterBudgetExceeded`` for the first operator over budget in the batch.
 
     ``dead``: the batch's dead-letter records (``operator`` is an operator's name);
@@ -42,8 +45,7 @@ def check_budget(graph: JobGraph, batch_id: int, dead: list[dict], per_op: dict[
             continue
         # a window combined in Python before its exchange receives its records there: its own
         # rows_in counts the combined rows, fewer than the records its dead letters count
-        received = int(max(per_op.get(op.id, {}).get("rows_in", 0),
-                           per_op.get(f"{op.id}.combine", {}).get("rows_in", 0)))
+        received = int(max(per_op.get(op.id, {}).get("rows_in", 0), per_op.get(f"{op.id}.combine", {}).get("rows_in", 0)))
         failed = by_name[op.name]
         if received >= BUDGET_MIN_ROWS and failed >= budget * received:
             first = next(r["error"] for r in dead if r.get("operator") == op.name)
@@ -53,4 +55,5 @@ def check_budget(graph: JobGraph, batch_id: int, dead: list[dict], per_op: dict[
                 f"batch {batch_id} to dead letters, over the dead-letter budget of {budget:.0%}: a bug in the "
                 f"operator, not bad data. First error: {first.splitlines()[-1] if first else '?'}. "
                 f"The dead letters are in {where}. The batch was not committed: fix the operator and run again "
-                f"(the batch is replayed), or allow more (dead_letter_budget=, sluice run --dead-letter-budget).")
+                f"(the batch is replayed), or allow more (dead_letter_budget=, sluice run --dead-letter-budget)."
+            )

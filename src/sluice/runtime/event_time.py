@@ -45,8 +45,12 @@ class EventClock:
     first_us: int | None = None  # processing time of the first batch (a silent source is idle from it)
 
     def to_record(self) -> dict:
-        return {"max_event_us_so_far": dict(self.max_event_us), "last_data_us": dict(self.last_data_us),
-                "watermark": self.watermark, "first_us": self.first_us}
+        return {
+            "max_event_us_so_far": dict(self.max_event_us),
+            "last_data_us": dict(self.last_data_us),
+            "watermark": self.watermark,
+            "first_us": self.first_us,
+        }
 
     @classmethod
     def from_record(cls, record: dict) -> EventClock:
@@ -54,8 +58,12 @@ class EventClock:
             return {str(k): int(v) for k, v in (values or {}).items()}
 
         wm, first = record.get("watermark"), record.get("first_us")
-        return cls(ints(record.get("max_event_us_so_far")), ints(record.get("last_data_us")),
-                   None if wm is None else int(wm), None if first is None else int(first))
+        return cls(
+            ints(record.get("max_event_us_so_far")),
+            ints(record.get("last_data_us")),
+            None if wm is None else int(wm),
+            None if first is None else int(first),
+        )
 
     def saw(self, name: str, max_event_us: int | None, rows: int, processing_time: int) -> None:
         """A batch processed at ``processing_time`` read ``rows`` records of source ``name``

@@ -64,10 +64,22 @@ LATENCY_QUANTILES = (0.01, 0.05, 0.5)
 class BatchExecutor:
     """Runs each micro-batch of one job; the ``foreachBatch`` function of the query."""
 
-    def __init__(self, spark, graph: JobGraph, checkpoint: str | Checkpoint, plan_log: PlanLog, sources: list[SourceInfo],
-                 dead_letter_sink: SinkSpec | None = None, controller=None, on_batch=None, backlog=None,
-                 dead_letter_budget: float = DEFAULT_BUDGET,
-                 late_data_sink: SinkSpec | None = None, fence=None, after_first_commit=None):
+    def __init__(
+        self,
+        spark,
+        graph: JobGraph,
+        checkpoint: str | Checkpoint,
+        plan_log: PlanLog,
+        sources: list[SourceInfo],
+        dead_letter_sink: SinkSpec | None = None,
+        controller=None,
+        on_batch=None,
+        backlog=None,
+        dead_letter_budget: float = DEFAULT_BUDGET,
+        late_data_sink: SinkSpec | None = None,
+        fence=None,
+        after_first_commit=None,
+    ):
         self.spark = spark
         # called once, after the first batch this driver commits and before the controller
         # sees it (the job restores a restart's reduced admission there, ``job._admit``)
@@ -141,8 +153,7 @@ class BatchExecutor:
         return clock
 
     def _source_times(self) -> list[SourceTime]:
-        return [SourceTime(src.op.id, src.event_time, src.watermark_delay_us, src.idle_timeout_us)
-                for src in self.sources]
+        return [SourceTime(src.op.id, src.event_time, src.watermark_delay_us, src.idle_timeout_us) for src in self.sources]
 
     def _store(self, op: Operator):
         return KeyGroupStore(self.checkpoint.uri, op.id, self.kernel(op).key_columns)
@@ -232,8 +243,14 @@ class BatchExecutor:
         lineage.finish(self.accumulator)  # the stages' driver-side work: late records fetched
         dead = self._forward_dead_letters(batch_id, replay)
         self._forward_late_records(batch_id, replay)
-        check_budget(self.graph, batch_id, dead, split_metrics(self.accumulator.value), self.dead_letter_budget,
-                     self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"))
+        check_budget(
+            self.graph,
+            batch_id,
+            dead,
+            split_metrics(self.accumulator.value),
+            self.dead_letter_budget,
+            self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"),
+        )
 
         lap("side_outputs")
         # 4. commit the key-group state, then record the batch as done with its metrics
@@ -245,15 +262,29 @@ class BatchExecutor:
         m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context, state)
         observed_event_us = self._observed_event_times(observed, m.rows_by_source, start["processing_time"])
         self.clock.watermark = start["watermark"]
-        self._timers_due = {op_id: -int(values[NEXT_TIMER_NEG]) for op_id, values in per_op.items()
-                            if isinstance(values, dict) and values.get(NEXT_TIMER_NEG) is not None}
+        self._timers_due = {
+            op_id: -int(values[NEXT_TIMER_NEG])
+            for op_id, values in per_op.items()
+            if isinstance(values, dict) and values.get(NEXT_TIMER_NEG) is not None
+        }
         # a partition that ran no task for such an operator held no state of it
-        self._holding = {op.id: bool((per_op.get(op.id) or {}).get(HOLDING)) for op in self.graph.operators
-                         if op.is_keyed and self.kernel(op).wants_timers}
+        self._holding = {
+            op.id: bool((per_op.get(op.id) or {}).get(HOLDING))
+            for op in self.graph.operators
+            if op.is_keyed and self.kernel(op).wants_timers
+        }
         lap("metrics")
-        self._write_record(batch_id, "done", {"max_event_us": observed_event_us, **self.clock.to_record(),
-                                              "rows_by_source": m.rows_by_source, "timers_due": self._timers_due,
-                                              "holding": self._holding})
+        self._write_record(
+            batch_id,
+            "done",
+            {
+                "max_event_us": observed_event_us,
+                **self.clock.to_record(),
+                "rows_by_source": m.rows_by_source,
+                "timers_due": self._timers_due,
+                "holding": self._holding,
+            },
+        )
         lap("done_record")
         self._request_tick(batch_id, state)
         metrics_log.append(self.checkpoint, m)
@@ -279,13 +310,17 @@ class BatchExecutor:
         lap("on_batch")
         self.phases.append({"batch_id": batch_id, "rows": m.rows_in, **lap.seconds})
 
-    def _build(self, df, batch_id: int, plan: Plan, context: BatchContext,
-               state: StateTransaction | None = None) -> tuple[dict, BatchLineage]:
+    def _build(
+        self, df, batch_id: int, plan: Plan, context: BatchContext, state: StateTransaction | None = None
+    ) -> tuple[dict, BatchLineage]:
         """Step 2: the batch's lineage (``runtime.compile``) built over ``df``; returns the
         frames by operator id, and the lineage that finishes and releases them."""
         state = state if state is not None else StateTransaction(self.stores, batch_id)
-        lineage = compile_batch(self.graph, plan, BatchInputs(
-            batch_id, context, self.checkpoint, self.accumulator, self.sources, self.stores, state, self.kernel))
+        lineage = compile_batch(
+            self.graph,
+            plan,
+            BatchInputs(batch_id, context, self.checkpoint, self.accumulator, self.sources, self.stores, state, self.kernel),
+        )
         return lineage.build(df), lineage
 
     def _compact(self, batch_id: int, state: StateTransaction) -> None:
@@ -306,8 +341,10 @@ class BatchExecutor:
             for op_id in compacted:
                 self.stores[op_id].gc(before_batch=batch_id + 1)
         # the batch's committed index, unless a snapshot finished since it was built
-        indexes = {op_id: store.index(before_batch=batch_id + 1) if op_id in compacted else state.committed_index(op_id)
-                   for op_id, store in self.stores.items()}
+        indexes = {
+            op_id: store.index(before_batch=batch_id + 1) if op_id in compacted else state.committed_index(op_id)
+            for op_id, store in self.stores.items()
+        }
         due = [op_id for op_id, index in indexes.items() if KeyGroupStore.compaction_due(index, max_delta_ratio=2.0)]
         if due:
             # a store of its own: the batch thread's store keeps its caches to itself
@@ -349,9 +386,12 @@ class BatchExecutor:
         obs = None
         if not sinks.collects_to_driver(spec):
             obs = Observation(f"sink_{op.id}_{batch_id}")
-            frame = frame.observe(obs, F.expr("count(1) AS rows"), F.expr(
-                f"percentile_approx(unix_micros({INGEST}), array({', '.join(map(str, LATENCY_QUANTILES))}), 1000) AS q"),
-                F.expr(f"avg(unix_micros({INGEST})) AS mean_us"))
+            frame = frame.observe(
+                obs,
+                F.expr("count(1) AS rows"),
+                F.expr(f"percentile_approx(unix_micros({INGEST}), array({', '.join(map(str, LATENCY_QUANTILES))}), 1000) AS q"),
+                F.expr(f"avg(unix_micros({INGEST})) AS mean_us"),
+            )
         t0 = time.time()
         collected = sinks.write(spec, frame, batch_id, checkpoint=self.checkpoint)
         done = time.time()
@@ -381,8 +421,9 @@ class BatchExecutor:
         records = read_side_output(self.checkpoint, DEAD_LETTER, batch_id)
         # a replay writes even none: it replaces what the batch's earlier execution wrote
         if self.dead_letter_sink is not None and (records or replay):
-            sinks.write_table(self.dead_letter_sink, pa.Table.from_pylist(records), batch_id, self.spark,
-                              checkpoint=self.checkpoint)
+            sinks.write_table(
+                self.dead_letter_sink, pa.Table.from_pylist(records), batch_id, self.spark, checkpoint=self.checkpoint
+            )
         return records
 
     def _forward_late_records(self, batch_id: int, replay: bool) -> None:
@@ -391,11 +432,9 @@ class BatchExecutor:
             return
         late = [r for op in self.graph.operators for r in read_side_output(self.checkpoint, f"side/{op.id}/{LATE}", batch_id)]
         if late or replay:
-            sinks.write_table(self.late_data_sink, pa.Table.from_pylist(late), batch_id, self.spark,
-                              checkpoint=self.checkpoint)
+            sinks.write_table(self.late_data_sink, pa.Table.from_pylist(late), batch_id, self.spark, checkpoint=self.checkpoint)
 
-    def _observed_event_times(self, observed: dict[str, dict], rows: dict[str, int], processing_time: int
-                              ) -> dict[str, int]:
+    def _observed_event_times(self, observed: dict[str, dict], rows: dict[str, int], processing_time: int) -> dict[str, int]:
         """Each event-time source's latest event time in the batch; advances the clock."""
         out = {}
         for src in self.sources:
@@ -474,8 +513,9 @@ class BatchExecutor:
             self._tick_pending = True  # whatever a crashed run left in the file is replaced
             self._request_tick(done[-1])
 
-    def _metrics(self, batch_id, plan, started, per_op, observed, sink_stats, dead, context,
-                 state: StateTransaction) -> BatchMetrics:
+    def _metrics(
+        self, batch_id, plan, started, per_op, observed, sink_stats, dead, context, state: StateTransaction
+    ) -> BatchMetrics:
         """``per_op``: the tasks' metrics by operator; ``observed``: each source's rows and
         latest event time."""
         traffic = traffic_metrics(per_op, plan)
@@ -490,8 +530,9 @@ class BatchExecutor:
         rows_by_source = {op_id: int(stats.get("rows") or 0) for op_id, stats in observed.items()}
         paths = {}
         for constraint in self.graph.constraints:  # the latency split of each constrained path
-            split = split_path_latency(sink_stats, per_op, path_operators(self.graph, constraint),
-                                       measuring_sinks(self.graph, constraint))
+            split = split_path_latency(
+                sink_stats, per_op, path_operators(self.graph, constraint), measuring_sinks(self.graph, constraint)
+            )
             if split is not None:
                 paths[constraint.name] = split
         executors = executor_infos(self.spark)
@@ -517,8 +558,7 @@ class BatchExecutor:
             dynamics=self._dynamics(plan, started, sum(rows_by_source.values()), backlog, per_op, executors),
         )
 
-    def _dynamics(self, plan: Plan, started: float, rows_in: int, backlog: dict, per_op: dict,
-                  executors: list[dict]) -> dict:
+    def _dynamics(self, plan: Plan, started: float, rows_in: int, backlog: dict, per_op: dict, executors: list[dict]) -> dict:
         """The batch's value, relative throughput, cost and profit (``models.economics``), and
         what each active alternate measured."""
         from sluice.graph.alternates import application_value, value_bounds
@@ -528,8 +568,14 @@ class BatchExecutor:
         if self._economics is None:  # first batch of this run: go on from the last one recorded
             last = next((m.dynamics for m in reversed(metrics_log.read(self.checkpoint)) if m.dynamics), None)
             self._economics = EconomicsMeter(self.graph.economics or Economics(), *value_bounds(self.graph), last)
-        facts = BatchFacts(started_at=started, ended_at=time.time(), value=application_value(self.graph, plan.alternates),
-                           rows_in=rows_in, backlog=backlog, executors=executors_held(plan, executors))
+        facts = BatchFacts(
+            started_at=started,
+            ended_at=time.time(),
+            value=application_value(self.graph, plan.alternates),
+            rows_in=rows_in,
+            backlog=backlog,
+            executors=executors_held(plan, executors),
+        )
         out = self._economics.measure(facts)
         keyed = {op.id for op in self.graph.operators if op.is_keyed}
         out["alternates"] = measured_costs(per_op, plan.alternates, keyed)

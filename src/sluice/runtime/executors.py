@@ -50,9 +50,17 @@ def executor_infos(spark) -> list[dict]:
         text = _json_mapper(spark).writeValueAsString(jsc.statusStore().executorList(True))
     except Exception:  # a Spark without the store API or Jackson's Scala module: call by call
         return _executor_infos_by_call(spark)
-    return [{"id": str(s["id"]), "host": str(s["hostPort"]), "cores": int(s["totalCores"]),
-             "since": round(s["addTime"] / 1000.0, 3), "tasks": int(s["totalTasks"]),
-             "storage_mb": round(s["memoryUsed"] / 2**20, 1)} for s in json.loads(text)]
+    return [
+        {
+            "id": str(s["id"]),
+            "host": str(s["hostPort"]),
+            "cores": int(s["totalCores"]),
+            "since": round(s["addTime"] / 1000.0, 3),
+            "tasks": int(s["totalTasks"]),
+            "storage_mb": round(s["memoryUsed"] / 2**20, 1),
+        }
+        for s in json.loads(text)
+    ]
 
 
 def _json_mapper(spark):
@@ -75,12 +83,24 @@ def _executor_infos_by_call(spark) -> list[dict]:
     except Exception:  # an older Spark without the store API: hosts only
         summaries = None
     if summaries is None:
-        return [{"host": f"{e.host()}:{e.port()}",
-                 "storage_mb": round((e.usedOnHeapStorageMemory() + e.usedOffHeapStorageMemory()) / 2**20, 1)}
-                for e in jsc.statusTracker().getExecutorInfos()]
-    return [{"id": str(s.id()), "host": str(s.hostPort()), "cores": int(s.totalCores()),
-             "since": round(s.addTime().getTime() / 1000.0, 3), "tasks": int(s.totalTasks()),
-             "storage_mb": round(s.memoryUsed() / 2**20, 1)} for s in summaries]
+        return [
+            {
+                "host": f"{e.host()}:{e.port()}",
+                "storage_mb": round((e.usedOnHeapStorageMemory() + e.usedOffHeapStorageMemory()) / 2**20, 1),
+            }
+            for e in jsc.statusTracker().getExecutorInfos()
+        ]
+    return [
+        {
+            "id": str(s.id()),
+            "host": str(s.hostPort()),
+            "cores": int(s.totalCores()),
+            "since": round(s.addTime().getTime() / 1000.0, 3),
+            "tasks": int(s.totalTasks()),
+            "storage_mb": round(s.memoryUsed() / 2**20, 1),
+        }
+        for s in summaries
+    ]
 
 
 def is_standalone(master: str) -> bool:
@@ -123,12 +143,15 @@ class ExecutorPool:
             raise ConfigError(
                 f"executors: the session runs on {self.master!r}, whose task slots are fixed when it "
                 f"starts; adding or releasing executors needs a Spark standalone cluster "
-                f"(master spark://host:port, e.g. `sluice cluster up`)")
+                f"(master spark://host:port, e.g. `sluice cluster up`)"
+            )
         conf = spark.sparkContext.getConf()
         if conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
-            raise ConfigError("executors: spark.dynamicAllocation.enabled is on, so Spark's allocation manager owns "
-                              "the executors (killExecutors is refused); turn it off to let Sluice's controller "
-                              "hold them")
+            raise ConfigError(
+                "executors: spark.dynamicAllocation.enabled is on, so Spark's allocation manager owns "
+                "the executors (killExecutors is refused); turn it off to let Sluice's controller "
+                "hold them"
+            )
         self._max = max_executors
         self.target: int | None = None
 
@@ -202,9 +225,14 @@ class SparkExecutors:
     def resources(self) -> Resources:
         held = self.pool.held()
         per_executor = max(1, held.cores // held.count) if held.count else 1
-        return Resources(cores=max(held.cores, 1), executors=held.count, cores_per_executor=per_executor,
-                         max_executors=self.pool.max_executors, requested=held.target,
-                         since=tuple(float(e.get("since", 0.0)) for e in held.executors))
+        return Resources(
+            cores=max(held.cores, 1),
+            executors=held.count,
+            cores_per_executor=per_executor,
+            max_executors=self.pool.max_executors,
+            requested=held.target,
+            since=tuple(float(e.get("since", 0.0)) for e in held.executors),
+        )
 
     def set_total(self, n: int) -> None:
         self.pool.set_total(n)

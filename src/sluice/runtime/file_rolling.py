@@ -68,8 +68,7 @@ def output_dirs(fs: pafs.FileSystem, base: str) -> list[OutputDir]:
             first, last = int(ranged.group(1)), int(ranged.group(2))
         found.append(OutputDir(directory, first, last, tuple(p for p, _ in parts), sum(s for _, s in parts)))
     ranges = [(d.first, d.last) for d in found if d.rolled]
-    return sorted((d for d in found if d.rolled or not any(a <= d.first <= b for a, b in ranges)),
-                  key=lambda d: d.first)
+    return sorted((d for d in found if d.rolled or not any(a <= d.first <= b for a, b in ranges)), key=lambda d: d.first)
 
 
 def remove_if_empty(path: str, batch_id: int, rows: int) -> None:

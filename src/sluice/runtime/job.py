@@ -40,16 +40,33 @@ class JobResult:
         return self.rows_in / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
-def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None = None, spark=None,
-                 duration: float | None = None, trigger_interval: float = 0.0,
-                 max_rows_per_batch: int | None = None, plan: Plan | None = None,
-                 controller: Callable | None = None, on_batch: Callable[[BatchMetrics], None] | None = None,
-                 stop_when: Callable[[BatchExecutor], bool] | None = None, fuse: bool = True, collocate: bool = True,
-                 policies=None, on_control: Callable[[dict], None] | None = None,
-                 dead_letter_budget: float | None = None,
-                 reset_state: Iterable[str] = (), ship: str | None = None, ui: bool | None = None,
-                 executors: int | None = None, max_executors: int | None = None, standby: bool = False,
-                 on_standby: Callable[[str], None] | None = None, spark_conf: dict[str, str] | None = None) -> JobResult:
+def run_pipeline(
+    pipeline,
+    checkpoint: str | Checkpoint,
+    *,
+    master: str | None = None,
+    spark=None,
+    duration: float | None = None,
+    trigger_interval: float = 0.0,
+    max_rows_per_batch: int | None = None,
+    plan: Plan | None = None,
+    controller: Callable | None = None,
+    on_batch: Callable[[BatchMetrics], None] | None = None,
+    stop_when: Callable[[BatchExecutor], bool] | None = None,
+    fuse: bool = True,
+    collocate: bool = True,
+    policies=None,
+    on_control: Callable[[dict], None] | None = None,
+    dead_letter_budget: float | None = None,
+    reset_state: Iterable[str] = (),
+    ship: str | None = None,
+    ui: bool | None = None,
+    executors: int | None = None,
+    max_executors: int | None = None,
+    standby: bool = False,
+    on_standby: Callable[[str], None] | None = None,
+    spark_conf: dict[str, str] | None = None,
+) -> JobResult:
     """Run ``pipeline`` on Spark with its state and logs under ``checkpoint`` (a path or a
     URI such as ``file:///x``, ``s3://bucket/x``, ``hdfs://host/x``).
 
@@ -109,19 +126,65 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, *, master: str | None =
         lease.start_heartbeat()
     try:
         with session_settings(spark):  # a user's own session: Sluice's SQL settings while it runs
-            return _run(pipeline, checkpoint, lease, master=master, spark=spark, duration=duration,
-                        trigger_interval=trigger_interval, max_rows_per_batch=max_rows_per_batch, plan=plan,
-                        controller=controller, on_batch=on_batch, stop_when=stop_when, fuse=fuse,
-                        collocate=collocate, policies=policies, on_control=on_control, budget=budget,
-                        reset_state=reset_state, ship=ship, ui=ui, executors=executors, max_executors=max_executors,
-                        standby=standby, on_standby=on_standby, spark_conf=spark_conf)
+            return _run(
+                pipeline,
+                checkpoint,
+                lease,
+                master=master,
+                spark=spark,
+                duration=duration,
+                trigger_interval=trigger_interval,
+                max_rows_per_batch=max_rows_per_batch,
+                plan=plan,
+                controller=controller,
+                on_batch=on_batch,
+                stop_when=stop_when,
+                fuse=fuse,
+                collocate=collocate,
+                policies=policies,
+                on_control=on_control,
+                budget=budget,
+                reset_state=reset_state,
+                ship=ship,
+                ui=ui,
+                executors=executors,
+                max_executors=max_executors,
+                standby=standby,
+                on_standby=on_standby,
+                spark_conf=spark_conf,
+            )
     finally:
         lease.release()
 
 
-def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, duration, trigger_interval,
-         max_rows_per_batch, plan, controller, on_batch, stop_when, fuse, collocate, policies, on_control, budget,
-         reset_state, ship, ui, executors, max_executors, standby: bool, on_standby, spark_conf=None) -> JobResult:
+def _run(
+    pipeline,
+    checkpoint: Checkpoint,
+    lease: Lease,
+    *,
+    master,
+    spark,
+    duration,
+    trigger_interval,
+    max_rows_per_batch,
+    plan,
+    controller,
+    on_batch,
+    stop_when,
+    fuse,
+    collocate,
+    policies,
+    on_control,
+    budget,
+    reset_state,
+    ship,
+    ui,
+    executors,
+    max_executors,
+    standby: bool,
+    on_standby,
+    spark_conf=None,
+) -> JobResult:
     """``run_pipeline`` once its arguments are checked and (unless a standby) it holds the lease."""
     from sluice.runtime.schemas import SparkTyper
     from sluice.runtime.session import announce_ui, jvm_pid, spark_session
@@ -169,8 +232,9 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
 
     plan_log = PlanLog(checkpoint)
     # the graph under the ids the checkpoint keeps state by; stops here if its state does not fit
-    graph = open_checkpoint(pipeline.graph, checkpoint, plan_log, pipeline.partitions, reset_state=reset_state,
-                            fuse=fuse, collocate=collocate)
+    graph = open_checkpoint(
+        pipeline.graph, checkpoint, plan_log, pipeline.partitions, reset_state=reset_state, fuse=fuse, collocate=collocate
+    )
     if plan is not None:
         _check_plan(plan, graph)
         # a given plan applies from the next batch on; batches already run keep theirs
@@ -189,14 +253,24 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
         return out
 
     control = None
-    if controller is None and (graph.constraints or graph.goals is not None or policies is not None
-                               or _has_alternates(graph)):
+    if controller is None and (graph.constraints or graph.goals is not None or policies is not None or _has_alternates(graph)):
         control = _controller(graph, checkpoint, controls, policies, spark, pool)
         controller = _reporting(control, on_control)
-    executor = BatchExecutor(spark, graph, checkpoint, plan_log, infos, pipeline.dead_letter_sink,
-                             controller=controller, on_batch=on_batch, backlog=backlog, dead_letter_budget=budget,
-                             late_data_sink=getattr(pipeline, "late_data_sink", None), fence=lease.check,
-                             after_first_commit=restore_admission)
+    executor = BatchExecutor(
+        spark,
+        graph,
+        checkpoint,
+        plan_log,
+        infos,
+        pipeline.dead_letter_sink,
+        controller=controller,
+        on_batch=on_batch,
+        backlog=backlog,
+        dead_letter_budget=budget,
+        late_data_sink=getattr(pipeline, "late_data_sink", None),
+        fence=lease.check,
+        after_first_commit=restore_admission,
+    )
     executor.recover_ticks()  # what the last batch done left due runs without waiting for data
     writer = stream.writeStream.foreachBatch(executor).option("checkpointLocation", checkpoint.spark)
     writer = writer.trigger(processingTime=f"{trigger_interval} seconds")
@@ -236,9 +310,16 @@ def _run(pipeline, checkpoint: Checkpoint, lease: Lease, *, master, spark, durat
     elapsed = time.time() - started
     all_metrics = metrics_log.read(checkpoint)
     mine = [m for m in all_metrics if m.started_at >= started]
-    return JobResult(checkpoint.uri, executor.batches_done, sum(m.rows_in for m in mine), elapsed, all_metrics,
-                     None if control is None else control.state(),
-                     dead_letters=sum(m.dead_letters for m in mine), late_records=sum(m.late_records for m in mine))
+    return JobResult(
+        checkpoint.uri,
+        executor.batches_done,
+        sum(m.rows_in for m in mine),
+        elapsed,
+        all_metrics,
+        None if control is None else control.state(),
+        dead_letters=sum(m.dead_letters for m in mine),
+        late_records=sum(m.late_records for m in mine),
+    )
 
 
 def _standalone(spark) -> bool:
@@ -277,16 +358,21 @@ def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark, p
     from sluice.runtime.executors import SparkExecutors
 
     admitting = [op.id for op in graph.sources() if not isinstance(op.params["spec"], SparkSource)]
-    executors = (FixedExecutors(Resources(cores=spark.sparkContext.defaultParallelism)) if pool is None
-                 else SparkExecutors(pool))
+    executors = FixedExecutors(Resources(cores=spark.sparkContext.defaultParallelism)) if pool is None else SparkExecutors(pool)
     # a job given a policies file watches it; any job picks up `sluice control` requests
     swaps = PolicySwaps(checkpoint, watch=policies if isinstance(policies, str) else None)
     if policies is None and not graph.constraints and graph.goals is None:
         policies = []  # alternates only: no policy until one is put in force
     # no policies named: the autopilot for a job with goals, batch sizing for constraints
-    return Controller(graph, build_policies(policies, graph), checkpoint=checkpoint,
-                      admission=SourceAdmission(controls, admitting), executors=executors,
-                      history=[m for m in metrics_log.read_recent(checkpoint) if not m.skipped], swaps=swaps)
+    return Controller(
+        graph,
+        build_policies(policies, graph),
+        checkpoint=checkpoint,
+        admission=SourceAdmission(controls, admitting),
+        executors=executors,
+        history=[m for m in metrics_log.read_recent(checkpoint) if not m.skipped],
+        swaps=swaps,
+    )
 
 
 def _has_alternates(graph) -> bool:
@@ -297,6 +383,7 @@ def _has_alternates(graph) -> bool:
 
 def _reporting(control, on_control):
     """The executor's controller callback: the control loop, then its state to ``on_control``."""
+
     def step(metrics, plan):
         new_plan = control(metrics, plan)
         if on_control is not None:
@@ -306,24 +393,40 @@ def _reporting(control, on_control):
     return step
 
 
-def _stand_by(spark, pipeline, schema, infos: list[SourceInfo], warmup, lease: Lease, fuse: bool, collocate: bool,
-              on_standby: Callable[[str], None] | None) -> None:
+def _stand_by(
+    spark,
+    pipeline,
+    schema,
+    infos: list[SourceInfo],
+    warmup,
+    lease: Lease,
+    fuse: bool,
+    collocate: bool,
+    on_standby: Callable[[str], None] | None,
+) -> None:
     """A hot standby's wait: once its Python workers have started, rehearse a batch (it has
     the time: its first batch after a takeover then runs warm), then wait for the lease and
     keep it from then on. ``on_standby`` hears each step."""
     say = on_standby or (lambda line: None)
     if rehearses("standby"):
         try:
-            seconds = _rehearsal(spark, pipeline, schema, infos, fuse, collocate,
-                                 after=[] if warmup is None else [warmup]).result()
+            seconds = _rehearsal(
+                spark, pipeline, schema, infos, fuse, collocate, after=[] if warmup is None else [warmup]
+            ).result()
             say(f"standby: rehearsed a batch in {seconds:.1f} s")
         except Exception as exc:  # the rehearsal changes no result: say so and go on
             first_line = next(iter(str(exc).splitlines()), "")[:200]
-            say(f"standby: the batch rehearsal failed ({type(exc).__name__}: {first_line}); "
-                f"the first batch after a takeover will be slower")
-    lease.acquire(wait=True, on_wait=lambda held: say(
-        f"standby: ready, waiting for the driver holding {lease.checkpoint} (processes {list(held.pids)} on "
-        f"{held.host}, lease epoch {held.epoch})"))
+            say(
+                f"standby: the batch rehearsal failed ({type(exc).__name__}: {first_line}); "
+                f"the first batch after a takeover will be slower"
+            )
+    lease.acquire(
+        wait=True,
+        on_wait=lambda held: say(
+            f"standby: ready, waiting for the driver holding {lease.checkpoint} (processes {list(held.pids)} on "
+            f"{held.host}, lease epoch {held.epoch})"
+        ),
+    )
     lease.start_heartbeat()
     say(f"standby: took over {lease.checkpoint} (lease epoch {lease.epoch})")
 
@@ -342,8 +445,7 @@ def rehearses(driver: str) -> bool:
     return driver == "standby" or mode in ("1", "true", "yes", "on")
 
 
-def _rehearsal(spark, pipeline, schema, infos: list[SourceInfo], fuse: bool, collocate: bool,
-               after: list[Future]) -> Future:
+def _rehearsal(spark, pipeline, schema, infos: list[SourceInfo], fuse: bool, collocate: bool, after: list[Future]) -> Future:
     """Rehearse a batch of ``pipeline`` on a scratch checkpoint (``runtime.rehearsal``) in the
     background, once the work ``after`` is done (the validation, the workers' warm-up). Its
     Future gives the seconds it took, or what it raised."""
@@ -352,8 +454,7 @@ def _rehearsal(spark, pipeline, schema, infos: list[SourceInfo], fuse: bool, col
 
     def run() -> float:
         wait(after, timeout=120)
-        return rehearse_batch(spark, pipeline.graph, pipeline.partitions, schema, infos, fuse=fuse,
-                              collocate=collocate)
+        return rehearse_batch(spark, pipeline.graph, pipeline.partitions, schema, infos, fuse=fuse, collocate=collocate)
 
     return in_background(run, "sluice-rehearsal")
 
@@ -386,11 +487,9 @@ def _admit(graph, checkpoint: Checkpoint, max_rows_per_batch: int | None) -> Cal
     from sluice.runtime.sources import set_max_rows
     from sluice.runtime.sources.admission import DEFAULT_MAX_ROWS_PER_BATCH
 
-    limits = {op.id: max_rows_per_batch or getattr(op.params["spec"], "max_rows_per_batch", None)
-              for op in graph.sources()}
+    limits = {op.id: max_rows_per_batch or getattr(op.params["spec"], "max_rows_per_batch", None) for op in graph.sources()}
     last = _last_committed_rows(checkpoint)
-    first = {op_id: min(limit or DEFAULT_MAX_ROWS_PER_BATCH, last[op_id])
-             for op_id, limit in limits.items() if last.get(op_id)}
+    first = {op_id: min(limit or DEFAULT_MAX_ROWS_PER_BATCH, last[op_id]) for op_id, limit in limits.items() if last.get(op_id)}
     for op_id, limit in limits.items():  # also clears what a run that crashed left there
         set_max_rows(checkpoint.sources, op_id, first.get(op_id, limit))
     if not first:
@@ -421,16 +520,21 @@ def _source_infos(graph, spark, checkpoint: Checkpoint) -> list[SourceInfo]:
     for i, op in enumerate(graph.sources()):
         spec = op.params["spec"]
         delay = getattr(spec, "watermark_delay", 0) or 0
-        info = SourceInfo(op, i, getattr(spec, "event_time", None), int(delay * MICROS),
-                          idle_timeout_us=op.params.get("idle_timeout_us"), ticks=not isinstance(spec, SparkSource))
+        info = SourceInfo(
+            op,
+            i,
+            getattr(spec, "event_time", None),
+            int(delay * MICROS),
+            idle_timeout_us=op.params.get("idle_timeout_us"),
+            ticks=not isinstance(spec, SparkSource),
+        )
         if _opens_by_splits(graph, op):
             info.splits_reader = _stream_reader(spark, spec, op.id, checkpoint)
         elif _reads_natively(graph, op):
             from sluice.runtime.sources.native_files import BatchFiles
 
             info.splits_reader = _stream_reader(spark, spec, op.id, checkpoint)
-            info.native_files = BatchFiles(info.splits_reader,
-                                           lambda b: checkpoint.read_bytes(Checkpoint.spark_offsets(b)))
+            info.native_files = BatchFiles(info.splits_reader, lambda b: checkpoint.read_bytes(Checkpoint.spark_offsets(b)))
         infos.append(info)
     return infos
 
@@ -443,8 +547,7 @@ def _opens_by_splits(graph, source) -> bool:
     from sluice.runtime.sources.datasource import reads_by_splits
 
     consumers = graph.consumers(source.id)
-    return len(graph.sources()) == 1 and len(consumers) == 1 and consumers[0].is_python and \
-        reads_by_splits(source.params["spec"])
+    return len(graph.sources()) == 1 and len(consumers) == 1 and consumers[0].is_python and reads_by_splits(source.params["spec"])
 
 
 def _reads_natively(graph, source) -> bool:
@@ -455,16 +558,21 @@ def _reads_natively(graph, source) -> bool:
     from sluice.runtime.sources.native_files import reads_natively
 
     consumers = graph.consumers(source.id)
-    return len(graph.sources()) == 1 and bool(consumers) and not any(c.is_python for c in consumers) and \
-        reads_natively(source.params["spec"])
+    return (
+        len(graph.sources()) == 1
+        and bool(consumers)
+        and not any(c.is_python for c in consumers)
+        and reads_natively(source.params["spec"])
+    )
 
 
 def _stream_reader(spark, spec, name: str, checkpoint: Checkpoint):
     from sluice.runtime import files
     from sluice.runtime.sources.datasource import stream_reader
 
-    return stream_reader(spec, name, files.normalize(checkpoint.sources), spark.sparkContext.defaultParallelism,
-                         checkpoint.location())
+    return stream_reader(
+        spec, name, files.normalize(checkpoint.sources), spark.sparkContext.defaultParallelism, checkpoint.location()
+    )
 
 
 def _open_sources(spark, graph, checkpoint: Checkpoint, infos: list[SourceInfo]) -> list:
@@ -479,8 +587,9 @@ def _open_sources(spark, graph, checkpoint: Checkpoint, infos: list[SourceInfo])
     frames = []
     for i, op in enumerate(graph.sources()):
         spec = op.params["spec"]
-        frame = open_stream(spark, spec, controls, op.id, dead_letters=checkpoint.location(),
-                            splits=infos[i].splits_reader is not None)
+        frame = open_stream(
+            spark, spec, controls, op.id, dead_letters=checkpoint.location(), splits=infos[i].splits_reader is not None
+        )
         if len(graph.sources()) > 1:
             frame = frame.withColumn(SOURCE_ID, F.lit(i))
         frames.append(frame)

@@ -24,9 +24,9 @@ def tagged_union(left_df, right_df, kernel: JoinKernelBase):
         exprs = [f"{quote(k)} AS {quote(lk)}" for k, lk in zip(keys, sides.left_keys)]
         exprs.append(f"CAST({side} AS TINYINT) AS {SIDE}")
         own = side_column(side, "")
-        for name in kernel.union.names[len(keys) + 1:]:
+        for name in kernel.union.names[len(keys) + 1 :]:
             if name.startswith(own):
-                exprs.append(f"{quote(name[len(own):])} AS {quote(name)}")
+                exprs.append(f"{quote(name[len(own) :])} AS {quote(name)}")
             else:
                 exprs.append(f"CAST(NULL AS {spark_types[name]}) AS {quote(name)}")
         exprs.append(INGEST)

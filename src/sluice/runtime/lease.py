@@ -77,13 +77,20 @@ class LeaseRecord:
             return None
         try:
             raw = json.loads(data)
-            return cls(int(raw["epoch"]), str(raw["owner"]), str(raw["host"]), tuple(int(p) for p in raw["pids"]),
-                       float(raw["expires_at"]), bool(raw.get("released", False)))
+            return cls(
+                int(raw["epoch"]),
+                str(raw["owner"]),
+                str(raw["host"]),
+                tuple(int(p) for p in raw["pids"]),
+                float(raw["expires_at"]),
+                bool(raw.get("released", False)),
+            )
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
             raise CheckpointError(
                 f"{where} is damaged ({type(e).__name__}: {e}); it says which driver runs this checkpoint. "
                 f"Make sure no driver runs on it (no `sluice run` of this pipeline on any machine), then "
-                f"delete {where} and start again.") from None
+                f"delete {where} and start again."
+            ) from None
 
     def to_json(self) -> bytes:
         return json.dumps({**asdict(self), "pids": list(self.pids)}).encode()
@@ -108,8 +115,7 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def is_free(record: LeaseRecord | None, now: float, host: str, grace: float,
-            alive: Callable[[int], bool] = pid_alive) -> bool:
+def is_free(record: LeaseRecord | None, now: float, host: str, grace: float, alive: Callable[[int], bool] = pid_alive) -> bool:
     """Whether a driver on ``host`` may take a lease that says ``record`` at time ``now``."""
     if record is None or record.released:
         return True
@@ -167,8 +173,13 @@ class Lease:
             self._write()
         return True
 
-    def acquire(self, wait: bool = False, poll_s: float = 0.05, timeout_s: float | None = None,
-                on_wait: Callable[[LeaseRecord], None] | None = None) -> int:
+    def acquire(
+        self,
+        wait: bool = False,
+        poll_s: float = 0.05,
+        timeout_s: float | None = None,
+        on_wait: Callable[[LeaseRecord], None] | None = None,
+    ) -> int:
         """Take the lease; returns its epoch. ``wait``: until it is free (a standby), else
         LeaseHeldError at once when another live driver holds it."""
         deadline = None if timeout_s is None else self.clock() + timeout_s
@@ -181,8 +192,10 @@ class Lease:
                 on_wait(current)
                 told = True
             if deadline is not None and self.clock() > deadline:
-                raise LeaseHeldError(self._describe(current) + f": still held after {timeout_s} s; run it with "
-                                     "--standby to take over when it stops")
+                raise LeaseHeldError(
+                    self._describe(current) + f": still held after {timeout_s} s; run it with "
+                    "--standby to take over when it stops"
+                )
             time.sleep(poll_s)
         assert self.epoch is not None
         return self.epoch
@@ -210,16 +223,19 @@ class Lease:
     def _write(self, released: bool = False) -> None:
         assert self.epoch is not None
         self.expires_at = self.clock() + self.ttl
-        self.checkpoint.write_bytes(LEASE, LeaseRecord(self.epoch, self.owner, self.host, self.pids,
-                                                       self.expires_at, released).to_json())
+        self.checkpoint.write_bytes(
+            LEASE, LeaseRecord(self.epoch, self.owner, self.host, self.pids, self.expires_at, released).to_json()
+        )
 
     def _describe(self, record: LeaseRecord | None) -> str:
         if record is None:
             return f"the checkpoint {self.checkpoint}"
         left = record.expires_at - self.clock()
         expiry = f"expires in {left:.1f} s" if left > 0 else "expired"
-        return (f"the checkpoint {self.checkpoint} is in use by processes {list(record.pids)} on {record.host} "
-                f"(lease epoch {record.epoch}, {expiry})")
+        return (
+            f"the checkpoint {self.checkpoint} is in use by processes {list(record.pids)} on {record.host} "
+            f"(lease epoch {record.epoch}, {expiry})"
+        )
 
     # ---- keeping it ------------------------------------------------------------------------
     def add_pids(self, pids: Iterable[int]) -> None:
@@ -236,8 +252,10 @@ class Lease:
                 return self._recover_lapsed()
             current = self.read()
             if current is None or current.epoch != self.epoch or current.owner != self.owner:
-                self.fenced = (f"another driver took its lease (epoch {current.epoch if current else '?'}, "
-                               f"{current.owner if current else 'no lease file'})")
+                self.fenced = (
+                    f"another driver took its lease (epoch {current.epoch if current else '?'}, "
+                    f"{current.owner if current else 'no lease file'})"
+                )
                 return False
             self._write()
             return True
@@ -248,17 +266,24 @@ class Lease:
         A lapse with no standby waiting must not stop a healthy job. Called holding the lock."""
         assert self.epoch is not None
         current = self.read()
-        nobody_else = (current is not None and current.epoch == self.epoch and current.owner == self.owner
-                       and self.checkpoint.read_bytes(f"{CLAIMS}/{self.epoch + 1:09d}.claim") is None)
+        nobody_else = (
+            current is not None
+            and current.epoch == self.epoch
+            and current.owner == self.owner
+            and self.checkpoint.read_bytes(f"{CLAIMS}/{self.epoch + 1:09d}.claim") is None
+        )
         if nobody_else:
             self._write()
             return True
-        self.fenced = (f"its lease (epoch {self.epoch}) lapsed (not renewed for {self.ttl} s) and another driver "
-                       f"claimed epoch {self.epoch + 1}")
+        self.fenced = (
+            f"its lease (epoch {self.epoch}) lapsed (not renewed for {self.ttl} s) and another driver "
+            f"claimed epoch {self.epoch + 1}"
+        )
         return False
 
     def start_heartbeat(self) -> None:
         """Renew every ``ttl / 4`` seconds on a daemon thread until released or fenced."""
+
         def beat() -> None:
             while not self._stop.wait(self.ttl / 4):
                 try:
@@ -295,8 +320,7 @@ class Lease:
         with self._lock:
             try:
                 current = self.read()
-                if self.epoch is not None and current is not None and current.epoch == self.epoch \
-                        and current.owner == self.owner:
+                if self.epoch is not None and current is not None and current.epoch == self.epoch and current.owner == self.owner:
                     self._write(released=True)
             except (OSError, CheckpointError):
                 # a full or read-only disk: the job's own error says so; the record cannot be

@@ -39,9 +39,16 @@ RECORD = "pipeline.json"
 FORMAT = 1
 
 
-def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, partitions: int, *,
-                    reset_state: Iterable[str] = (), fuse: bool = True,
-                    collocate: bool = True) -> JobGraph:
+def open_checkpoint(
+    graph: JobGraph,
+    checkpoint: Checkpoint,
+    plan_log: PlanLog,
+    partitions: int,
+    *,
+    reset_state: Iterable[str] = (),
+    fuse: bool = True,
+    collocate: bool = True,
+) -> JobGraph:
     """Check the validated ``graph`` against the checkpoint, drop the state of the operators
     named in ``reset_state``, record the pipeline, and fit the plan log to it.
 
@@ -63,7 +70,8 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
         raise PipelineChangedError(
             f"the checkpoint {checkpoint} has {max_parallelism} key groups (max_parallelism), the pipeline "
             f"asks for {graph.max_parallelism}: keys are hashed to key groups for the life of a checkpoint. "
-            f"Nothing was run. Set max_parallelism={max_parallelism}, or run with a new checkpoint.")
+            f"Nothing was run. Set max_parallelism={max_parallelism}, or run with a new checkpoint."
+        )
     sources = {op.id: type(op.params["spec"]).__name__ for op in graph.sources()}
     read_before = record.get("sources") if stored is not None else None
     if read_before is not None and read_before != sources:
@@ -71,7 +79,8 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
             f"the pipeline's sources changed: the checkpoint {checkpoint} holds the offsets of "
             f"{_named(read_before)}, the pipeline reads {_named(sources)}. A checkpoint cannot add, remove, "
             f"rename or swap sources (Spark's offset log keeps the offsets of the sources it started with). "
-            f"Nothing was run. Run with a new checkpoint.")
+            f"Nothing was run. Run with a new checkpoint."
+        )
     reset = list(dict.fromkeys(reset_state))
     _check_ids(checkpoint, [*reset, *recorded])
     graph = with_ids(graph, _checkpoint_ids(graph, recorded, legacy=stored is None))
@@ -81,7 +90,8 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
     if unknown:
         raise PipelineChangedError(
             f"reset_state names {unknown}, which hold no state here; stateful operators: "
-            f"{sorted(set(recorded) | set(stateful))}. Nothing was run.")
+            f"{sorted(set(recorded) | set(stateful))}. Nothing was run."
+        )
     current = {op_id: state_record(graph, op) for op_id, op in stateful.items()}
     problems = []
     for op_id, old in recorded.items():
@@ -98,10 +108,19 @@ def open_checkpoint(graph: JobGraph, checkpoint: Checkpoint, plan_log: PlanLog, 
 
     for op_id in reset:
         remove_dir(checkpoint.fs, checkpoint.path(STATE, op_id))
-    checkpoint.write_bytes(RECORD, json.dumps(
-        {"format": FORMAT, "pipeline": graph.name, "max_parallelism": graph.max_parallelism, "sources": sources,
-         "operators": current},
-        indent=1).encode())
+    checkpoint.write_bytes(
+        RECORD,
+        json.dumps(
+            {
+                "format": FORMAT,
+                "pipeline": graph.name,
+                "max_parallelism": graph.max_parallelism,
+                "sources": sources,
+                "operators": current,
+            },
+            indent=1,
+        ).encode(),
+    )
     if latest is None:
         plan_log.write(initial_plan(graph, partitions, fuse=fuse, collocate=collocate))
     else:
@@ -115,15 +134,19 @@ def _parse(checkpoint: Checkpoint, stored: bytes) -> dict:
     (cut short by a full disk, edited by hand)."""
     try:
         record = json.loads(stored)
-        if (isinstance(record, dict) and isinstance(record.get("operators"), dict)
-                and isinstance(record.get("max_parallelism"), int)):
+        if (
+            isinstance(record, dict)
+            and isinstance(record.get("operators"), dict)
+            and isinstance(record.get("max_parallelism"), int)
+        ):
             return record
         why = "it lacks its 'operators' or 'max_parallelism'"
     except (ValueError, UnicodeDecodeError) as e:
         why = f"it is not whole JSON ({e})"
     raise PipelineChangedError(
         f"{checkpoint.location(RECORD)} is damaged: {why}. Nothing was run. It records which "
-        f"stateful operators the checkpoint holds; restore it from a backup, or run with a new checkpoint.")
+        f"stateful operators the checkpoint holds; restore it from a backup, or run with a new checkpoint."
+    )
 
 
 def _check_ids(checkpoint: Checkpoint, ids: Iterable[str]) -> None:
@@ -134,7 +157,8 @@ def _check_ids(checkpoint: Checkpoint, ids: Iterable[str]) -> None:
         if problem:
             raise PipelineChangedError(
                 f"operator id {op_id!r} (from reset_state or {checkpoint.location(RECORD)}) {problem}. "
-                f"Nothing was run. If {RECORD} was edited or damaged, restore it or run with a new checkpoint.")
+                f"Nothing was run. If {RECORD} was edited or damaged, restore it or run with a new checkpoint."
+            )
 
 
 def _named(sources: dict[str, str]) -> str:
@@ -146,34 +170,47 @@ def _checkpoint_ids(graph: JobGraph, recorded: dict, legacy: bool) -> dict[str, 
     if legacy:
         return {op_id: old for op_id, old in legacy_ids(graph).items() if old in recorded}
     by_identity = {entry["identity"]: op_id for op_id, entry in recorded.items()}
-    return {op.id: by_identity[identity_of(op)] for op in graph.operators
-            if op.is_keyed and by_identity.get(identity_of(op), op.id) != op.id}
+    return {
+        op.id: by_identity[identity_of(op)]
+        for op in graph.operators
+        if op.is_keyed and by_identity.get(identity_of(op), op.id) != op.id
+    }
 
 
 def _missing(old: dict | None, current: dict[str, dict], recorded: dict) -> list[str]:
     """Why a recorded operator has no match in the pipeline: what changed, when exactly one
     new operator of its kind reads from the same upstream (its key changed, or its rank)."""
     if old is not None:
-        alike = [new for op_id, new in current.items()
-                 if op_id not in recorded and new["kind"] == old["kind"] and new["upstream"] == old.get("upstream")]
+        alike = [
+            new
+            for op_id, new in current.items()
+            if op_id not in recorded and new["kind"] == old["kind"] and new["upstream"] == old.get("upstream")
+        ]
         if len(alike) == 1:
             return differences(old, alike[0]) or [
                 f"it is now {alike[0]['name']!r}: another {old['kind']} by the same key on the same input was "
-                f"added or removed before it (name= on an operator keeps its identity)"]
-    return ["it is not in this pipeline (removed, or a stateful operator before it was added, removed or "
-            "changed; name= on an operator keeps its identity)"]
+                f"added or removed before it (name= on an operator keeps its identity)"
+            ]
+    return [
+        "it is not in this pipeline (removed, or a stateful operator before it was added, removed or "
+        "changed; name= on an operator keeps its identity)"
+    ]
 
 
 def _explain(checkpoint: Checkpoint, problems: list[tuple[str, str, list[str]]]) -> str:
-    lines = [f"the pipeline changed in a way the state in checkpoint {checkpoint} cannot follow "
-             f"(nothing was run; the checkpoint is untouched):"]
+    lines = [
+        f"the pipeline changed in a way the state in checkpoint {checkpoint} cannot follow "
+        f"(nothing was run; the checkpoint is untouched):"
+    ]
     for _, what, changes in problems:
         lines.append(f"  - {what}: {'; '.join(changes)}")
     ids = [op_id for op_id, _, _ in problems]
     flags = " ".join(f"--reset-state {op_id}" for op_id in ids)
-    lines.append(f"Each keeps state built by the pipeline as it was. To drop that state and start "
-                 f"{'it' if len(ids) == 1 else 'them'} empty, keeping the rest of the checkpoint, run with "
-                 f"reset_state={ids!r} (sluice run {flags}); or run with a new checkpoint.")
+    lines.append(
+        f"Each keeps state built by the pipeline as it was. To drop that state and start "
+        f"{'it' if len(ids) == 1 else 'them'} empty, keeping the rest of the checkpoint, run with "
+        f"reset_state={ids!r} (sluice run {flags}); or run with a new checkpoint."
+    )
     return "\n".join(lines)
 
 
@@ -188,8 +225,10 @@ def fit_plan_log(plan_log: PlanLog, graph: JobGraph, partitions: int, first: int
         fitted = adapted_plan(plan, graph, partitions, max(plan.version, first))
         for op_id, alternate in plan.alternates.items():
             if op_id in fitted.alternates and fitted.alternates[op_id] != alternate:
-                warnings.warn(f"operator {op_id!r} no longer has the alternate {alternate!r} the checkpoint's plan "
-                              f"runs from batch {fitted.version}: it runs its default {fitted.alternates[op_id]!r}",
-                              stacklevel=3)
+                warnings.warn(
+                    f"operator {op_id!r} no longer has the alternate {alternate!r} the checkpoint's plan "
+                    f"runs from batch {fitted.version}: it runs its default {fitted.alternates[op_id]!r}",
+                    stacklevel=3,
+                )
         if fitted != replace(plan, version=fitted.version):
             plan_log.write(fitted)

@@ -37,7 +37,8 @@ class PlanLog:
                 raise CheckpointError(
                     f"{self.checkpoint.location(_plan_file(version))} is damaged ({type(e).__name__}: {e}): "
                     f"a plan the job's batches ran with. Restore it from a backup, or run with a new "
-                    f"checkpoint.") from None
+                    f"checkpoint."
+                ) from None
         return self._cache[version]
 
     def plan_for(self, batch_id: int) -> Plan | None:

@@ -23,7 +23,7 @@ which would stop as soon as the rate *rises*; the text says the opposite: stop o
 rate over a trailing window of thread counts is flat or falling (lambda_omega^min ~ -0.001). We
 follow the text: we keep doubling tau while the relative gain of the peak rate per doubling,
 over the trailing ``window`` of thread counts, exceeds ``min_gain`` (default 10 %, the
-resolution of the rate search, so noise does not count as a rise). ``tests/test_profiler.py``
+resolution of the rate search, so noise does not count as a rise). ``tests/plan/test_profiler.py``
 pins this choice.
 
 Workers load operators by file path (``examples/operators/pi.py:Pi``), so no package needs to
@@ -213,8 +213,11 @@ def _slot_pipeline(groups: Sequence[Group], rate: float | None, duration: float,
     slopes = [latency_slope(*samples[g], warmup) for g in active] if rate is not None else [0.0]
     all_lats = [x for g in active for x in samples[g][1]]
     return {
-        "offered": counts["offered"], "processed": counts["processed"], "cpu": cpu,
-        "rss": rss, "idle_rss": _IDLE_RSS[0],
+        "offered": counts["offered"],
+        "processed": counts["processed"],
+        "cpu": cpu,
+        "rss": rss,
+        "idle_rss": _IDLE_RSS[0],
         "slope": max(slopes, default=0.0),
         "latency": float(np.median(all_lats)) if all_lats else math.inf,
         "backlog": sum(len(k) for q in queues for _, k in list(q.queue)),
@@ -283,8 +286,10 @@ class SparkSlotRunner:
     def _run(self, rate: float | None, duration: float) -> list[dict]:
         n = len(self.slots)
         fn = slot_task(self.slots, rate, duration, self.warmup_fraction * duration)
-        schema = ("offered long, processed long, cpu double, rss long, idle_rss long, "
-                  "slope double, latency double, backlog long, slot long")
+        schema = (
+            "offered long, processed long, cpu double, rss long, idle_rss long, "
+            "slope double, latency double, backlog long, slot long"
+        )
         rows = self.spark.range(0, n, 1, numPartitions=n).mapInArrow(fn, schema).collect()
         return sorted((r.asDict() for r in rows), key=lambda r: r["slot"])
 
@@ -357,9 +362,7 @@ def find_peak_rate(
     return best
 
 
-def bisect_peak_rate(
-    trial: Callable[[float], TrialResult], low: float, high: float, *, steps: int = 5
-) -> TrialResult | None:
+def bisect_peak_rate(trial: Callable[[float], TrialResult], low: float, high: float, *, steps: int = 5) -> TrialResult | None:
     """The highest stable rate in [low, high] by geometric bisection: ``steps`` trials, each
     halving the bracket's log-width, whatever the starting guess (so a measurement is not
     anchored at a prediction). If nothing in the bracket was stable, ``low`` itself is tried
@@ -387,7 +390,7 @@ def keep_adding_threads(peaks: Sequence[float], window: int = 1, min_gain: float
     rises by more than ``min_gain`` (relative) per step over the trailing ``window`` steps."""
     if len(peaks) < 2:
         return True
-    recent = peaks[-(window + 1):]
+    recent = peaks[-(window + 1) :]
     gains = [(b - a) / a if a > 0 else math.inf for a, b in itertools.pairwise(recent)]
     return max(gains) > min_gain
 
@@ -422,8 +425,16 @@ def profile_operator(
             break
         peaks.append(best.rate)
         points.append(ModelPoint(tau, best.rate, min(best.cpu, 1.0), min(best.memory, 1.0)))
-        raw.append({"threads": tau, "rate": best.rate, "cpu": best.cpu, "memory": best.memory,
-                    "latency_slope": best.latency_slope, "probe": guess})
+        raw.append(
+            {
+                "threads": tau,
+                "rate": best.rate,
+                "cpu": best.cpu,
+                "memory": best.memory,
+                "latency_slope": best.latency_slope,
+                "probe": guess,
+            }
+        )
         if progress:
             progress(f"{name}: {tau} threads -> {best.rate:.1f} t/s, cpu {best.cpu:.0%}, memory {best.memory:.1%}")
     if not points:
@@ -451,7 +462,7 @@ def profile_on_spark(
 
     return profile_operator(
         name or Path(spec.path).stem,
-        lambda tau: (lambda rate: runner(tau).trial(rate, duration)),
+        lambda tau: lambda rate: runner(tau).trial(rate, duration),
         lambda tau: runner(tau).probe(),
         thread_counts=thread_counts,
         description=f"profiled {spec.label} on one core of Spark {spark.sparkContext.master}",
@@ -482,7 +493,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = spark_session(master=args.master, app_name="sluice-profile")
     try:
         model = profile_on_spark(
-            spark, spec, args.name,
+            spark,
+            spec,
+            args.name,
             thread_counts=[int(x) for x in args.threads.split(",")],
             duration=args.duration,
             slot_memory_bytes=int(args.slot_memory_mb * 2**20),

@@ -37,8 +37,12 @@ def _source_frame(spark, spec):
 
     from sluice.graph.kafka import METADATA
 
-    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)
-              .option("subscribe", ",".join(spec.topics)).option("startingOffsets", spec.starting_offsets))
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", spec.bootstrap)
+        .option("subscribe", ",".join(spec.topics))
+        .option("startingOffsets", spec.starting_offsets)
+    )
     for key, value in spec.config:  # the client's own settings (security, ...)
         reader = reader.option(f"kafka.{key}", value)
     raw = reader.load()
@@ -96,11 +100,17 @@ def build_query(spark, graph: JobGraph, checkpoint: str | Checkpoint, batch: str
         key = F.col(spec.key[0]).cast("string")
     elif spec.key:
         key = F.to_json(F.array(*[F.col(c).cast("string") for c in spec.key]))
-    out = frame.select(*([key.alias("key")] if key is not None else []),
-                       F.to_json(F.struct(*[F.col(c) for c in frame.columns])).alias("value"))
+    out = frame.select(
+        *([key.alias("key")] if key is not None else []), F.to_json(F.struct(*[F.col(c) for c in frame.columns])).alias("value")
+    )
     location = Checkpoint.of(checkpoint).location(REALTIME_DIR)
-    writer = (out.writeStream.format("kafka").option("kafka.bootstrap.servers", spec.bootstrap)
-              .option("topic", spec.topic).option("checkpointLocation", location).outputMode("update"))
+    writer = (
+        out.writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", spec.bootstrap)
+        .option("topic", spec.topic)
+        .option("checkpointLocation", location)
+        .outputMode("update")
+    )
     for k, v in spec.config:
         writer = writer.option(f"kafka.{k}", v)
     return writer.queryName(f"sluice_rt_{graph.name}_{int(time.time() * 1000)}").trigger(realTime=batch).start()
@@ -110,16 +120,25 @@ def has_kafka_connector(spark) -> bool:
     """Whether the session can load Spark's Kafka source (its jar is on the classpath)."""
     jvm = spark.sparkContext._jvm
     try:
-        jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider", True,
-                                    jvm.Thread.currentThread().getContextClassLoader())
+        jvm.java.lang.Class.forName(
+            "org.apache.spark.sql.kafka010.KafkaSourceProvider", True, jvm.Thread.currentThread().getContextClassLoader()
+        )
         return True
     except Exception:  # py4j wraps the ClassNotFoundException
         return False
 
 
-def run_realtime(pipeline, checkpoint: str | Checkpoint, decision: ModeDecision, *, spark=None,
-                 duration: float | None = None, stop_when=None, spark_conf: dict[str, str] | None = None,
-                 master: str | None = None):
+def run_realtime(
+    pipeline,
+    checkpoint: str | Checkpoint,
+    decision: ModeDecision,
+    *,
+    spark=None,
+    duration: float | None = None,
+    stop_when=None,
+    spark_conf: dict[str, str] | None = None,
+    master: str | None = None,
+):
     """Run ``pipeline`` in real-time mode until ``duration`` passes or ``stop_when(query)``
     says so, holding the checkpoint's lease (``runtime.lease``) as a micro-batch run does.
     The decision goes to the job's decision log first. Returns a ``JobResult`` (no
@@ -144,8 +163,10 @@ def run_realtime(pipeline, checkpoint: str | Checkpoint, decision: ModeDecision,
             conf.setdefault("spark.sql.shuffle.partitions", str(cores))
             spark = spark_session(master=master or os.environ.get("SLUICE_MASTER", f"local[{2 * cores}]"), conf=conf)
         if not has_kafka_connector(spark):
-            raise ConfigError(f"real-time mode needs Spark's Kafka connector on the session: create it with "
-                              f"spark.jars.packages={SPARK_KAFKA_PACKAGE} (sluice run --packages)")
+            raise ConfigError(
+                f"real-time mode needs Spark's Kafka connector on the session: create it with "
+                f"spark.jars.packages={SPARK_KAFKA_PACKAGE} (sluice run --packages)"
+            )
         DecisionLog(checkpoint).append({**decision.record(), "batch_id": -1, "time": time.time()})
         print(f"sluice: {decision.describe()}", flush=True)
         started = time.time()

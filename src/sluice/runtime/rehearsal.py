@@ -27,8 +27,9 @@ from sluice.runtime.pipeline_record import open_checkpoint
 from sluice.runtime.planlog import PlanLog
 
 
-def rehearse_batch(spark, graph, partitions: int, schema, sources: list[SourceInfo], *, fuse: bool = True,
-                   collocate: bool = True) -> float:
+def rehearse_batch(
+    spark, graph, partitions: int, schema, sources: list[SourceInfo], *, fuse: bool = True, collocate: bool = True
+) -> float:
     """Run ``graph``'s batch lineage over an empty DataFrame of the stream's ``schema``;
     returns the seconds it took. ``graph`` is the validated job graph, ``sources`` what the
     executor knows of its sources."""

@@ -58,8 +58,7 @@ class Retention:
     @classmethod
     def from_env(cls) -> Retention:
         try:
-            return cls(int(os.environ.get("SLUICE_RETAIN_BATCHES", "10000")),
-                       float(os.environ.get("SLUICE_RETAIN_DAYS", "30")))
+            return cls(int(os.environ.get("SLUICE_RETAIN_BATCHES", "10000")), float(os.environ.get("SLUICE_RETAIN_DAYS", "30")))
         except ValueError as e:
             raise ConfigError(f"SLUICE_RETAIN_BATCHES / SLUICE_RETAIN_DAYS: {e}") from None
 
@@ -73,8 +72,7 @@ def due(batch_id: int, retention: Retention) -> bool:
     return batch_id > 0 and batch_id % retention.every == 0
 
 
-def prune(checkpoint: str | Checkpoint, latest: int, retention: Retention | None = None,
-          now: float | None = None) -> int:
+def prune(checkpoint: str | Checkpoint, latest: int, retention: Retention | None = None, now: float | None = None) -> int:
     """Drop what the checkpoint keeps of batches older than ``retention`` allows; returns
     the first batch id kept."""
     checkpoint = Checkpoint.of(checkpoint)
@@ -130,8 +128,7 @@ def _fold(checkpoint: Checkpoint, dropped: list[dict]) -> None:
 def read_summary(checkpoint: str | Checkpoint) -> dict:
     """What the pruned batches added up to (zeros when nothing was pruned)."""
     checkpoint = Checkpoint.of(checkpoint)
-    empty = {"batches": 0, "rows_in": 0, "dead_letters": 0, "late_records": 0, "first_started_at": None,
-             "through_batch": None}
+    empty = {"batches": 0, "rows_in": 0, "dead_letters": 0, "late_records": 0, "first_started_at": None, "through_batch": None}
     try:
         stored = checkpoint.read_json(SUMMARY)
     except CheckpointError:  # a damaged summary: the totals start again from what is kept

@@ -84,10 +84,12 @@ def network_conf(master: str) -> dict[str, str]:
     the loopback address; the UI's kill links are off everywhere (a read-only UI still
     shows everything). Spark's UI takes its address only from ``SPARK_LOCAL_IP``, which
     ``spark_session`` sets for local masters. A user's own ``conf`` wins over these."""
-    out = {"spark.ui.killEnabled": "false",
-           # a source's options carry its encoded spec (``sources.datasource``), connection
-           # strings and all: the plans Spark shows (UI, explain) print it redacted
-           "spark.sql.redaction.options.regex": REDACTED_OPTIONS}
+    out = {
+        "spark.ui.killEnabled": "false",
+        # a source's options carry its encoded spec (``sources.datasource``), connection
+        # strings and all: the plans Spark shows (UI, explain) print it redacted
+        "spark.sql.redaction.options.regex": REDACTED_OPTIONS,
+    }
     if is_local_master(master):
         out |= {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
     return out
@@ -100,8 +102,7 @@ def auth_conf(secret: str | None = None) -> dict[str, str]:
     cluster of ``sluice cluster up`` is started with it and records its secret for runs."""
     import secrets
 
-    return {"spark.authenticate": "true",
-            "spark.authenticate.secret": secret or secrets.token_hex(32)}
+    return {"spark.authenticate": "true", "spark.authenticate.secret": secret or secrets.token_hex(32)}
 
 
 def cluster_auth_conf(master: str, state: str = os.path.join(".sluice", "cluster.json")) -> dict[str, str]:
@@ -151,8 +152,9 @@ FAST_SQL_CONF = {
     # absent before renaming, where FileContext's is one atomic call: two drivers racing
     # on one checkpoint could both pass the check, which Sluice's driver lease prevents
     # (runtime.lease).
-    "spark.sql.streaming.checkpointFileManagerClass":
-        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+    ),
 }
 """Runtime SQL settings that make Sluice's batches faster: on a user's session, applied for
 a run only where the user has not set them."""
@@ -189,8 +191,7 @@ for it. Java Flight Recorder counted 0.5 s of collections in a restarted driver'
 batch, 0.15 s of them for metadata (docs/results/startup.md, session 9)."""
 
 
-def spark_session(master: str | None = None, app_name: str = "sluice", conf: dict | None = None,
-                  ui: bool | None = None):
+def spark_session(master: str | None = None, app_name: str = "sluice", conf: dict | None = None, ui: bool | None = None):
     """Get (or create) the SparkSession, quiet and with workers on this interpreter.
 
     Python workers must run the same interpreter as the driver (the virtualenv's), or
@@ -228,8 +229,14 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     archive = class_archive() if not SparkSession.getActiveSession() else None
     # a user's own driver options come first, then Sluice's and the archive's
     conf["spark.driver.extraJavaOptions"] = " ".join(
-        o for o in (conf.get("spark.driver.extraJavaOptions", ""), DRIVER_JAVA_OPTIONS,
-                    archive.java_options() if archive is not None else "") if o)
+        o
+        for o in (
+            conf.get("spark.driver.extraJavaOptions", ""),
+            DRIVER_JAVA_OPTIONS,
+            archive.java_options() if archive is not None else "",
+        )
+        if o
+    )
     for key, value in {**REQUIRED_SQL_CONF, **FAST_SQL_CONF, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -322,8 +329,7 @@ class ClassArchive:
 
         def save() -> None:
             try:
-                print("sluice: saving Spark's class archive for faster starts (once per machine)",
-                      file=sys.stderr, flush=True)
+                print("sluice: saving Spark's class archive for faster starts (once per machine)", file=sys.stderr, flush=True)
                 spark.stop()
                 proc.stdin.close()  # the gateway exits on EOF, writing the archive first
                 if proc.wait(timeout=120) == 0 and os.path.getsize(self.recording) > 0:

@@ -54,8 +54,12 @@ def _modules(root: str) -> list[tuple[str, str]]:
 
 
 def _is_package(full: str, name: str) -> bool:
-    return (os.path.isdir(full) and not name.startswith(".") and name not in _SKIP
-            and os.path.exists(os.path.join(full, "__init__.py")))
+    return (
+        os.path.isdir(full)
+        and not name.startswith(".")
+        and name not in _SKIP
+        and os.path.exists(os.path.join(full, "__init__.py"))
+    )
 
 
 def code_zip(path: str) -> bytes | None:

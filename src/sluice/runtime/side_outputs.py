@@ -33,19 +33,25 @@ class SideOutputWriter:
         self.stage, self.partition = stage, partition
         self.records: list[dict] = []
 
-    def dead(self, operator: str, record: object, error: BaseException | str, location: str | None = None,
-             key: tuple | None = None) -> None:
+    def dead(
+        self, operator: str, record: object, error: BaseException | str, location: str | None = None, key: tuple | None = None
+    ) -> None:
         """One dead letter; ``key``: the record's key values, for a keyed operator's."""
         if isinstance(error, BaseException):
             reason = "".join(traceback.format_exception_only(type(error), error)).strip()
         else:
             reason = error
-        self.records.append({
-            "batch_id": self.batch_id, "operator": operator, "location": location,
-            "error": reason, "record": json.dumps(record, default=_jsonable) if record is not None else None,
-            # every dead letter has the field, so a table of mixed ones keeps it
-            "key": json.dumps(list(key), default=_jsonable) if key is not None else None,
-        })
+        self.records.append(
+            {
+                "batch_id": self.batch_id,
+                "operator": operator,
+                "location": location,
+                "error": reason,
+                "record": json.dumps(record, default=_jsonable) if record is not None else None,
+                # every dead letter has the field, so a table of mixed ones keeps it
+                "key": json.dumps(list(key), default=_jsonable) if key is not None else None,
+            }
+        )
 
     def add_table(self, operator: str, table: pa.Table, reason: str) -> None:
         for row in table.to_pylist():
@@ -72,8 +78,9 @@ def clear_side_output(root: str | Checkpoint, channel: str, batch_id: int) -> No
 def read_side_output(root: str | Checkpoint, channel: str = DEAD_LETTER, batch_id: int | None = None) -> list[dict]:
     """Side records of one batch, or of all batches, in a stable order."""
     checkpoint = Checkpoint.of(root)
-    batch_dirs = [_batch_dir(channel, batch_id)] if batch_id is not None else [
-        f"{channel}/{name}" for name in checkpoint.dirs(channel)]
+    batch_dirs = (
+        [_batch_dir(channel, batch_id)] if batch_id is not None else [f"{channel}/{name}" for name in checkpoint.dirs(channel)]
+    )
     out: list[dict] = []
     for directory in batch_dirs:
         for name in checkpoint.files(directory):

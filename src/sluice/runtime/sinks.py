@@ -114,8 +114,9 @@ def read_files(path: str, format: str = "parquet") -> pa.Table | None:
     tables = []
     for directory in output_dirs(fs, base):  # batch order; rolled directories in place of theirs
         if directory.parts:
-            tables.append(ds.dataset(list(directory.parts), format="parquet" if format == "parquet" else "json",
-                                     filesystem=fs).to_table())
+            tables.append(
+                ds.dataset(list(directory.parts), format="parquet" if format == "parquet" else "json", filesystem=fs).to_table()
+            )
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="permissive")

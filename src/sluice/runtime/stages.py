@@ -42,9 +42,18 @@ def chain_schemas(ops: list[Operator], in_schema: pa.Schema | None) -> list:
     return schemas
 
 
-def python_chain(df, ops: list[Operator], in_schema: pa.Schema, batch_id: int, root: str | Checkpoint, accumulator,
-                 source_stats=None, fused: Sequence[Kernel] = (), combine: tuple[str, AggregateKernel] | None = None,
-                 splits_reader=None):
+def python_chain(
+    df,
+    ops: list[Operator],
+    in_schema: pa.Schema,
+    batch_id: int,
+    root: str | Checkpoint,
+    accumulator,
+    source_stats=None,
+    fused: Sequence[Kernel] = (),
+    combine: tuple[str, AggregateKernel] | None = None,
+    splits_reader=None,
+):
     """One mapInArrow pass running every operator of the chain in turn.
 
     ``splits_reader``: ``df`` holds a source's splits, not its records: the pass reads them
@@ -103,9 +112,21 @@ HOLDING = "holding_state"
 partitions that hold state after the batch (the executor plans batches without input only
 for operators that hold some)."""
 
-def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, store_args: tuple, index,
-                context: BatchContext, root: str | Checkpoint, accumulator, source_stats=None, kernel: KeyedKernel | None = None,
-                traffic_from: str | None = None):
+
+def keyed_stage(
+    df,
+    op: Operator,
+    in_schema: pa.Schema,
+    stage: KeyedStagePlan,
+    store_args: tuple,
+    index,
+    context: BatchContext,
+    root: str | Checkpoint,
+    accumulator,
+    source_stats=None,
+    kernel: KeyedKernel | None = None,
+    traffic_from: str | None = None,
+):
     """Run a keyed operator over routed rows, reading and writing the key-group store.
 
     ``source_stats``: the statistics of the source whose records Spark combined into these
@@ -143,9 +164,11 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         strays = [kg for kg in kg_values if routing[kg] != partition]
         if strays:
             # state is owned by one partition per key group: never merge rows routed elsewhere
-            raise StateError(f"keyed operator {op.name!r}: partition {partition} received rows of key groups "
-                             f"{strays[:5]} routed to other partitions; Spark re-partitioned them after the "
-                             f"exchange by key group")
+            raise StateError(
+                f"keyed operator {op.name!r}: partition {partition} received rows of key groups "
+                f"{strays[:5]} routed to other partitions; Spark re-partitioned them after the "
+                f"exchange by key group"
+            )
         kgs = set(kg_values)
         if kernel.wants_timers:
             kgs |= {kg for kg in with_state if routing[kg] == partition}
@@ -160,8 +183,7 @@ def keyed_stage(df, op: Operator, in_schema: pa.Schema, stage: KeyedStagePlan, s
         # what loading state costs: the balancer's migration cost per byte
         metrics.add(op.id, "state_read_s", time.perf_counter() - read_started)
         if index is not None:  # in the unit the balancer sees: bytes of the key groups' files
-            metrics.add(op.id, "state_read_bytes", sum(f.kg_bytes(kg) for kg in kgs
-                                                       for f in index.files_by_kg.get(kg, ())))
+            metrics.add(op.id, "state_read_bytes", sum(f.kg_bytes(kg) for kg in kgs for f in index.files_by_kg.get(kg, ())))
         step = time.perf_counter()
         # where the rest of the stage's time goes, step by step (keyed_throughput's profile)
         ctx = BatchContext(context.batch_id, partition, context.watermark, context.processing_time)
@@ -233,8 +255,9 @@ def _counts(rows: pa.Table):
     return vc.field("values").to_pylist(), vc.field("counts").to_pylist()
 
 
-def _attach_ingest(output: pa.Table, rows: pa.Table, keys: list[str], processing_time: int,
-                   key_ids: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
+def _attach_ingest(
+    output: pa.Table, rows: pa.Table, keys: list[str], processing_time: int, key_ids: tuple[np.ndarray, np.ndarray] | None = None
+) -> pa.Table:
     """Charge each output row the ingest time of the oldest input record of its key in this
     batch; rows fired by time alone (no input this batch) get the batch's processing time.
 
@@ -270,13 +293,13 @@ def _key_ids(output: pa.Table, rows: pa.Table, keys: list[str]) -> tuple[np.ndar
     two tables type a key column differently."""
     if any(output.schema.field(k).type != rows.schema.field(k).type for k in keys):
         return None
-    ids = dense_ids([pa.chunked_array(output.column(k).chunks + rows.column(k).chunks, type=output.schema.field(k).type)
-                     for k in keys])
-    return ids[:output.num_rows], ids[output.num_rows:]
+    ids = dense_ids(
+        [pa.chunked_array(output.column(k).chunks + rows.column(k).chunks, type=output.schema.field(k).type) for k in keys]
+    )
+    return ids[: output.num_rows], ids[output.num_rows :]
 
 
-def _oldest(rows: pa.Table, keys: list[str], key_ids: tuple[np.ndarray, np.ndarray],
-            processing_time: int) -> np.ndarray:
+def _oldest(rows: pa.Table, keys: list[str], key_ids: tuple[np.ndarray, np.ndarray], processing_time: int) -> np.ndarray:
     """Per output row, in microseconds: the oldest ingest time of the input rows of its key,
     else the processing time."""
     out_ids, row_ids = key_ids

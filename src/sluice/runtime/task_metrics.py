@@ -57,8 +57,10 @@ class SparseCounts:
         if not isinstance(other, SparseCounts):
             return NotImplemented
         codes, inverse = np.unique(np.concatenate([self.codes, other.codes]), return_inverse=True)
-        return SparseCounts(codes, np.bincount(inverse, weights=np.concatenate([self.counts, other.counts]),
-                                               minlength=len(codes)).astype(np.int64))
+        return SparseCounts(
+            codes,
+            np.bincount(inverse, weights=np.concatenate([self.counts, other.counts]), minlength=len(codes)).astype(np.int64),
+        )
 
     __radd__ = __add__
 

@@ -77,26 +77,42 @@ class ScaleScenario:
         return np.random.default_rng(self.seed + 1).uniform(*STATE_BYTES, self.key_groups)
 
 
-def albic_scale(batches: int = 30, period: int = 5, seed: int = 0, nodes: int = 60,
-                key_groups: int = 1200) -> ScaleScenario:
+def albic_scale(batches: int = 30, period: int = 5, seed: int = 0, nodes: int = 60, key_groups: int = 1200) -> ScaleScenario:
     """60 nodes, 1,200 key groups, nodes half busy on average (ALBIC section 5.1's loads)."""
     return keyed_scenario("albic", nodes, 1, key_groups, nodes, batches, period, seed, utilization=0.5)
 
 
-def nephele_scale(batches: int = 30, period: int = 5, seed: int = 0, nodes: int = 200, cores_per_node: int = 4,
-                  key_groups: int = 3200, partitions: int = 400, step_at: int = 6) -> ScaleScenario:
+def nephele_scale(
+    batches: int = 30,
+    period: int = 5,
+    seed: int = 0,
+    nodes: int = 200,
+    cores_per_node: int = 4,
+    key_groups: int = 3200,
+    partitions: int = 400,
+    step_at: int = 6,
+) -> ScaleScenario:
     """200 nodes of 4 cores; a keyed stage of 400 partitions (of at most 800) whose offered
     rate steps up at ``step_at`` to what 1.5 times as many partitions (600) sustain at 70 %
     utilization."""
-    base = keyed_scenario("nephele", nodes, cores_per_node, key_groups, partitions, batches, period, seed,
-                          utilization=0.5)
+    base = keyed_scenario("nephele", nodes, cores_per_node, key_groups, partitions, batches, period, seed, utilization=0.5)
     step = 1.5 * partitions * 0.7 / (partitions * 0.5)
     return ScaleScenario(**{**base.__dict__, "step_at": step_at, "step": step})
 
 
-def keyed_scenario(name: str, nodes: int, cores_per_node: int, key_groups: int, partitions: int, batches: int,
-                   period: int, seed: int, utilization: float, us_per_row: float = 100.0,
-                   interval_s: float = 5.0) -> ScaleScenario:
+def keyed_scenario(
+    name: str,
+    nodes: int,
+    cores_per_node: int,
+    key_groups: int,
+    partitions: int,
+    batches: int,
+    period: int,
+    seed: int,
+    utilization: float,
+    us_per_row: float = 100.0,
+    interval_s: float = 5.0,
+) -> ScaleScenario:
     """Section 5.1's key-group loads at a partition's ``utilization`` on average, as rates."""
     rng = np.random.default_rng(seed)
     parts = np.arange(partitions)
@@ -105,8 +121,19 @@ def keyed_scenario(name: str, nodes: int, cores_per_node: int, key_groups: int, 
     load = mean * (1.0 + rng.uniform(-KEY_GROUP_JITTER, KEY_GROUP_JITTER, key_groups))
     load = perturb_nodes(load, assignment, parts, 0.3, NODE_PERTURBATION, rng)
     rate = load / 100.0 / (us_per_row * 1e-6)  # rows a second that keep that share of a core busy
-    return ScaleScenario(name, nodes, cores_per_node, key_groups, partitions, batches, period, rate,
-                         us_per_row=us_per_row, interval_s=interval_s, seed=seed)
+    return ScaleScenario(
+        name,
+        nodes,
+        cores_per_node,
+        key_groups,
+        partitions,
+        batches,
+        period,
+        rate,
+        us_per_row=us_per_row,
+        interval_s=interval_s,
+        seed=seed,
+    )
 
 
 def scenario_graph(scenario: ScaleScenario):
@@ -115,8 +142,12 @@ def scenario_graph(scenario: ScaleScenario):
     from sluice import agg, sinks, sources
 
     p = sluice.Pipeline(scenario.name, max_parallelism=scenario.key_groups, partitions=scenario.partitions)
-    (p.source(sources.generator(fields={"k": sources.Keys(scenario.key_groups)}), name="events")
-     .key_by("k").aggregate(n=agg.count(), name=OP).sink(sinks.callback(lambda batch_id, table: None), name="out"))
+    (
+        p.source(sources.generator(fields={"k": sources.Keys(scenario.key_groups)}), name="events")
+        .key_by("k")
+        .aggregate(n=agg.count(), name=OP)
+        .sink(sinks.callback(lambda batch_id, table: None), name="out")
+    )
     return p.graph
 
 
@@ -127,13 +158,23 @@ def run_scenario(scenario: ScaleScenario, policies: list | None) -> list[dict]:
     mean, the busiest partition's seconds, the batch's seconds and the controller's."""
     graph = scenario_graph(scenario)
     plan = initial_plan(graph, scenario.partitions)
-    engine = KeyedStageEngine(OP, scenario.rates, us_per_row=scenario.us_per_row, state_bytes=scenario.state_bytes(),
-                              interval_s=scenario.interval_s, overhead_s=scenario.overhead_s, cores=scenario.cores,
-                              seed=scenario.seed)
+    engine = KeyedStageEngine(
+        OP,
+        scenario.rates,
+        us_per_row=scenario.us_per_row,
+        state_bytes=scenario.state_bytes(),
+        interval_s=scenario.interval_s,
+        overhead_s=scenario.overhead_s,
+        cores=scenario.cores,
+        seed=scenario.seed,
+    )
     controller = None
     if policies:
-        controller = Controller(graph, policies, resources=Resources(cores=scenario.cores, executors=scenario.nodes,
-                                                                     cores_per_executor=scenario.cores_per_node))
+        controller = Controller(
+            graph,
+            policies,
+            resources=Resources(cores=scenario.cores, executors=scenario.nodes, cores_per_executor=scenario.cores_per_node),
+        )
     records: list[dict] = []
     previous: list = [None]
 
@@ -145,10 +186,19 @@ def run_scenario(scenario: ScaleScenario, policies: list | None) -> list[dict]:
         distance = float(np.abs(loads - mean).max())
         moved = 0 if previous[0] is None else int((routing != previous[0]).sum())
         previous[0] = routing
-        records.append({"batch": batch.batch_id, "partitions": int(ran_with.keyed[OP].partitions), "moved": moved,
-                        "load_distance": round(distance, 3), "imbalance": round(distance / mean, 4) if mean else 0.0,
-                        "span_s": round(float(busy.max()), 4), "duration_s": round(batch.duration_s, 4),
-                        "rows": batch.rows_in, "controller_s": round(controller_s, 4)})
+        records.append(
+            {
+                "batch": batch.batch_id,
+                "partitions": int(ran_with.keyed[OP].partitions),
+                "moved": moved,
+                "load_distance": round(distance, 3),
+                "imbalance": round(distance / mean, 4) if mean else 0.0,
+                "span_s": round(float(busy.max()), 4),
+                "duration_s": round(batch.duration_s, 4),
+                "rows": batch.rows_in,
+                "controller_s": round(controller_s, 4),
+            }
+        )
 
     run_controlled(engine, controller, plan, scenario.batches, on_batch=record)
     return records
@@ -158,8 +208,12 @@ def summary(records: list[dict], scenario: ScaleScenario, threshold: float = 0.1
     """Means over the run, migrations, and convergence: per change of the rates (each period,
     and the step), the batches until the imbalance fell to ``threshold`` of the mean (None:
     not within the period)."""
-    changes = sorted({*range(scenario.period, scenario.batches, scenario.period),
-                      *([scenario.step_at] if scenario.step_at is not None else [])})
+    changes = sorted(
+        {
+            *range(scenario.period, scenario.batches, scenario.period),
+            *([scenario.step_at] if scenario.step_at is not None else []),
+        }
+    )
     converged = []
     for start in changes:
         end = min([c for c in changes if c > start] + [scenario.batches])
@@ -172,11 +226,11 @@ def summary(records: list[dict], scenario: ScaleScenario, threshold: float = 0.1
         "mean_load_distance": round(float(np.mean([r["load_distance"] for r in records[1:]])), 3),
         "mean_span_s": round(float(np.mean([r["span_s"] for r in records[1:]])), 4),
         "mean_duration_s": round(float(np.mean([r["duration_s"] for r in records[1:]])), 4),
-        "rows_per_s": round(sum(r["rows"] for r in records) / sum(max(r["duration_s"], scenario.interval_s)
-                                                                  for r in records), 1),
+        "rows_per_s": round(sum(r["rows"] for r in records) / sum(max(r["duration_s"], scenario.interval_s) for r in records), 1),
         "key_groups_moved": int(sum(r["moved"] for r in records)),
-        "rebalances": int(sum(1 for r, prev in zip(records[1:], records)
-                              if r["moved"] and r["partitions"] == prev["partitions"])),
+        "rebalances": int(
+            sum(1 for r, prev in zip(records[1:], records) if r["moved"] and r["partitions"] == prev["partitions"])
+        ),
         "rescales": [(r["batch"], r["partitions"]) for r in rescales],
         "batches_to_converge": converged,
         "converged_share": round(len(settled) / len(converged), 3) if converged else None,
@@ -191,4 +245,3 @@ def partitions_needed(scenario: ScaleScenario, utilization: float) -> int:
     answer DS2's one step should reach)."""
     work = float(scenario.rates(scenario.batches - 1).sum()) * scenario.us_per_row * 1e-6  # cores busy
     return math.ceil(work / utilization)
-

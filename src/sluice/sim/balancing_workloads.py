@@ -37,7 +37,11 @@ def even_assignment(num_key_groups: int, nodes: np.ndarray, rng: np.random.Gener
 
 
 def perturb_nodes(
-    load: np.ndarray, assignment: np.ndarray, nodes: np.ndarray, fraction: float, change: float,
+    load: np.ndarray,
+    assignment: np.ndarray,
+    nodes: np.ndarray,
+    fraction: float,
+    change: float,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Section 5.1: ``fraction`` of the nodes change load, half by -change, half by +change.
@@ -59,7 +63,10 @@ def perturb_nodes(
 
 
 def solver_workload(
-    num_nodes: int, num_key_groups: int, perturbed_fraction: float, seed: int = 0,
+    num_nodes: int,
+    num_key_groups: int,
+    perturbed_fraction: float,
+    seed: int = 0,
     node_mean_load: float = NODE_MEAN_LOAD,
 ) -> BalancingProblem:
     """One instance of section 5.1's solver experiment."""
@@ -79,7 +86,11 @@ def solver_workload(
 
 
 def scale_in_workload(
-    num_nodes: int, num_key_groups: int, num_removing: int, num_overloaded: int, seed: int = 0,
+    num_nodes: int,
+    num_key_groups: int,
+    num_removing: int,
+    num_overloaded: int,
+    seed: int = 0,
 ) -> BalancingProblem:
     """Section 5.1's scale-in experiment: ``num_removing`` nodes of N_r, ``num_overloaded`` nodes at 100 %.
 
@@ -96,8 +107,12 @@ def scale_in_workload(
         on_node = problem.assignment == node
         load[on_node] *= 100.0 / load[on_node].sum()
     return BalancingProblem(
-        load=load, state_bytes=problem.state_bytes, assignment=problem.assignment, nodes=problem.nodes,
-        removing=removing, cost_per_byte=problem.cost_per_byte,
+        load=load,
+        state_bytes=problem.state_bytes,
+        assignment=problem.assignment,
+        nodes=problem.nodes,
+        removing=removing,
+        cost_per_byte=problem.cost_per_byte,
     )
 
 
@@ -116,13 +131,22 @@ class CollocationWorkload:
             factor[assignment == node] = 1.0 + rng.uniform(-ROUND_PERTURBATION, ROUND_PERTURBATION)
         p = self.problem
         return BalancingProblem(
-            load=self.base_load * factor, state_bytes=p.state_bytes, assignment=assignment, nodes=nodes,
-            traffic=p.traffic, operator=p.operator, cost_per_byte=p.cost_per_byte,
+            load=self.base_load * factor,
+            state_bytes=p.state_bytes,
+            assignment=assignment,
+            nodes=nodes,
+            traffic=p.traffic,
+            operator=p.operator,
+            cost_per_byte=p.cost_per_byte,
         )
 
 
 def collocation_workload(
-    num_nodes: int, num_key_groups: int, num_operators: int, one_to_one_fraction: float = 0.5, seed: int = 0,
+    num_nodes: int,
+    num_key_groups: int,
+    num_operators: int,
+    one_to_one_fraction: float = 0.5,
+    seed: int = 0,
 ) -> CollocationWorkload:
     """Section 5.3: ``one_to_one_fraction`` is the maximum obtainable collocation factor."""
     rng = np.random.default_rng(seed)
@@ -152,7 +176,12 @@ def collocation_workload(
     traffic = Traffic(np.concatenate(src).astype(np.int64), np.concatenate(dst).astype(np.int64), np.concatenate(rate))
     nodes = np.arange(num_nodes)
     problem = BalancingProblem(
-        load=load, state_bytes=rng.uniform(*STATE_BYTES, k), assignment=even_assignment(k, nodes, rng),
-        nodes=nodes, traffic=traffic, operator=operator, cost_per_byte=1e-7,
+        load=load,
+        state_bytes=rng.uniform(*STATE_BYTES, k),
+        assignment=even_assignment(k, nodes, rng),
+        nodes=nodes,
+        traffic=traffic,
+        operator=operator,
+        cost_per_byte=1e-7,
     )
     return CollocationWorkload(base_load=load, problem=problem)

@@ -18,8 +18,20 @@ from sluice.sim.microbatch import SimBatch
 
 
 class ChainEngine:
-    def __init__(self, run: tuple[str, ...], work_us: tuple[float, ...], *, rows: int, tasks: int, cores: int,
-                 pass_us: float, exchange_us: float, overhead_s: float = 0.05, noise: float = 0.03, seed: int = 0):
+    def __init__(
+        self,
+        run: tuple[str, ...],
+        work_us: tuple[float, ...],
+        *,
+        rows: int,
+        tasks: int,
+        cores: int,
+        pass_us: float,
+        exchange_us: float,
+        overhead_s: float = 0.05,
+        noise: float = 0.03,
+        seed: int = 0,
+    ):
         self.run, self.work_us = tuple(run), tuple(work_us)
         self.rows, self.tasks, self.cores = rows, tasks, cores
         self.pass_us, self.exchange_us = pass_us, exchange_us
@@ -29,9 +41,14 @@ class ChainEngine:
         self.batch_id = 0
 
     def costs(self) -> RunCosts:
-        return RunCosts(work_s=tuple(w * 1e-6 * self.rows for w in self.work_us), rows=(float(self.rows),) * len(self.run),
-                        tasks=self.tasks, cores=self.cores, pass_s_per_row=self.pass_us * 1e-6,
-                        exchange_s_per_row=self.exchange_us * 1e-6)
+        return RunCosts(
+            work_s=tuple(w * 1e-6 * self.rows for w in self.work_us),
+            rows=(float(self.rows),) * len(self.run),
+            tasks=self.tasks,
+            cores=self.cores,
+            pass_s_per_row=self.pass_us * 1e-6,
+            exchange_s_per_row=self.exchange_us * 1e-6,
+        )
 
     def step(self, plan) -> SimBatch:
         costs = self.costs()
@@ -45,8 +62,14 @@ class ChainEngine:
         for head in heads:
             rebalanced = head in plan.rebalance
             operators[head]["tasks"] = float(plan.rebalance[head] if rebalanced else self.tasks)
-        batch = SimBatch(batch_id=self.batch_id, started_at=self.clock, duration_s=seconds, rows_in=self.rows,
-                         plan_version=plan.version, operators=operators)
+        batch = SimBatch(
+            batch_id=self.batch_id,
+            started_at=self.clock,
+            duration_s=seconds,
+            rows_in=self.rows,
+            plan_version=plan.version,
+            operators=operators,
+        )
         self.clock += seconds
         self.batch_id += 1
         return batch

@@ -22,9 +22,9 @@ from sluice.sim.traces import VMTraces
 class SimVM:
     vm_id: str
     vm_class: VMClass
-    trace: int                 # index of its performance trace
-    start_s: float             # billing starts here
-    ready_s: float             # capacity from here (start-up latency)
+    trace: int  # index of its performance trace
+    start_s: float  # billing starts here
+    ready_s: float  # capacity from here (start-up latency)
     instances: np.ndarray
     stop_s: float = float("inf")
 
@@ -48,8 +48,14 @@ class Cloud:
         for vid, row in decision.mapping.items():
             if vid in decision.start:
                 c = decision.start[vid]
-                vm = SimVM(f"vm-{len(self.vms)}", c, len(self.vms), now_s,
-                           now_s if ready_now else now_s + c.startup_s, np.array(row, dtype=int))
+                vm = SimVM(
+                    f"vm-{len(self.vms)}",
+                    c,
+                    len(self.vms),
+                    now_s,
+                    now_s if ready_now else now_s + c.startup_s,
+                    np.array(row, dtype=int),
+                )
                 if vm.instances.sum() > c.cores:
                     raise PlanError(f"decision puts {vm.instances.sum()} instances on a {c.name} with {c.cores} cores")
                 self.vms.append(vm)
@@ -82,10 +88,17 @@ class Cloud:
         out = []
         for vm in self.running(now):
             ready = vm.ready_s <= k * self.step_s
-            out.append(RunningVM(vm.vm_id, vm.vm_class, vm.start_s, tuple(int(x) for x in vm.instances),
-                                 speed=float(self.traces.speed(vm.trace)[k]) if ready else 1.0,
-                                 bandwidth=float(vm.vm_class.bandwidth * self.traces.bandwidth(vm.trace)[k]),
-                                 ready_s=vm.ready_s))
+            out.append(
+                RunningVM(
+                    vm.vm_id,
+                    vm.vm_class,
+                    vm.start_s,
+                    tuple(int(x) for x in vm.instances),
+                    speed=float(self.traces.speed(vm.trace)[k]) if ready else 1.0,
+                    bandwidth=float(vm.vm_class.bandwidth * self.traces.bandwidth(vm.trace)[k]),
+                    ready_s=vm.ready_s,
+                )
+            )
         return tuple(out)
 
     def cost(self, now_s: float) -> float:

@@ -14,8 +14,16 @@ from sluice.models.dynamic import Alternate, DynamicDataflow, Operator
 # lands the whole dataflow at ~0.45 core-s per position report (~1,800 m1 cores at 8,000).
 LRB_COST_UNIT_S = 0.1
 
-LRB_NAMES = ("weather", "report_parser", "congestion", "accident_detector",
-             "toll_calculator", "toll_assessment", "balance_queries", "travel_time")
+LRB_NAMES = (
+    "weather",
+    "report_parser",
+    "congestion",
+    "accident_detector",
+    "toll_calculator",
+    "toll_assessment",
+    "balance_queries",
+    "travel_time",
+)
 # The figure's arrows are lost in the text extraction; these edges follow the prose of
 # section 4.9.1: weather and position reports feed congestion estimation, reports feed the
 # accident detector, which feeds the toll calculator and the travel-time estimator; the
@@ -32,8 +40,7 @@ def linear_road(single_implementation: bool = False) -> DynamicDataflow:
     """The LRB dynamic dataflow of Fig. 4.5 (8 PEs; P2 has 3 alternates, P7 has 2)."""
     u = LRB_COST_UNIT_S
     alternates = {
-        2: (Alternate("P2.a0", 1.0, 1.2 * u, 1.0), Alternate("P2.a1", 0.8, 0.8 * u, 1.0),
-            Alternate("P2.a2", 0.5, 0.8 * u, 0.5)),
+        2: (Alternate("P2.a0", 1.0, 1.2 * u, 1.0), Alternate("P2.a1", 0.8, 0.8 * u, 1.0), Alternate("P2.a2", 0.5, 0.8 * u, 0.5)),
         7: (Alternate("P7.a0", 0.6, 0.3 * u, 1.0), Alternate("P7.a1", 1.0, 0.5 * u, 1.0)),
     }
     ops = []

@@ -43,9 +43,19 @@ class ElasticEngine:
     of operators without alternates (op id -> cost); ``overhead_s``: fixed cost of a batch;
     ``max_rows``: the most rows a batch admits."""
 
-    def __init__(self, graph, rate: Callable[[float], float], executors: SimulatedExecutors | None = None,
-                 costs: dict[str, float] | None = None, overhead_s: float = 0.5, max_rows: int = 200_000,
-                 noise: float = 0.0, seed: int = 0, source: str = "source", tasks: int | None = None):
+    def __init__(
+        self,
+        graph,
+        rate: Callable[[float], float],
+        executors: SimulatedExecutors | None = None,
+        costs: dict[str, float] | None = None,
+        overhead_s: float = 0.5,
+        max_rows: int = 200_000,
+        noise: float = 0.0,
+        seed: int = 0,
+        source: str = "source",
+        tasks: int | None = None,
+    ):
         if tasks is not None and tasks < 1:
             raise ValueError(f"elastic engine: tasks ({tasks}) must be >= 1")
         self.tasks = tasks
@@ -136,18 +146,34 @@ class ElasticEngine:
         self.arrived += self._arrivals(start, self.clock)
         resources = self.executors.resources()
         executors = [{"id": "driver", "cores": 0, "since": 0.0}] + [
-            {"id": str(i), "cores": resources.cores_per_executor, "since": since}
-            for i, since in enumerate(resources.since)]
+            {"id": str(i), "cores": resources.cores_per_executor, "since": since} for i, since in enumerate(resources.since)
+        ]
         backlog: dict[str, int | None] = {self.source: int(self.arrived) - self.admitted}
         billed = max(len(held_executors(executors)), self.executors.target)  # from the request on, as live
-        facts = BatchFacts(started_at=start, ended_at=self.clock, value=application_value(self.graph, plan.alternates),
-                           rows_in=rows, backlog=backlog, executors=billed)
+        facts = BatchFacts(
+            started_at=start,
+            ended_at=self.clock,
+            value=application_value(self.graph, plan.alternates),
+            rows_in=rows,
+            backlog=backlog,
+            executors=billed,
+        )
         m = BatchMetrics(
-            batch_id=self.batch_id, plan_version=plan.version, started_at=start, duration_s=duration, rows_in=rows,
-            rows_by_source={self.source: rows}, backlog=backlog,
-            operators={op_id: {"rows_in": rows, "rows_out": rows, "time_s": rows * c * factor, "input_wait_s": 0.0}
-                       for op_id, c in per_row.items()},
-            executors=executors, alternates=dict(plan.alternates), dynamics=self.meter.measure(facts))
+            batch_id=self.batch_id,
+            plan_version=plan.version,
+            started_at=start,
+            duration_s=duration,
+            rows_in=rows,
+            rows_by_source={self.source: rows},
+            backlog=backlog,
+            operators={
+                op_id: {"rows_in": rows, "rows_out": rows, "time_s": rows * c * factor, "input_wait_s": 0.0}
+                for op_id, c in per_row.items()
+            },
+            executors=executors,
+            alternates=dict(plan.alternates),
+            dynamics=self.meter.measure(facts),
+        )
         self.batch_id += 1
         return m
 
@@ -168,8 +194,13 @@ def run(engine: ElasticEngine, controller, plan: Plan, until_s: float, drain: bo
     return out
 
 
-def figures(batches: list, offered_rows: float | None = None, since: float | None = None,
-            economics: Economics | None = None, bounds: tuple[float, float] | None = None) -> dict:
+def figures(
+    batches: list,
+    offered_rows: float | None = None,
+    since: float | None = None,
+    economics: Economics | None = None,
+    bounds: tuple[float, float] | None = None,
+) -> dict:
     """A run's figures from its batches (simulated or live): the thesis's value, cost and
     profit over the run as the batches' ``dynamics`` records have them
     (``models.economics``), the executor-seconds held, and Omega over the run: rows
@@ -190,8 +221,7 @@ def figures(batches: list, offered_rows: float | None = None, since: float | Non
     base: dict = next((m.dynamics for m in reversed(before) if m.dynamics), {})
     # held from a batch's start to the next one's (a live job's executors are held between
     # batches too), the last to its end
-    spans = [b.started_at - m.started_at for m, b in itertools.pairwise(batches)] + \
-        ([batches[-1].duration_s] if batches else [])
+    spans = [b.started_at - m.started_at for m, b in itertools.pairwise(batches)] + ([batches[-1].duration_s] if batches else [])
     executor_seconds = sum(span * len(held_executors(m.executors)) for span, m in zip(spans, batches))
     processed = sum(m.rows_in for m in batches)
     omega = None if not offered_rows else min(1.0, processed / offered_rows)
@@ -203,9 +233,7 @@ def figures(batches: list, offered_rows: float | None = None, since: float | Non
         value = float(np.average(values, weights=weights)) if sum(weights) > 0 else values[-1]
         # from where the cost is counted: the end of the batch before (the meter bills each batch
         # from the previous one's end), or the window's start
-        start = before[-1].started_at + before[-1].duration_s if before else \
-            since if since is not None else batches[0].started_at
+        start = before[-1].started_at + before[-1].duration_s if before else since if since is not None else batches[0].started_at
         hours = (batches[-1].started_at + batches[-1].duration_s - start) / 3600.0
         profit = run_profit(economics, value, cost, hours, *bounds)
-    return {"value": value, "omega": omega, "cost": cost, "profit": profit,
-            "executor_seconds": round(executor_seconds, 3)}
+    return {"value": value, "omega": omega, "cost": cost, "profit": profit, "executor_seconds": round(executor_seconds, 3)}

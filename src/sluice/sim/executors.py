@@ -18,8 +18,15 @@ from sluice.errors import ConfigError
 
 
 class SimulatedExecutors:
-    def __init__(self, now: Callable[[], float], held: int = 1, max_executors: int = 4, cores_per_executor: int = 1,
-                 startup_s: float = 15.0, warmup_s: float = 0.0):
+    def __init__(
+        self,
+        now: Callable[[], float],
+        held: int = 1,
+        max_executors: int = 4,
+        cores_per_executor: int = 1,
+        startup_s: float = 15.0,
+        warmup_s: float = 0.0,
+    ):
         if not 1 <= held <= max_executors:
             raise ConfigError(f"simulated executors: 1 <= held ({held}) <= max_executors ({max_executors}) is required")
         if startup_s < 0 or warmup_s < 0:
@@ -45,9 +52,14 @@ class SimulatedExecutors:
 
     def resources(self) -> Resources:
         n = self.held()
-        return Resources(cores=max(n * self.cores_per_executor, 1), executors=n,
-                         cores_per_executor=self.cores_per_executor, max_executors=self.max_executors,
-                         requested=self.target, since=tuple(self.joined))
+        return Resources(
+            cores=max(n * self.cores_per_executor, 1),
+            executors=n,
+            cores_per_executor=self.cores_per_executor,
+            max_executors=self.max_executors,
+            requested=self.target,
+            since=tuple(self.joined),
+        )
 
     def set_total(self, n: int) -> None:
         if n < 1:

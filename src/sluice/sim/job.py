@@ -57,9 +57,15 @@ class JobSimConfig:
 
 
 class JobSim:
-    def __init__(self, config: JobSimConfig, rate: Callable[[np.ndarray], np.ndarray],
-                 shares: Callable[[float], np.ndarray], executors: SimulatedExecutors,
-                 kill_at: float | None = None, outage: tuple[float, float] | None = None):
+    def __init__(
+        self,
+        config: JobSimConfig,
+        rate: Callable[[np.ndarray], np.ndarray],
+        shares: Callable[[float], np.ndarray],
+        executors: SimulatedExecutors,
+        kill_at: float | None = None,
+        outage: tuple[float, float] | None = None,
+    ):
         self.c = config
         self.shares = shares
         self.executors = executors
@@ -124,24 +130,42 @@ class JobSim:
         self._advance(commit)
         backlog = self.arrived(commit) - self.admitted
         keyed_time = float(busy.sum()) * factor
-        batch = SimBatch(self.batch_id, start, duration, n, plan_version=plan.version,
-                         rows_by_source={c.source: n}, backlog={c.source: backlog},
-                         operators={c.python_op: {"time_s": n * c.python_s * factor, "input_wait_s": 0.0,
-                                                  "rows_in": n, "time_s_max": python * factor},
-                                    c.keyed_op: {"time_s": keyed_time, "input_wait_s": 0.0, "rows_in": n,
-                                                 "time_s_max": float(busy.max()) * factor}})
-        batch.key_groups = {c.keyed_op: {str(kg): {"rows": int(rows_kg[kg]), "state_bytes": 1_000_000}
-                                         for kg in np.flatnonzero(rows_kg)}}
+        batch = SimBatch(
+            self.batch_id,
+            start,
+            duration,
+            n,
+            plan_version=plan.version,
+            rows_by_source={c.source: n},
+            backlog={c.source: backlog},
+            operators={
+                c.python_op: {
+                    "time_s": n * c.python_s * factor,
+                    "input_wait_s": 0.0,
+                    "rows_in": n,
+                    "time_s_max": python * factor,
+                },
+                c.keyed_op: {"time_s": keyed_time, "input_wait_s": 0.0, "rows_in": n, "time_s_max": float(busy.max()) * factor},
+            },
+        )
+        batch.key_groups = {
+            c.keyed_op: {str(kg): {"rows": int(rows_kg[kg]), "state_bytes": 1_000_000} for kg in np.flatnonzero(rows_kg)}
+        }
         batch.partition_busy_s = busy.tolist()
         if n and c.constraint:
             latency_ms = (commit - self._arrival_times(first, n)) * 1000
             mean = float(latency_ms.mean())
             batch.paths[c.constraint] = {
-                "mean_ms": round(mean, 3), "p95_ms": round(float(np.quantile(latency_ms, 0.95)), 3), "rows": n,
-                "sink": "sink", "source_wait": round(max(mean - duration * 1000, 0.0), 3),
-                "operators": {c.python_op: round(python * factor * 1000, 3),
-                              c.keyed_op: round(span * factor * 1000, 3)},
-                "exchange": 0.0, "sink_commit": 0.0, "rest": round(c.overhead_s * factor * 1000, 3)}
+                "mean_ms": round(mean, 3),
+                "p95_ms": round(float(np.quantile(latency_ms, 0.95)), 3),
+                "rows": n,
+                "sink": "sink",
+                "source_wait": round(max(mean - duration * 1000, 0.0), 3),
+                "operators": {c.python_op: round(python * factor * 1000, 3), c.keyed_op: round(span * factor * 1000, 3)},
+                "exchange": 0.0,
+                "sink_commit": 0.0,
+                "rest": round(c.overhead_s * factor * 1000, 3),
+            }
         self._advance(commit + c.gap_s)
         self.batch_id += 1
         return batch
@@ -163,13 +187,22 @@ def run(sim: JobSim, controller, plan) -> tuple[list[SimBatch], object]:
             plan = controller(batch, plan) or plan
 
 
-def make_job_sim(config: JobSimConfig, rate: Callable[[np.ndarray], np.ndarray], shares: Callable[[float], np.ndarray],
-                 *, held: int, max_executors: int, startup_s: float = 15.0, kill_at: float | None = None,
-                 outage: tuple[float, float] | None = None) -> JobSim:
+def make_job_sim(
+    config: JobSimConfig,
+    rate: Callable[[np.ndarray], np.ndarray],
+    shares: Callable[[float], np.ndarray],
+    *,
+    held: int,
+    max_executors: int,
+    startup_s: float = 15.0,
+    kill_at: float | None = None,
+    outage: tuple[float, float] | None = None,
+) -> JobSim:
     """A ``JobSim`` with simulated executors on its own clock (``held`` warm at the start)."""
     holder: dict[str, JobSim] = {}
-    executors = SimulatedExecutors(lambda: holder["sim"].now if "sim" in holder else 0.0, held=held,
-                                   max_executors=max_executors, startup_s=startup_s)
+    executors = SimulatedExecutors(
+        lambda: holder["sim"].now if "sim" in holder else 0.0, held=held, max_executors=max_executors, startup_s=startup_s
+    )
     sim = JobSim(config, rate, shares, executors, kill_at=kill_at, outage=outage)
     holder["sim"] = sim
     return sim

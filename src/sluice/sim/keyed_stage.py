@@ -30,9 +30,21 @@ class KeyedStageEngine:
     ``state_bytes``: per key group; ``overhead_s``: a batch's fixed cost; ``cores``: the
     job's task slots."""
 
-    def __init__(self, op_id: str, rates: Callable[[int], np.ndarray], *, us_per_row: float,
-                 state_bytes: np.ndarray, load_s_per_byte: float = 20e-9, interval_s: float = 1.0,
-                 overhead_s: float = 0.05, cores: int, noise: float = 0.0, seed: int = 0, source: str = "source"):
+    def __init__(
+        self,
+        op_id: str,
+        rates: Callable[[int], np.ndarray],
+        *,
+        us_per_row: float,
+        state_bytes: np.ndarray,
+        load_s_per_byte: float = 20e-9,
+        interval_s: float = 1.0,
+        overhead_s: float = 0.05,
+        cores: int,
+        noise: float = 0.0,
+        seed: int = 0,
+        source: str = "source",
+    ):
         self.op_id, self.rates, self.source = op_id, rates, source
         self.us_per_row, self.state_bytes = us_per_row, np.asarray(state_bytes, dtype=float)
         self.load_s_per_byte, self.interval_s, self.overhead_s = load_s_per_byte, interval_s, overhead_s
@@ -59,15 +71,28 @@ class KeyedStageEngine:
         span = busy.max() if stage.partitions <= self.cores else max(busy.max(), busy.sum() / self.cores)
         duration = self.overhead_s + float(span)
         batch = SimBatch(
-            batch_id=self.batch_id, started_at=self.now, duration_s=duration, rows_in=int(rows.sum()),
-            plan_version=plan.version, rows_by_source={self.source: int(rows.sum())},
+            batch_id=self.batch_id,
+            started_at=self.now,
+            duration_s=duration,
+            rows_in=int(rows.sum()),
+            plan_version=plan.version,
+            rows_by_source={self.source: int(rows.sum())},
             # read at the batch's end, as the runtime does: what arrived while it ran
             backlog={self.source: int(rates.sum() * duration)},
-            operators={self.op_id: {"time_s": float(busy.sum()), "time_s_max": float(busy.max()), "input_wait_s": 0.0,
-                                    "rows_in": float(rows.sum()), "state_read_s": float(loading.sum()),
-                                    "state_read_bytes": float(self.state_bytes[moved].sum())}})
-        batch.key_groups = {self.op_id: {str(kg): {"rows": int(rows[kg]), "state_bytes": int(self.state_bytes[kg])}
-                                         for kg in range(len(routing))}}
+            operators={
+                self.op_id: {
+                    "time_s": float(busy.sum()),
+                    "time_s_max": float(busy.max()),
+                    "input_wait_s": 0.0,
+                    "rows_in": float(rows.sum()),
+                    "state_read_s": float(loading.sum()),
+                    "state_read_bytes": float(self.state_bytes[moved].sum()),
+                }
+            },
+        )
+        batch.key_groups = {
+            self.op_id: {str(kg): {"rows": int(rows[kg]), "state_bytes": int(self.state_bytes[kg])} for kg in range(len(routing))}
+        }
         batch.partition_busy_s = busy.tolist()
         self.routing = routing
         self.gap = max(self.interval_s, duration)
@@ -76,8 +101,9 @@ class KeyedStageEngine:
         return batch
 
 
-def run_controlled(engine: KeyedStageEngine, controller, plan, batches: int,
-                   on_batch: Callable[[SimBatch, object, float], None] | None = None) -> tuple[list[SimBatch], object]:
+def run_controlled(
+    engine: KeyedStageEngine, controller, plan, batches: int, on_batch: Callable[[SimBatch, object, float], None] | None = None
+) -> tuple[list[SimBatch], object]:
     """Run ``batches`` batches, the controller choosing the next plan after each (as on
     Spark: from the next batch on); ``on_batch(batch, plan, controller_seconds)`` sees each
     batch with the plan it ran with. Returns the batches and the last plan."""

@@ -46,10 +46,23 @@ class SimBatch:
 
 
 class MicroBatchEngine:
-    def __init__(self, a: float, b: float, *, rate_steps: list[tuple[float, float]] | None = None,
-                 pull: bool = False, noise: float = 0.0, gap: float = 0.01, seed: int = 0,
-                 source: str = "source_1", constraint: str = "latency_1", operator: str = "work",
-                 keyed: str | None = None, keyed_b: float = 0.0, cores: int = 2):
+    def __init__(
+        self,
+        a: float,
+        b: float,
+        *,
+        rate_steps: list[tuple[float, float]] | None = None,
+        pull: bool = False,
+        noise: float = 0.0,
+        gap: float = 0.01,
+        seed: int = 0,
+        source: str = "source_1",
+        constraint: str = "latency_1",
+        operator: str = "work",
+        keyed: str | None = None,
+        keyed_b: float = 0.0,
+        cores: int = 2,
+    ):
         self.a, self.b, self.noise, self.gap = a, b, noise, gap
         self.keyed, self.keyed_b, self.cores = keyed, keyed_b, cores
         self.trace = RateSchedule(tuple(rate_steps or [(0.0, 1000.0)]))  # as a GeneratorSource's rate
@@ -83,18 +96,36 @@ class MicroBatchEngine:
         commit = start + duration
         operators = {self.operator: {"time_s": duration, "time_s_max": duration, "rows_in": n}}
         if self.keyed:
-            operators[self.keyed] = {"time_s": keyed_s * factor, "time_s_max": keyed_s * factor / partitions,
-                                     "input_wait_s": 0.0, "rows_in": n}
-        batch = SimBatch(self.batch_id, start, duration, n, plan_version=0 if plan is None else plan.version,
-                         rows_by_source={self.source: n}, backlog={self.source: backlog}, operators=operators)
+            operators[self.keyed] = {
+                "time_s": keyed_s * factor,
+                "time_s_max": keyed_s * factor / partitions,
+                "input_wait_s": 0.0,
+                "rows_in": n,
+            }
+        batch = SimBatch(
+            self.batch_id,
+            start,
+            duration,
+            n,
+            plan_version=0 if plan is None else plan.version,
+            rows_by_source={self.source: n},
+            backlog={self.source: backlog},
+            operators=operators,
+        )
         if n:
             latency_ms = (commit - arrivals) * 1000
             mean = float(latency_ms.mean())
             batch.paths[self.constraint] = {
-                "mean_ms": round(mean, 3), "p95_ms": round(float(np.quantile(latency_ms, 0.95)), 3), "rows": n,
-                "sink": "sink", "source_wait": round(mean - duration * 1000, 3),
-                "operators": {self.operator: round(duration * 1000, 3)}, "exchange": 0.0, "sink_commit": 0.0,
-                "rest": 0.0}
+                "mean_ms": round(mean, 3),
+                "p95_ms": round(float(np.quantile(latency_ms, 0.95)), 3),
+                "rows": n,
+                "sink": "sink",
+                "source_wait": round(mean - duration * 1000, 3),
+                "operators": {self.operator: round(duration * 1000, 3)},
+                "exchange": 0.0,
+                "sink_commit": 0.0,
+                "rest": 0.0,
+            }
         self.now = commit + self.gap
         self.batch_id += 1
         return batch

@@ -51,9 +51,9 @@ class Scenario:
     """Everything one simulated run needs; loadable from YAML (see examples/scenarios/)."""
 
     name: str = "scenario"
-    dataflow: str = "linear-road"          # 'linear-road' or 'synthetic'
+    dataflow: str = "linear-road"  # 'linear-road' or 'synthetic'
     dataflow_seed: int = 7
-    single_implementation: bool = False    # keep only the best-value alternate per PE
+    single_implementation: bool = False  # keep only the best-value alternate per PE
     hours: float = 12.0
     step_s: float = 300.0
     rate: dict = field(default_factory=lambda: {"kind": "random_walk", "mean": 50.0})
@@ -63,11 +63,10 @@ class Scenario:
     adapt: bool = True
     omega_target: float = 0.8
     epsilon: float = 0.05
-    break_even: dict | None = None         # {'cost_at_gamma_max': $, 'cost_at_gamma_min': $, 'offset': x}
+    break_even: dict | None = None  # {'cost_at_gamma_max': $, 'cost_at_gamma_min': $, 'offset': x}
     startup_s: float = 120.0
-    queue_intervals: float = 0.0           # backlog kept, in intervals of input; the rest is shed
-    forecast: dict = field(default_factory=lambda: {"horizon_steps": 4, "error": 0.0, "bias": 0.0,
-                                                    "every_steps": 2})
+    queue_intervals: float = 0.0  # backlog kept, in intervals of input; the rest is shed
+    forecast: dict = field(default_factory=lambda: {"horizon_steps": 4, "error": 0.0, "bias": 0.0, "every_steps": 2})
     seed: int = 1
 
     @property
@@ -127,12 +126,30 @@ def build_rates(sc: Scenario, df: DynamicDataflow) -> np.ndarray:
         if kind == "constant":
             series.append(np.full(n, float(r.get("mean", 50.0))))
         elif kind == "random_walk":
-            series.append(random_walk_rates(float(r.get("mean", 50.0)), n, sc.seed, float(r.get("bound", 0.5)),
-                                            float(r.get("step_sd", 0.08)), stream=f"rate{s}"))
+            series.append(
+                random_walk_rates(
+                    float(r.get("mean", 50.0)),
+                    n,
+                    sc.seed,
+                    float(r.get("bound", 0.5)),
+                    float(r.get("step_sd", 0.08)),
+                    stream=f"rate{s}",
+                )
+            )
         elif kind == "sinusoid":
-            series.append(sinusoid_rates(float(r.get("peak", 75.0)), float(r.get("trough", 2.0)), n, sc.step_s,
-                                         sc.seed, float(r.get("period_s", 86400.0)), float(r.get("noise", 0.2)),
-                                         float(r.get("phase_s", 0.0)), stream=f"sine{s}"))
+            series.append(
+                sinusoid_rates(
+                    float(r.get("peak", 75.0)),
+                    float(r.get("trough", 2.0)),
+                    n,
+                    sc.step_s,
+                    sc.seed,
+                    float(r.get("period_s", 86400.0)),
+                    float(r.get("noise", 0.2)),
+                    float(r.get("phase_s", 0.0)),
+                    stream=f"sine{s}",
+                )
+            )
         else:
             raise ConfigError(f"scenario {sc.name!r}: rate kind must be constant, random_walk or sinusoid, got {kind!r}")
     if sc.dataflow == "linear-road":
@@ -162,8 +179,7 @@ def build_profit(sc: Scenario, df: DynamicDataflow) -> ProfitModel:
     section 4.9.2), applied to any dataflow with the mean input rate per input stream."""
     if sc.break_even:
         be = sc.break_even
-        return ProfitModel.for_dataflow(df, float(be["cost_at_gamma_min"]), float(be["cost_at_gamma_max"]),
-                                        be.get("offset"))
+        return ProfitModel.for_dataflow(df, float(be["cost_at_gamma_min"]), float(be["cost_at_gamma_max"]), be.get("offset"))
     mean = float(planned_rate(sc, df)[list(df.inputs)].max())
     return ProfitModel.thesis_lrb(df, sc.hours, mean)
 
@@ -194,15 +210,15 @@ def make_scheduler(name: str, options: dict | None = None, centralized_default: 
 class SimulationResult:
     scenario: Scenario
     time_s: np.ndarray
-    rate: np.ndarray            # total external msg/s per step
+    rate: np.ndarray  # total external msg/s per step
     omega: np.ndarray
     gamma: np.ndarray
-    cost: np.ndarray            # cumulative bill at the end of each step
-    profit: np.ndarray          # Theta so far: mean Gamma so far against the bill so far
+    cost: np.ndarray  # cumulative bill at the end of each step
+    profit: np.ndarray  # Theta so far: mean Gamma so far against the bill so far
     vms: np.ndarray
     cores: np.ndarray
-    shed: np.ndarray            # messages dropped by bounded queues per step
-    decide_s: np.ndarray        # scheduler time per step (index 0: deployment)
+    shed: np.ndarray  # messages dropped by bounded queues per step
+    decide_s: np.ndarray  # scheduler time per step (index 0: deployment)
     profit_model: ProfitModel
 
     def summary(self) -> dict:
@@ -215,7 +231,7 @@ class SimulationResult:
             "gamma": float(self.gamma.mean()),
             "cost": float(self.cost[-1]),
             "profit": float(self.profit[-1]),
-            "violations": int((self.omega < lo).sum()),       # steps below Omega-hat - eps
+            "violations": int((self.omega < lo).sum()),  # steps below Omega-hat - eps
             "excursions": int(((self.omega < lo) | (self.omega > hi)).sum()),  # chi: outside the band
             "max_vms": int(self.vms.max()),
             "mean_cores": float(self.cores.mean()),
@@ -228,8 +244,12 @@ class SimulationResult:
 # ----------------------------------------------------------------------------- the loop
 
 
-def simulate(sc: Scenario, progress: Callable[[int, int], None] | None = None, scheduler=None,
-             vm_classes: tuple[VMClass, ...] | None = None) -> SimulationResult:
+def simulate(
+    sc: Scenario,
+    progress: Callable[[int, int], None] | None = None,
+    scheduler=None,
+    vm_classes: tuple[VMClass, ...] | None = None,
+) -> SimulationResult:
     df = build_dataflow(sc)
     classes = vm_classes or ec2_m1_classes(sc.startup_s)
     rates = build_rates(sc, df)
@@ -241,8 +261,9 @@ def simulate(sc: Scenario, progress: Callable[[int, int], None] | None = None, s
     fc_cfg = {"horizon_steps": 4, "error": 0.0, "bias": 0.0, "every_steps": 2, **(sc.forecast or {})}
 
     def base_input(**kw) -> SchedulerInput:
-        return SchedulerInput(df, classes, profit, period_s=sc.hours * 3600.0, step_s=dt,
-                              omega_target=sc.omega_target, epsilon=sc.epsilon, **kw)
+        return SchedulerInput(
+            df, classes, profit, period_s=sc.hours * 3600.0, step_s=dt, omega_target=sc.omega_target, epsilon=sc.epsilon, **kw
+        )
 
     out = {k: np.zeros(n) for k in ("omega", "gamma", "cost", "profit", "vms", "cores", "shed", "decide")}
     t0 = time.perf_counter()
@@ -288,13 +309,20 @@ def simulate(sc: Scenario, progress: Callable[[int, int], None] | None = None, s
         if fc_cfg["horizon_steps"] > 0 and getattr(sched, "uses_forecast", False):
             every = max(int(fc_cfg["every_steps"]), 1)
             if forecast_cache is None or k % every == 0:
-                forecast_cache = (k, _forecast(sc, cloud, rates, k, int(fc_cfg["horizon_steps"]),
-                                               float(fc_cfg["error"]), float(fc_cfg["bias"])))
+                forecast_cache = (
+                    k,
+                    _forecast(sc, cloud, rates, k, int(fc_cfg["horizon_steps"]), float(fc_cfg["error"]), float(fc_cfg["bias"])),
+                )
             forecast = _shift(forecast_cache[1], k - forecast_cache[0], observed, cloud, k)
         inp = base_input(
-            external_rate=rates[k], active=tuple(int(a) for a in active), vms=observed, now_s=end,
-            observed_omega=float(thr.omega), queue=queue if sc.queue_intervals > 0 else None, forecast=forecast,
-            rate_history=rates[max(0, k - 11): k + 1],
+            external_rate=rates[k],
+            active=tuple(int(a) for a in active),
+            vms=observed,
+            now_s=end,
+            observed_omega=float(thr.omega),
+            queue=queue if sc.queue_intervals > 0 else None,
+            forecast=forecast,
+            rate_history=rates[max(0, k - 11) : k + 1],
             speed_history={vid: np.array(v[-12:]) for vid, v in speed_hist.items()},
         )
         t0 = time.perf_counter()
@@ -303,12 +331,23 @@ def simulate(sc: Scenario, progress: Callable[[int, int], None] | None = None, s
         cloud.apply(decision, end)
         active = np.array(decision.active)
 
-    return SimulationResult(sc, np.arange(n) * dt, rates.sum(axis=1), out["omega"], out["gamma"], out["cost"],
-                            out["profit"], out["vms"], out["cores"], out["shed"], out["decide"], profit)
+    return SimulationResult(
+        sc,
+        np.arange(n) * dt,
+        rates.sum(axis=1),
+        out["omega"],
+        out["gamma"],
+        out["cost"],
+        out["profit"],
+        out["vms"],
+        out["cores"],
+        out["shed"],
+        out["decide"],
+        profit,
+    )
 
 
-def _forecast(sc: Scenario, cloud: Cloud, rates: np.ndarray, k: int, horizon: int, error: float,
-              bias: float) -> Forecast:
+def _forecast(sc: Scenario, cloud: Cloud, rates: np.ndarray, k: int, horizon: int, error: float, bias: float) -> Forecast:
     """The oracle with the chapter-5 error model: true values of steps k+1..k+horizon, perturbed."""
     n = len(rates)
     idx = np.minimum(np.arange(k + 1, k + 1 + horizon), n - 1)
@@ -317,7 +356,7 @@ def _forecast(sc: Scenario, cloud: Cloud, rates: np.ndarray, k: int, horizon: in
     vms = cloud.running((k + 1) * sc.step_s)
     if not vms:
         return Forecast(fr, {})
-    true = np.stack([cloud.traces.speed(vm.trace)[idx] for vm in vms], axis=1)   # horizon x VMs
+    true = np.stack([cloud.traces.speed(vm.trace)[idx] for vm in vms], axis=1)  # horizon x VMs
     # a biased oracle errs the pessimistic way on both: rates up, speeds down (bias sign flipped)
     pred = np.clip(perturb(true, error, -bias, rng), 0.05, None)
     return Forecast(fr, {vm.vm_id: pred[:, j] for j, vm in enumerate(vms)})

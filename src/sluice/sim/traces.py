@@ -8,7 +8,7 @@ bandwidth below 0.8. We generate each VM's relative speed as
     speed_t = clip(m_v * (1 + x_t), 0.1, 1),   x_t = phi x_{t-1} + eta_t,  eta ~ N(0, s^2)
 
 with a per-VM level m_v ~ N(0.9, 0.13^2) and phi = 0.3, s = 0.17: parameters fitted by
-simulation to both statistics at 5-minute steps (``tests/test_dynamic_sim.py`` checks them).
+simulation to both statistics at 5-minute steps (``tests/sim/test_dynamic_sim.py`` checks them).
 Speeds are relative to rated (1 = rated; "normalised by the best observed"), so never above 1.
 
 Every trace is a pure function of (seed, stream name, index): a VM's trace does not depend on
@@ -42,8 +42,8 @@ class PerformanceModel:
         level = float(np.clip(rng.normal(self.level_mean, self.level_sd), 0.3, 1.0))
         eta = rng.normal(0.0, self.innovation_sd, n_steps)
         x = np.empty(n_steps)
-        prev = rng.normal(0.0, self.innovation_sd / np.sqrt(1 - self.persistence ** 2))
-        for t in range(n_steps):          # an AR(1) recursion: 144 steps for a 12-hour run
+        prev = rng.normal(0.0, self.innovation_sd / np.sqrt(1 - self.persistence**2))
+        for t in range(n_steps):  # an AR(1) recursion: 144 steps for a 12-hour run
             prev = self.persistence * prev + eta[t]
             x[t] = prev
         return np.clip(level * (1.0 + x), self.floor, 1.0)
@@ -77,8 +77,9 @@ class VMTraces:
         return self._bandwidth[index]
 
 
-def random_walk_rates(mean: float, n_steps: int, seed: int, bound: float = 0.5, step_sd: float = 0.08,
-                      stream: str = "rate", reversion: float = 0.05) -> np.ndarray:
+def random_walk_rates(
+    mean: float, n_steps: int, seed: int, bound: float = 0.5, step_sd: float = 0.08, stream: str = "rate", reversion: float = 0.05
+) -> np.ndarray:
     """Section 4.9: 'the given data rate is considered as an average value and the
     instantaneous data rate is obtained using a random walk between +-50 % of that value'.
 
@@ -103,9 +104,17 @@ def random_walk_rates(mean: float, n_steps: int, seed: int, bound: float = 0.5, 
     return mean * level
 
 
-def sinusoid_rates(peak: float, trough: float, n_steps: int, step_s: float, seed: int,
-                   period_s: float = 86400.0, noise: float = 0.2, phase_s: float = 0.0,
-                   stream: str = "sine") -> np.ndarray:
+def sinusoid_rates(
+    peak: float,
+    trough: float,
+    n_steps: int,
+    step_s: float,
+    seed: int,
+    period_s: float = 86400.0,
+    noise: float = 0.2,
+    phase_s: float = 0.0,
+    stream: str = "sine",
+) -> np.ndarray:
     """Section 5.4: a daily sinusoid between ``trough`` and ``peak`` msg/s, plus uniform noise
     of up to +-``noise`` (the thesis adds it every minute; we add it every step). The default
     phase starts at the trough, so a 12-hour run climbs to the peak."""

@@ -108,13 +108,23 @@ def decision_rows(records: list[dict]) -> list[dict]:
         action = r.get("action")
         nested = action if isinstance(action, dict) else {}
         if kind == "escalation":
-            row = {"batch_id": r.get("batch_id"), "policy": r.get("policy") or "escalation",
-                   "action": f"escalation {r.get('state', '')}: {r.get('constraint', '')}".strip(),
-                   "reason": r.get("reason", ""), "expected": r.get("details"), "measured": None}
+            row = {
+                "batch_id": r.get("batch_id"),
+                "policy": r.get("policy") or "escalation",
+                "action": f"escalation {r.get('state', '')}: {r.get('constraint', '')}".strip(),
+                "reason": r.get("reason", ""),
+                "expected": r.get("details"),
+                "measured": None,
+            }
         else:
-            row = {"batch_id": r.get("batch_id", r.get("batch")), "policy": r.get("policy", ""),
-                   "action": action_text(action), "reason": r.get("reason", nested.get("reason", "")),
-                   "expected": r.get("expected", nested.get("expected")), "measured": r.get("measured")}
+            row = {
+                "batch_id": r.get("batch_id", r.get("batch")),
+                "policy": r.get("policy", ""),
+                "action": action_text(action),
+                "reason": r.get("reason", nested.get("reason", "")),
+                "expected": r.get("expected", nested.get("expected")),
+                "measured": r.get("measured"),
+            }
         row["type"] = kind
         rows.append(row)
         if r.get("id") is not None:
@@ -143,8 +153,14 @@ def constraints_of(record: dict) -> dict[str, dict]:
         holds = c.get("holds", c.get("met"))
         if holds is None and c.get("state") in ("met", "violated"):
             holds = c["state"] == "met"
-        out[str(name)] = {"bound_ms": bound, "value_ms": value, "holds": holds, "state": c.get("state"),
-                          "p95_bound_ms": _first_number(c, "p95_bound_ms"), "path": c.get("path")}
+        out[str(name)] = {
+            "bound_ms": bound,
+            "value_ms": value,
+            "holds": holds,
+            "state": c.get("state"),
+            "p95_bound_ms": _first_number(c, "p95_bound_ms"),
+            "path": c.get("path"),
+        }
     return out
 
 
@@ -181,8 +197,11 @@ def event_lag_s(m: dict) -> float | None:
 def dead_letters_by_operator(m: dict) -> dict[str, int]:
     """Dead letters of the batch per operator that sent them; those no operator counted (a
     source that could not parse a record) under ``"sources"``."""
-    out = {op: int(stats.get("dead_letters") or 0) for op, stats in (m.get("operators") or {}).items()
-           if isinstance(stats, dict) and stats.get("dead_letters")}
+    out = {
+        op: int(stats.get("dead_letters") or 0)
+        for op, stats in (m.get("operators") or {}).items()
+        if isinstance(stats, dict) and stats.get("dead_letters")
+    }
     rest = int(m.get("dead_letters") or 0) - sum(out.values())
     if rest > 0:
         out["sources"] = rest
@@ -197,8 +216,11 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
     # rows/s over the time since the previous batch started (the batch plus the wait before it)
     span = started - previous_start if previous_start is not None and started > previous_start else duration
     backlog = {k: v for k, v in (m.get("backlog") or {}).items() if isinstance(v, (int, float))}
-    operators = {op: round(float(stats.get("time_s", 0) or 0), 4)
-                 for op, stats in (m.get("operators") or {}).items() if isinstance(stats, dict) and "time_s" in stats}
+    operators = {
+        op: round(float(stats.get("time_s", 0) or 0), 4)
+        for op, stats in (m.get("operators") or {}).items()
+        if isinstance(stats, dict) and "time_s" in stats
+    }
     key_groups, state_bytes = {}, {}
     for op, groups in (m.get("key_groups") or {}).items():
         state_bytes[op] = sum(int(stats.get("state_bytes", 0) or 0) for stats in groups.values())
@@ -218,8 +240,9 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
         "backlog": backlog,
         "latency": sink_latencies(m),
         "operators": operators,
-        "operator_rows": {op: int(stats.get("rows_out", 0) or 0)
-                          for op, stats in (m.get("operators") or {}).items() if isinstance(stats, dict)},
+        "operator_rows": {
+            op: int(stats.get("rows_out", 0) or 0) for op, stats in (m.get("operators") or {}).items() if isinstance(stats, dict)
+        },
         "sink_rows": {sink: int(stats.get("rows", 0) or 0) for sink, stats in (m.get("sinks") or {}).items()},
         "key_groups": key_groups,
         "state_bytes": state_bytes,
@@ -227,8 +250,11 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
         "dead_letters_by_operator": dead_letters_by_operator(m),
         "late": late_records(m),
         # each latency constraint's path: mean latency of the records on it this batch
-        "paths": {name: p["mean_ms"] for name, p in (m.get("paths") or {}).items()
-                  if isinstance(p, dict) and isinstance(p.get("mean_ms"), (int, float))},
+        "paths": {
+            name: p["mean_ms"]
+            for name, p in (m.get("paths") or {}).items()
+            if isinstance(p, dict) and isinstance(p.get("mean_ms"), (int, float))
+        },
         "executors": m.get("executors"),
         "plan_version": m.get("plan_version"),
         "watermark": m.get("watermark"),
@@ -283,12 +309,13 @@ class JobView:
             self._evict(len(self.batches) - MAX_BATCHES)
         self.records.extend(self._decisions.new_records())
         if len(self.records) > MAX_RECORDS:
-            del self.records[:len(self.records) - MAX_RECORDS]
+            del self.records[: len(self.records) - MAX_RECORDS]
 
     def _evict(self, n: int) -> None:
         """Let go of the ``n`` oldest batches' points, keeping what the totals need."""
-        self._evicted.extend((b["batch_id"], b["t"], b["rows_in"], b["dead_letters"], b["late"])
-                             for b in self.batches[:n] if not b["skipped"])
+        self._evicted.extend(
+            (b["batch_id"], b["t"], b["rows_in"], b["dead_letters"], b["late"]) for b in self.batches[:n] if not b["skipped"]
+        )
         del self.batches[:n]
         self._index = {b["batch_id"]: i for i, b in enumerate(self.batches)}
 
@@ -296,8 +323,7 @@ class JobView:
         """Each constraint's bound and latest state: the declared bounds, updated by the latest
         record (metrics, else a decision) that reports constraints."""
         out = constraints_of({"constraints": self.declared})
-        latest = next((constraints_of(r) for r in [self.raw_latest or {}, *reversed(self.records)]
-                       if constraints_of(r)), {})
+        latest = next((constraints_of(r) for r in [self.raw_latest or {}, *reversed(self.records)] if constraints_of(r)), {})
         for name, c in latest.items():
             out[name] = {**out.get(name, c), **{k: v for k, v in c.items() if v is not None}}
         return out
@@ -313,8 +339,7 @@ class JobView:
             return {}
         last = done[-1]
         try:
-            with self.fs.open_input_file(posixpath.join(
-                    self.base, "batches", f"{int(last['batch_id']):09d}.done.json")) as f:
+            with self.fs.open_input_file(posixpath.join(self.base, "batches", f"{int(last['batch_id']):09d}.done.json")) as f:
                 record = json.loads(f.read())
         except (OSError, ValueError, TypeError):
             record = {}
@@ -327,8 +352,12 @@ class JobView:
         ended = isinstance(wm, (int, float)) and wm >= FAR_FUTURE_US  # the end-of-input batch's end of time
         if not sources and not ended and not (isinstance(wm, (int, float)) and 0 < wm < FAR_FUTURE_US):
             return {}
-        return {"watermark_us": wm if isinstance(wm, (int, float)) and 0 < wm < FAR_FUTURE_US else None,
-                "lag_s": last.get("event_lag_s"), "sources": sources, "ended": ended}
+        return {
+            "watermark_us": wm if isinstance(wm, (int, float)) and 0 < wm < FAR_FUTURE_US else None,
+            "lag_s": last.get("event_lag_s"),
+            "sources": sources,
+            "ended": ended,
+        }
 
     def stateful_operators(self) -> list[str]:
         """The stateful operators the checkpoint records (``pipeline.json``), else those
@@ -353,8 +382,12 @@ class JobView:
             for p in stage.routing:
                 counts[p] += 1
             keyed[op] = {"partitions": stage.partitions, "key_groups_per_partition": counts}
-        return {"version": plan.version, "max_parallelism": plan.max_parallelism, "keyed": keyed,
-                "chains": [list(c) for c in plan.chains]}
+        return {
+            "version": plan.version,
+            "max_parallelism": plan.max_parallelism,
+            "keyed": keyed,
+            "chains": [list(c) for c in plan.chains],
+        }
 
     def totals(self) -> dict:
         """The whole run's totals: the batches in memory, those let go of, and those the
@@ -366,12 +399,16 @@ class JobView:
             pruned = {}
         through = pruned.get("through_batch")
         evicted = [e for e in self._evicted if through is None or e[0] > through]
-        firsts = [t for t in (pruned.get("first_started_at"), evicted[0][1] if evicted else None,
-                              done[0]["t"] if done else None) if t is not None]
+        firsts = [
+            t
+            for t in (pruned.get("first_started_at"), evicted[0][1] if evicted else None, done[0]["t"] if done else None)
+            if t is not None
+        ]
         return {
             "batches": len(done) + len(evicted) + int(pruned.get("batches") or 0),
             "rows": sum(b["rows_in"] for b in done) + sum(e[2] for e in evicted) + int(pruned.get("rows_in") or 0),
-            "dead_letters": sum(b["dead_letters"] for b in done) + sum(e[3] for e in evicted)
+            "dead_letters": sum(b["dead_letters"] for b in done)
+            + sum(e[3] for e in evicted)
             + int(pruned.get("dead_letters") or 0),
             "late": sum(b["late"] for b in done) + sum(e[4] for e in evicted) + int(pruned.get("late_records") or 0),
             "first_t": min(firsts) if firsts else None,

@@ -24,15 +24,20 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sluice.ui.job_view import JobView
 from sluice.ui.prometheus import registry_for
 
-STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                ".css": "text/css; charset=utf-8"}
+STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
 
 
 class DashboardServer:
     """Serves one job's checkpoint on ``host:port`` (port 0 picks a free one) in a thread."""
 
-    def __init__(self, checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None,
-                 constraints: list[dict] | None = None):
+    def __init__(
+        self,
+        checkpoint: str,
+        host: str = "127.0.0.1",
+        port: int = 8321,
+        job: str | None = None,
+        constraints: list[dict] | None = None,
+    ):
         self.view = JobView(checkpoint, declared=list(constraints or []))
         self.job = job or default_job_name(checkpoint)
         self.registry = registry_for(self.view, self.job)
@@ -111,8 +116,7 @@ def _handler(server: DashboardServer):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             if host_name(self.headers.get("Host")) not in server.allowed_hosts:
-                return self._send(421, b"unexpected Host header: open the dashboard by the address it serves",
-                                  "text/plain")
+                return self._send(421, b"unexpected Host header: open the dashboard by the address it serves", "text/plain")
             url = urlparse(self.path)
             if url.path == "/api/state":
                 since = parse_qs(url.query).get("since", ["-1"])[0]
@@ -144,8 +148,9 @@ def _handler(server: DashboardServer):
     return Handler
 
 
-def serve(checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None,
-          constraints: list[dict] | None = None) -> DashboardServer:
+def serve(
+    checkpoint: str, host: str = "127.0.0.1", port: int = 8321, job: str | None = None, constraints: list[dict] | None = None
+) -> DashboardServer:
     """Start serving ``checkpoint``'s dashboard in a background thread; returns the server.
 
     ``constraints``: the job's latency constraints as dicts (``LatencyConstraint.to_dict()``),

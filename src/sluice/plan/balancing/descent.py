@@ -37,8 +37,9 @@ def _best_excluding(values: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndar
     return out
 
 
-def greedy_descent(um: UnitModel, budget: MigrationBudget, alpha: float, deadline: float | None = None,
-                   max_targets: int | None = None) -> np.ndarray | None:
+def greedy_descent(
+    um: UnitModel, budget: MigrationBudget, alpha: float, deadline: float | None = None, max_targets: int | None = None
+) -> np.ndarray | None:
     if um.start is None:
         return None
     place = um.start.copy()

@@ -133,7 +133,12 @@ def solve_milp(
     started = time.perf_counter()
     deadline = started + settings.time_limit
     um = unit_model(
-        problem, budget, units, pins or {}, settings.forbid_moves_into_removing, settings.tie_weight,
+        problem,
+        budget,
+        units,
+        pins or {},
+        settings.forbid_moves_into_removing,
+        settings.tie_weight,
         settings.drain_share,
     )
     start = greedy_descent(um, budget, settings.secondary_weight, deadline, settings.descent_targets)

@@ -87,6 +87,7 @@ class BalancingProblem:
         nodes = np.asarray(self.nodes, dtype=np.int64)
         set_("nodes", nodes)
         n = nodes.shape[0]
+
         def given(a: np.ndarray | None) -> bool:
             return a is not None and np.size(a) > 0
 
@@ -129,8 +130,11 @@ class BalancingProblem:
             raise PlanError("balancing input: traffic names a key group outside 0..K-1")
         if (self.resource_load is None) != (self.resource_cap is None):
             raise PlanError("balancing input: resource_load and resource_cap must be given together")
-        if (self.resource_load is not None and self.resource_cap is not None
-                and self.resource_load.shape[1] != self.resource_cap.shape[1]):
+        if (
+            self.resource_load is not None
+            and self.resource_cap is not None
+            and self.resource_load.shape[1] != self.resource_cap.shape[1]
+        ):
             raise PlanError("balancing input: resource_load and resource_cap disagree on the number of resources")
 
     # -- sizes and derived arrays -------------------------------------------------------------
@@ -175,9 +179,7 @@ class MigrationBudget:
 
     def allows(self, cost: float, count: int) -> bool:
         tol = 1e-9 * max(1.0, self.max_cost or 0.0)
-        return (self.max_cost is None or cost <= self.max_cost + tol) and (
-            self.max_count is None or count <= self.max_count
-        )
+        return (self.max_cost is None or cost <= self.max_cost + tol) and (self.max_count is None or count <= self.max_count)
 
     def affordable(self, costs: np.ndarray, spent_cost: float, spent_count: int) -> np.ndarray:
         """Which of these single moves still fit after ``spent_cost`` / ``spent_count`` (vectorized)."""
@@ -219,9 +221,7 @@ def migrations_between(problem: BalancingProblem, new_assignment: np.ndarray) ->
     new_assignment = np.asarray(new_assignment, dtype=np.int64)
     moved = np.flatnonzero(new_assignment != problem.assignment)
     cost = problem.migration_cost
-    return tuple(
-        Migration(int(k), int(problem.assignment[k]), int(new_assignment[k]), float(cost[k])) for k in moved
-    )
+    return tuple(Migration(int(k), int(problem.assignment[k]), int(new_assignment[k]), float(cost[k])) for k in moved)
 
 
 def make_plan(problem: BalancingProblem, new_assignment: np.ndarray, **kwargs) -> BalancePlan:

@@ -198,7 +198,7 @@ class _RingState:
         self.loads = node_loads(problem)
         self.budget = budget
         self.spent_count, self.spent_cost = 0, 0.0
-        self.tolerance = 1e-12 * max(1.0, float((self.loads ** 2).sum()))
+        self.tolerance = 1e-12 * max(1.0, float((self.loads**2).sum()))
 
     def assignment(self) -> np.ndarray:
         return TokenRing(self.tokens, self.nodes, self.k).assignment()
@@ -228,12 +228,13 @@ class _RingState:
         # to the predecessor: the giver moves its own token forward over its first j
         for taker, mover, ordered in ((successor, successor, arc[::-1]), (predecessor, giver, arc)):
             moved_load = np.cumsum(self.load[ordered])[:-1]  # j = 1 .. len(arc) - 1 key groups
-            delta = ((self.loads[giver] - moved_load) ** 2 - self.loads[giver] ** 2) / self.w[giver] \
-                + ((self.loads[taker] + moved_load) ** 2 - self.loads[taker] ** 2) / self.w[taker]
+            delta = ((self.loads[giver] - moved_load) ** 2 - self.loads[giver] ** 2) / self.w[giver] + (
+                (self.loads[taker] + moved_load) ** 2 - self.loads[taker] ** 2
+            ) / self.w[taker]
             for j in np.argsort(delta, kind="stable"):
                 if delta[j] >= -self.tolerance or (best is not None and delta[j] >= best[0]):
                     break
-                moved = ordered[:j + 1]
+                moved = ordered[: j + 1]
                 count, spent = self.spending(moved, taker)
                 if self.budget.allows(spent, count):
                     token = int(moved[-1]) if mover == successor else int((moved[-1] + 1) % self.k)
@@ -245,8 +246,10 @@ class _RingState:
         """The budget spent (count, cost) once ``moved`` belong to ``taker``."""
         was = self.owner[moved] != self.original[moved]
         now = self.nodes[taker] != self.original[moved]
-        return (self.spent_count + int(now.sum()) - int(was.sum()),
-                self.spent_cost + float(self.cost[moved][now].sum()) - float(self.cost[moved][was].sum()))
+        return (
+            self.spent_count + int(now.sum()) - int(was.sum()),
+            self.spent_cost + float(self.cost[moved][now].sum()) - float(self.cost[moved][was].sum()),
+        )
 
     def apply(self, mover: int, token: int, moved: np.ndarray, giver: int, taker: int) -> None:
         self.spent_count, self.spent_cost = self.spending(moved, taker)

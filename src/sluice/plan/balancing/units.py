@@ -130,15 +130,13 @@ def unit_model(
     move_cost = cost_total[:, None] - _per_unit_node_sums(unit_of, cur, cost, shape)
     move_count = size[:, None] - _per_unit_node_sums(unit_of, cur, np.ones(k_count), shape)
     from_removing = problem.removing[cur].astype(float)
-    out_of_removing = (
-        np.bincount(unit_of, weights=from_removing, minlength=u_count)[:, None]
-        - _per_unit_node_sums(unit_of, cur, from_removing, shape)
+    out_of_removing = np.bincount(unit_of, weights=from_removing, minlength=u_count)[:, None] - _per_unit_node_sums(
+        unit_of, cur, from_removing, shape
     )
     out_of_staying = move_count - out_of_removing
     cost_on_removing = cost * from_removing
-    drain_cost = (
-        np.bincount(unit_of, weights=cost_on_removing, minlength=u_count)[:, None]
-        - _per_unit_node_sums(unit_of, cur, cost_on_removing, shape)
+    drain_cost = np.bincount(unit_of, weights=cost_on_removing, minlength=u_count)[:, None] - _per_unit_node_sums(
+        unit_of, cur, cost_on_removing, shape
     )
     mean = mean_load(problem)
     tie_cost = tie_weight * max(mean, 1e-9) * (out_of_staying - out_of_removing)
@@ -165,7 +163,18 @@ def unit_model(
         unit_res = np.zeros((u_count, problem.resource_load.shape[1]))
         np.add.at(unit_res, unit_of, problem.resource_load)
     return UnitModel(
-        problem, units, unit_of, np.bincount(unit_of, weights=problem.load, minlength=u_count), unit_res,
-        move_cost, move_count, tie_cost, allowed, None if (start < 0).any() else start, mean,
-        out_of_removing, drain_cost, *required_drain(problem, budget, drain_share),
+        problem,
+        units,
+        unit_of,
+        np.bincount(unit_of, weights=problem.load, minlength=u_count),
+        unit_res,
+        move_cost,
+        move_count,
+        tie_cost,
+        allowed,
+        None if (start < 0).any() else start,
+        mean,
+        out_of_removing,
+        drain_cost,
+        *required_drain(problem, budget, drain_share),
     )

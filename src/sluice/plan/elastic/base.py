@@ -66,26 +66,26 @@ class SchedulerInput:
     dataflow: DynamicDataflow
     vm_classes: tuple[VMClass, ...]
     profit: ProfitModel
-    external_rate: np.ndarray            # msg/s arriving at each operator (0 for non-inputs)
+    external_rate: np.ndarray  # msg/s arriving at each operator (0 for non-inputs)
     active: tuple[int, ...] | None = None  # current alternates (None before deployment)
     vms: tuple[RunningVM, ...] = ()
     now_s: float = 0.0
     step_s: float = 300.0
-    period_s: float = 12 * 3600.0         # optimisation period T (for cost estimates)
-    omega_target: float = 0.8             # Omega-hat
-    epsilon: float = 0.05                 # tolerance around Omega-hat
-    observed_omega: float | None = None   # Omega(t) measured over the last interval
-    queue: np.ndarray | None = None       # pending input messages per operator
+    period_s: float = 12 * 3600.0  # optimisation period T (for cost estimates)
+    omega_target: float = 0.8  # Omega-hat
+    epsilon: float = 0.05  # tolerance around Omega-hat
+    observed_omega: float | None = None  # Omega(t) measured over the last interval
+    queue: np.ndarray | None = None  # pending input messages per operator
     forecast: Forecast | None = None
-    rate_history: np.ndarray | None = None   # recent external rates (steps x operators)
+    rate_history: np.ndarray | None = None  # recent external rates (steps x operators)
     speed_history: dict[str, np.ndarray] | None = None  # recent observed speeds per VM
-    billing_s: float = 3600.0             # a VM is billed in whole periods of this length (the thesis: hours)
-    max_vms: int | None = None            # the most VMs the job may hold at once (None: no limit)
+    billing_s: float = 3600.0  # a VM is billed in whole periods of this length (the thesis: hours)
+    max_vms: int | None = None  # the most VMs the job may hold at once (None: no limit)
     # messages the inputs processed earlier in the optimisation period: given, a forecast-driven
     # scheduler keeps the period's Omega (these pooled with the interval's) >= Omega-hat at every
     # step of the interval, not only over the interval as a whole (the period may end at any step)
     period_processed: float | None = None
-    batch_s: float = 0.0                  # a message is processed no sooner than this after it arrives (micro-batches)
+    batch_s: float = 0.0  # a message is processed no sooner than this after it arrives (micro-batches)
 
     def __post_init__(self) -> None:
         rate = np.asarray(self.external_rate, dtype=float)
@@ -138,11 +138,11 @@ class Placement:
         self.active = np.array(active, dtype=int)
         self.counts = np.zeros((0, dataflow.n_ops), dtype=int)
         self.classes: list[VMClass] = []
-        self.speed = np.zeros(0)          # observed relative speed (1 = rated)
-        self.bandwidth = np.zeros(0)      # bytes/s
-        self.ids: list[str | None] = []   # None for a VM this plan starts
+        self.speed = np.zeros(0)  # observed relative speed (1 = rated)
+        self.bandwidth = np.zeros(0)  # bytes/s
+        self.ids: list[str | None] = []  # None for a VM this plan starts
         self.started_s = np.zeros(0)
-        self.cores = np.zeros(0, dtype=int)   # per-VM class attributes, kept as arrays for speed
+        self.cores = np.zeros(0, dtype=int)  # per-VM class attributes, kept as arrays for speed
         self.rated_speed = np.zeros(0)
         self.price = np.zeros(0)
 
@@ -169,8 +169,15 @@ class Placement:
         p.price = np.array([vm.vm_class.price_per_hour for vm in vms], dtype=float)
         return p
 
-    def add_vm(self, vm_class: VMClass, speed: float = 1.0, bandwidth: float | None = None,
-               vm_id: str | None = None, started_s: float = 0.0, counts=None) -> int:
+    def add_vm(
+        self,
+        vm_class: VMClass,
+        speed: float = 1.0,
+        bandwidth: float | None = None,
+        vm_id: str | None = None,
+        started_s: float = 0.0,
+        counts=None,
+    ) -> int:
         row = np.zeros((1, self.dataflow.n_ops), dtype=int) if counts is None else np.array([counts], dtype=int)
         self.counts = np.vstack([self.counts, row])
         self.classes.append(vm_class)
@@ -229,8 +236,16 @@ class Placement:
             local, remote = self._network(core_speed)
         else:
             cap, local, remote = np.zeros(self.dataflow.n_ops), None, None
-        return throughput(self.dataflow, self.active if active is None else active, cap, external_rate, dt,
-                          queue=queue, edge_local_fraction=local, edge_remote_bandwidth=remote)
+        return throughput(
+            self.dataflow,
+            self.active if active is None else active,
+            cap,
+            external_rate,
+            dt,
+            queue=queue,
+            edge_local_fraction=local,
+            edge_remote_bandwidth=remote,
+        )
 
     def _network(self, core_speed: np.ndarray):
         """edge_network for the current mapping, cached: the greedy loops re-estimate the

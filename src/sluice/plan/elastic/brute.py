@@ -53,7 +53,7 @@ class BruteForceScheduler:
         for combo in combos:
             active = np.array(combo)
             ideal = throughput(df, active, np.full(df.n_ops, np.inf), rate, inp.step_s)
-            need = ideal.input_rate * df.pick(df.cost_table, active) / unit   # in slow-core units
+            need = ideal.input_rate * df.pick(df.cost_table, active) / unit  # in slow-core units
             hi = np.ceil(need - 1e-9).astype(int)
             lo_share = np.clip(1.0 - slack / reach, 0.0, 1.0)
             lo = np.maximum(np.floor(need * lo_share).astype(int), 1)
@@ -62,8 +62,9 @@ class BruteForceScheduler:
             n_leaves = int(np.prod([len(r) for r in ranges], dtype=float))
             leaves += n_leaves
             if leaves > self.max_leaves:
-                raise PlanError(f"BR: more than {self.max_leaves} leaves; brute force is for small cases "
-                                f"(rate {rate.max():.0f} msg/s)")
+                raise PlanError(
+                    f"BR: more than {self.max_leaves} leaves; brute force is for small cases (rate {rate.max():.0f} msg/s)"
+                )
             grid = np.stack(np.meshgrid(*ranges, indexing="ij"), axis=-1).reshape(-1, df.n_ops)
             fast_cores = grid // ratio
             slow_cores = grid % ratio
@@ -74,7 +75,7 @@ class BruteForceScheduler:
                 continue
             n_fast = fast_cores.sum(axis=1)
             n_slow = slow_cores.sum(axis=1)
-            price = _price_table(by_speed[fast], int(n_fast.max())) [n_fast]
+            price = _price_table(by_speed[fast], int(n_fast.max()))[n_fast]
             if ratio > 1:
                 price = price + _price_table(by_speed[unit], int(n_slow.max()))[n_slow]
             gamma = float(application_value(df, active))

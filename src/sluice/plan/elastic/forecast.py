@@ -51,10 +51,11 @@ class WindowedAverage:
     def __call__(self, inp: SchedulerInput):
         rate, speeds = caf(inp)
         if inp.rate_history is not None and len(inp.rate_history):
-            rate = np.asarray(inp.rate_history, dtype=float)[-self.window:].mean(axis=0)
+            rate = np.asarray(inp.rate_history, dtype=float)[-self.window :].mean(axis=0)
         hist = inp.speed_history or {}
-        speeds = {k: float(np.mean(np.asarray(hist[k])[-self.window:])) if k in hist and len(hist[k]) else v
-                  for k, v in speeds.items()}
+        speeds = {
+            k: float(np.mean(np.asarray(hist[k])[-self.window :])) if k in hist and len(hist[k]) else v for k, v in speeds.items()
+        }
         return rate, speeds
 
 

@@ -148,8 +148,9 @@ class GeneticScheduler:
             child_alts = np.where(mask_s1, alts[pb], alts[pa])
             child_counts = np.where(mask_s2[:, :, None], counts[pb], counts[pa])
             for k in range(n_child):
-                child_alts[k], child_counts[k] = self._mutate(child_alts[k], child_counts[k], rng, cores, n_alt,
-                                                              rate=self.mutation)
+                child_alts[k], child_counts[k] = self._mutate(
+                    child_alts[k], child_counts[k], rng, cores, n_alt, rate=self.mutation
+                )
             alts = np.concatenate([*new_alts, child_alts])
             counts = np.concatenate([*new_counts, child_counts])
 

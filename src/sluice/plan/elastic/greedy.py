@@ -80,7 +80,7 @@ def alternate_costs(dataflow: DynamicDataflow, centralized: bool) -> tuple[np.nd
             costs[i] = dataflow.cost_table[i] + dataflow.selectivity_table[i] * succ
         n_alt = int(dataflow.n_alternates[i])
         ratio = dataflow.value_table[i, :n_alt] / costs[i, :n_alt]
-        k = int(np.argmax(ratio[::-1]))          # ties go to the later alternate: ">= best" in Alg. 3
+        k = int(np.argmax(ratio[::-1]))  # ties go to the later alternate: ">= best" in Alg. 3
         chosen[i] = n_alt - 1 - k
         downstream[i] = costs[i, chosen[i]]
     return costs, chosen
@@ -156,7 +156,7 @@ class GreedyScheduler:
                 continue
             alloc = float(cap[i])
             in_rate = float(est.input_rate[i])
-            need = in_rate * df.cost_table[i, :n_alt]          # RequiredRes per alternate
+            need = in_rate * df.cost_table[i, :n_alt]  # RequiredRes per alternate
             current = int(p.active[i])
             # lighter or heavier by cost per message, not by need: with no input every need is
             # 0 and an idle operator would "move up" to a cheaper, less valuable alternate
@@ -171,7 +171,7 @@ class GreedyScheduler:
                 pick = min(feasible, key=lambda a: need[a])
             if pick is not None and pick != current:
                 p.active[i] = pick
-                est = p.estimate(rate, dt, queue)   # downstream input rates may change
+                est = p.estimate(rate, dt, queue)  # downstream input rates may change
 
     def _scale_out(self, p: Placement, inp: SchedulerInput, rate, target: float) -> None:
         """Alg. 3 lines 12-19: cores to the next PE until Omega >= target.
@@ -246,14 +246,14 @@ class GreedyScheduler:
             if len(hosts) == 0:
                 continue
             v = int(hosts[np.argmax(speeds[hosts])])
-            residual = need[i] - (cap[i] - speeds[v])       # what the last instance must do
+            residual = need[i] - (cap[i] - speeds[v])  # what the last instance must do
             if residual <= 0:
                 continue
             fits = [c for c in inp.vm_classes if c.core_speed >= residual]
             if not fits:
                 continue
             small = min(fits, key=lambda c: (c.price_per_hour, c.cores))
-            share = p.classes[v].price_per_hour / p.classes[v].cores   # price of the core it frees
+            share = p.classes[v].price_per_hour / p.classes[v].cores  # price of the core it frees
             if small.cores == 1 and small.price_per_hour < share and small.core_speed < p.classes[v].core_speed:
                 p.remove(i, v)
                 p.place(i, p.add_vm(small))
@@ -316,8 +316,15 @@ class GreedyScheduler:
             removed = []
             for _ in range(batch):
                 hosts = np.flatnonzero(p.counts[:, op] > 0)
-                w = vm_weight(t_c[hosts], p.free_cores[hosts], p.cores[hosts], p.counts[hosts, op],
-                              p.counts[:, op].sum(), p.core_speed[hosts], p.price[hosts])
+                w = vm_weight(
+                    t_c[hosts],
+                    p.free_cores[hosts],
+                    p.cores[hosts],
+                    p.counts[hosts, op],
+                    p.counts[:, op].sum(),
+                    p.core_speed[hosts],
+                    p.price[hosts],
+                )
                 v = int(hosts[np.argmin(w)])
                 p.remove(op, v)
                 removed.append(v)
@@ -333,8 +340,15 @@ class GreedyScheduler:
     def _scale_in_one(self, p: Placement, inp: SchedulerInput, rate, op: int, t_c) -> None:
         while p.counts[:, op].sum() > 1:
             hosts = np.flatnonzero(p.counts[:, op] > 0)
-            w = vm_weight(t_c[hosts], p.free_cores[hosts], p.cores[hosts], p.counts[hosts, op],
-                          p.counts[:, op].sum(), p.core_speed[hosts], p.price[hosts])
+            w = vm_weight(
+                t_c[hosts],
+                p.free_cores[hosts],
+                p.cores[hosts],
+                p.counts[hosts, op],
+                p.counts[:, op].sum(),
+                p.core_speed[hosts],
+                p.price[hosts],
+            )
             v = int(hosts[np.argmin(w)])
             p.remove(op, v)
             if float(p.estimate(rate, inp.step_s, inp.queue).omega) < inp.omega_target:

@@ -69,10 +69,12 @@ class _Plan:
         self.ready = np.array([vm.ready_s for vm in inp.vms], dtype=float)
         self.warmup = np.array([vm.vm_class.warmup_s for vm in inp.vms], dtype=float)
         self.start_step = np.zeros(len(inp.vms), dtype=int)
-        self.speed = np.array([np.asarray(fc.speeds.get(vm.vm_id, np.full(self.h, vm.speed)), dtype=float)
-                               for vm in inp.vms]).reshape(len(inp.vms), self.h)
-        self.counts = np.array([np.tile(np.array(vm.instances, dtype=int), (self.h, 1)) for vm in inp.vms],
-                               dtype=int).reshape(len(inp.vms), self.h, n)
+        self.speed = np.array(
+            [np.asarray(fc.speeds.get(vm.vm_id, np.full(self.h, vm.speed)), dtype=float) for vm in inp.vms]
+        ).reshape(len(inp.vms), self.h)
+        self.counts = np.array([np.tile(np.array(vm.instances, dtype=int), (self.h, 1)) for vm in inp.vms], dtype=int).reshape(
+            len(inp.vms), self.h, n
+        )
 
     # -- structure --------------------------------------------------------------------
     @property
@@ -135,8 +137,11 @@ class _Plan:
         """Eq. 4.4 to 4.7 step by step over the interval, each step's unprocessed input carried
         to the next as its queue q_i (the backlog the scheduler starts from, ``inp.queue``,
         included): a plan that leaves rows waiting pays for them in the steps after."""
-        cap = np.einsum("vjn,vj->jn", self.counts.astype(float), self.eff_speed()) if self.classes \
+        cap = (
+            np.einsum("vjn,vj->jn", self.counts.astype(float), self.eff_speed())
+            if self.classes
             else np.zeros((self.h, self.df.n_ops))
+        )
         cap = cap * (1.0 - self.stalled())[:, None]
         q = np.zeros(self.df.n_ops) if self.inp.queue is None else np.asarray(self.inp.queue, dtype=float)
         steps, arrivals_only = [], []
@@ -145,9 +150,12 @@ class _Plan:
             steps.append(t)
             arrivals_only.append(throughput(self.df, self.active[j], cap[j], self.rates[j], self.dt).ideal_output_rate)
             q = np.maximum(q + t.input_rate * self.dt - t.processed, 0.0)
-        thr = Throughput(*(np.stack([getattr(t, f) for t in steps]) for f in
-                           ("input_rate", "output_rate", "ideal_output_rate", "processed", "operator_omega",
-                            "omega")))
+        thr = Throughput(
+            *(
+                np.stack([getattr(t, f) for t in steps])
+                for f in ("input_rate", "output_rate", "ideal_output_rate", "processed", "operator_omega", "omega")
+            )
+        )
         self.ideal_arrivals = np.stack(arrivals_only)  # ideal output of each step's arrivals alone
         need = required_capacity(self.df, self.active, thr.input_rate)
         return thr, cap, need
@@ -157,9 +165,10 @@ class _Plan:
         messages that could have gone out: the queue at ``start`` and what arrives in the window
         (a queued message counts once, not at every step it waits)."""
         outs = list(self.df.outputs)
-        got = thr.output_rate[start:end + 1, outs].sum(axis=0)
-        ideal = self.ideal_arrivals[start:end + 1, outs].sum(axis=0) + \
-            (thr.ideal_output_rate[start, outs] - self.ideal_arrivals[start, outs])
+        got = thr.output_rate[start : end + 1, outs].sum(axis=0)
+        ideal = self.ideal_arrivals[start : end + 1, outs].sum(axis=0) + (
+            thr.ideal_output_rate[start, outs] - self.ideal_arrivals[start, outs]
+        )
         return float(np.mean(np.where(ideal > 0, np.minimum(got / np.where(ideal > 0, ideal, 1), 1.0), 1.0)))
 
     def step_omegas(self, thr) -> np.ndarray:
@@ -228,13 +237,13 @@ class PlasticcScheduler:
         for _ in range(self.max_actions):
             thr, cap, need = plan.evaluate()
             ft = h - 1
-            while ft >= start:                                   # lines 5-13
+            while ft >= start:  # lines 5-13
                 if lo < plan.window_omega(thr, start, ft) < hi:
                     break
                 ft -= 1
-            if ft == h - 1:                                      # line 14: met at the end
+            if ft == h - 1:  # line 14: met at the end
                 break
-            ot = ft + 1                                          # the cross-over step
+            ot = ft + 1  # the cross-over step
             rest = plan.window_omega(thr, ot, h - 1)
             if rest < inp.omega_target:
                 self._scale_up(plan, thr, ot, big, lead)
@@ -278,8 +287,8 @@ class PlasticcScheduler:
         sigma = inp.profit.sigma
         thr, _, _ = plan.evaluate()
         before = self._shortfall(plan, lo)
-        offered = thr.input_rate[:k + 1].sum(axis=0)
-        done = thr.processed[:k + 1].sum(axis=0) / plan.dt
+        offered = thr.input_rate[: k + 1].sum(axis=0)
+        done = thr.processed[: k + 1].sum(axis=0) / plan.dt
         omega_i = np.where(offered > 0, done / np.where(offered > 0, offered, 1), 1.0)
         bpe = int(np.argmin(omega_i))
         options = []  # (shortfall at k after it, Theta lost, apply)
@@ -298,7 +307,7 @@ class PlasticcScheduler:
                 return bool(after[k] <= 1e-9)
             return False
 
-        costs = df.cost_table[bpe, :int(df.n_alternates[bpe])]
+        costs = df.cost_table[bpe, : int(df.n_alternates[bpe])]
         lighter = [a for a in range(len(costs)) if costs[a] < costs[plan.active[k, bpe]]]
         if lighter:
             alt = max(lighter, key=lambda a: costs[a])
@@ -456,7 +465,7 @@ class PlasticcScheduler:
         c = cap[ot:].sum(axis=0)
         nd = need[ot:].sum(axis=0)
         over = np.where(nd > 0, c / np.where(nd > 0, nd, 1), np.inf)
-        per_op = plan.counts[:, ot:, :].sum(axis=0).min(axis=0)     # instances held at every step
+        per_op = plan.counts[:, ot:, :].sum(axis=0).min(axis=0)  # instances held at every step
         for ope in np.argsort(-over):
             if not over[ope] > 1.0:
                 break
@@ -466,9 +475,15 @@ class PlasticcScheduler:
             if len(hosts):
                 age = plan.now + ot * plan.dt - plan.started[hosts]
                 used = plan.counts[hosts, ot, :].sum(axis=1)
-                w = vm_weight(seconds_left_in_hour(age), plan.cores[hosts] - used, plan.cores[hosts],
-                              plan.counts[hosts, ot, ope], per_op[ope],
-                              np.array([plan.classes[v].core_speed for v in hosts]), plan.price[hosts])
+                w = vm_weight(
+                    seconds_left_in_hour(age),
+                    plan.cores[hosts] - used,
+                    plan.cores[hosts],
+                    plan.counts[hosts, ot, ope],
+                    per_op[ope],
+                    np.array([plan.classes[v].core_speed for v in hosts]),
+                    plan.price[hosts],
+                )
                 v = int(hosts[np.argmin(w)])
                 empties = plan.counts[v, ot:, :].sum(axis=1).max() == 1
                 options.append((sigma * plan.vm_cost(plan.classes[v], ot) if empties else 0.0, "remove", v))
@@ -518,13 +533,15 @@ class PlasticcScheduler:
                     continue
                 vid = f"new-{k}"
                 k += 1
-                start[vid] = self._right_size(plan.classes[v], int(plan.counts[v].sum(axis=1).max()),
-                                              inp.vm_classes)
+                start[vid] = self._right_size(plan.classes[v], int(plan.counts[v].sum(axis=1).max()), inp.vm_classes)
                 mapping[vid] = tuple(int(x) for x in plan.counts[v, used[0]])
                 continue
             row = plan.counts[v, 0]
-            if not row.any() and not plan.counts[v].any() and \
-                    hour_ends_within(inp.now_s - plan.started[v], inp.step_s, inp.billing_s):
+            if (
+                not row.any()
+                and not plan.counts[v].any()
+                and hour_ends_within(inp.now_s - plan.started[v], inp.step_s, inp.billing_s)
+            ):
                 stop.append(vid)
                 continue
             mapping[vid] = tuple(int(x) for x in row)

@@ -45,9 +45,14 @@ _READERS = {
     KafkaSource: ("kafka", "KafkaStreamReader"),
     DeltaSource: ("delta", "DeltaStreamReader"),
 }
-_WRITER_TYPES = {PostgresSink: ("postgres", "PostgresWriter"), RedisSink: ("redis_streams", "RedisWriter"),
-                 NatsSink: ("nats", "NatsWriter"), KafkaSink: ("kafka", "KafkaWriter"),
-                 DeltaSink: ("delta", "DeltaWriter"), IcebergSink: ("iceberg", "IcebergWriter")}
+_WRITER_TYPES = {
+    PostgresSink: ("postgres", "PostgresWriter"),
+    RedisSink: ("redis_streams", "RedisWriter"),
+    NatsSink: ("nats", "NatsWriter"),
+    KafkaSink: ("kafka", "KafkaWriter"),
+    DeltaSink: ("delta", "DeltaWriter"),
+    IcebergSink: ("iceberg", "IcebergWriter"),
+}
 _WRITERS: dict[SinkSpec, Any] = {}
 _LOCK = threading.Lock()
 
@@ -80,8 +85,9 @@ def job_id(checkpoint: str | Checkpoint) -> str:
     return checkpoint.uri
 
 
-def write(spec: ConnectorSink | KafkaSink | DeltaSink | IcebergSink, table: pa.Table, batch_id: int,
-          checkpoint: str | Checkpoint) -> None:
+def write(
+    spec: ConnectorSink | KafkaSink | DeltaSink | IcebergSink, table: pa.Table, batch_id: int, checkpoint: str | Checkpoint
+) -> None:
     """Write ``table`` (user columns) to a connector sink for ``batch_id``; connections are
     kept per sink for the next batch. While the server is unreachable the write is retried
     (it is idempotent), for at most ``spec.patience_s``. Rows a writer could not store
@@ -107,8 +113,7 @@ def write(spec: ConnectorSink | KafkaSink | DeltaSink | IcebergSink, table: pa.T
         _dead_letters(spec, table, rejects, batch_id, checkpoint)
 
 
-def _dead_letters(spec, table: pa.Table, rejects: list[tuple[int, str]], batch_id: int,
-                  checkpoint: str | Checkpoint) -> None:
+def _dead_letters(spec, table: pa.Table, rejects: list[tuple[int, str]], batch_id: int, checkpoint: str | Checkpoint) -> None:
     """The rows a sink could not store, as dead letters of the batch (one file per sink,
     replaced when the batch is replayed)."""
     import zlib

@@ -107,21 +107,32 @@ class DeltaWriter:
             done = dt.transaction_version(job)
             if done is not None and done >= batch_id:
                 return fitted.rejects  # committed before a crash: the replay adds nothing
-        commit = CommitProperties(app_transactions=[Transaction(job, batch_id)],
-                                  custom_metadata={"sluice.job": job, "sluice.batch": str(batch_id)})
+        commit = CommitProperties(
+            app_transactions=[Transaction(job, batch_id)], custom_metadata={"sluice.job": job, "sluice.batch": str(batch_id)}
+        )
         if spec.key:
             rows = _last_per_key(rows, spec.key)
         options = dict(spec.storage_options) or None
         if dt is None or spec.mode == "append":
-            write_deltalake(dt if dt is not None else spec.uri, rows, mode="append",
-                            schema_mode="merge" if fitted.added else None,
-                            partition_by=(list(spec.partition_by) or None) if dt is None else None,
-                            storage_options=options if dt is None else None, commit_properties=commit)
+            write_deltalake(
+                dt if dt is not None else spec.uri,
+                rows,
+                mode="append",
+                schema_mode="merge" if fitted.added else None,
+                partition_by=(list(spec.partition_by) or None) if dt is None else None,
+                storage_options=options if dt is None else None,
+                commit_properties=commit,
+            )
         else:
             predicate = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in spec.key)
-            (dt.merge(rows, predicate, source_alias="s", target_alias="t", merge_schema=bool(fitted.added),
-                      commit_properties=commit)
-             .when_matched_update_all().when_not_matched_insert_all().execute())
+            (
+                dt.merge(
+                    rows, predicate, source_alias="s", target_alias="t", merge_schema=bool(fitted.added), commit_properties=commit
+                )
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
         if dt is None:
             self._open()
         return fitted.rejects
@@ -185,9 +196,11 @@ class DeltaStreamReader(ConnectorStreamReader):
             return cache["commits"][version]
         data = files.read_bytes(cache["fs"], self._log_path(version))
         if data is None:
-            raise SourceError(f"source {self.name!r}: {self.spec.broker}: the log of version {version} is gone "
-                              f"({LOG}/{version:020d}.json; log retention removed it?): start a new job with "
-                              f"starting_version= a version still in the log")
+            raise SourceError(
+                f"source {self.name!r}: {self.spec.broker}: the log of version {version} is gone "
+                f"({LOG}/{version:020d}.json; log retention removed it?): start a new job with "
+                f"starting_version= a version still in the log"
+            )
         adds, changes, committed_ms, operation = [], False, None, "?"
         for line in data.splitlines():
             if not line.strip():
@@ -205,16 +218,22 @@ class DeltaStreamReader(ConnectorStreamReader):
                 raise SourceError(
                     f"source {self.name!r}: version {version} of the {self.spec.broker} deletes or rewrites rows "
                     f"(operation {operation}): a Delta source streams appends only; pass "
-                    f"skip_change_commits=True to skip such versions")
+                    f"skip_change_commits=True to skip such versions"
+                )
             adds = []
         out = []
         for add in adds:
             if add.get("deletionVector"):
-                raise SourceError(f"source {self.name!r}: version {version} of the {self.spec.broker} adds "
-                                  f"{add['path']!r} with a deletion vector, which this source cannot apply")
+                raise SourceError(
+                    f"source {self.name!r}: version {version} of the {self.spec.broker} adds "
+                    f"{add['path']!r} with a deletion vector, which this source cannot apply"
+                )
             at_ms = committed_ms if committed_ms is not None else add.get("modificationTime", 0)
-            out.append(DataFile(add["path"], self._rows(add), tuple(sorted((add.get("partitionValues") or {}).items())),
-                                int(at_ms) * 1000))
+            out.append(
+                DataFile(
+                    add["path"], self._rows(add), tuple(sorted((add.get("partitionValues") or {}).items())), int(at_ms) * 1000
+                )
+            )
         cache["commits"][version] = out
         return out
 
@@ -342,6 +361,8 @@ def table_schema(uri: str) -> pa.Schema:
         raise SourceError(f"no Delta table at {uri!r} (pass schema= to read one that does not exist yet)") from None
     mapping = dt.metadata().configuration.get("delta.columnMapping.mode", "none")
     if mapping not in (None, "none"):
-        raise SourceError(f"Delta table at {uri!r} uses column mapping ({mapping!r}): the Delta source reads "
-                          "data files by their column names and cannot read it")
+        raise SourceError(
+            f"Delta table at {uri!r} uses column mapping ({mapping!r}): the Delta source reads "
+            "data files by their column names and cannot read it"
+        )
     return spark_compatible(pa.schema(dt.schema().to_arrow()))

@@ -81,17 +81,20 @@ def fit(batch: pa.Table, target: pa.Schema | None, key: tuple[str, ...], where: 
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
                 failing = _failing_rows(column, wanted.type)
                 if not failing:  # the type itself cannot be cast: no row could be written
-                    raise SinkError(f"{where}: column {name!r} is {column.type} in the stream, the table "
-                                    f"has {wanted.type}, and one cannot be cast to the other") from None
+                    raise SinkError(
+                        f"{where}: column {name!r} is {column.type} in the stream, the table "
+                        f"has {wanted.type}, and one cannot be cast to the other"
+                    ) from None
                 unfit = np.zeros(batch.num_rows, dtype=bool)
                 for row, error in failing:
                     unfit[row] = True
-                    reject([row], f"column {name!r}: {column[row].as_py()!r} cannot be "
-                                  f"stored as {wanted.type}: {error}")
+                    reject([row], f"column {name!r}: {column[row].as_py()!r} cannot be stored as {wanted.type}: {error}")
                 column = pc.if_else(pa.array(unfit), pa.scalar(None, column.type), column).cast(wanted.type)
         if not wanted.nullable:
-            reject(np.flatnonzero(pc.is_null(column).to_numpy(zero_copy_only=False)),
-                   f"column {name!r} is null, the table declares it not null")
+            reject(
+                np.flatnonzero(pc.is_null(column).to_numpy(zero_copy_only=False)),
+                f"column {name!r} is null, the table declares it not null",
+            )
         fields.append(wanted)
         columns.append(column)
     for f in target or ():
@@ -101,8 +104,7 @@ def fit(batch: pa.Table, target: pa.Schema | None, key: tuple[str, ...], where: 
             fields.append(f)
             columns.append(pa.nulls(batch.num_rows, f.type))
     for k in key:
-        reject(np.flatnonzero(pc.is_null(batch.column(k)).to_numpy(zero_copy_only=False)),
-               f"key column {k!r} is null")
+        reject(np.flatnonzero(pc.is_null(batch.column(k)).to_numpy(zero_copy_only=False)), f"key column {k!r} is null")
     table = pa.Table.from_arrays(columns, schema=pa.schema(fields))
     if bad.any():
         table = table.filter(pa.array(~bad))

@@ -32,7 +32,7 @@ def sqlalchemy_url(url: str) -> str:
     """``postgresql://`` URLs through psycopg 3 (the driver Sluice installs)."""
     for plain in ("postgresql://", "postgres://"):
         if url.startswith(plain):
-            return "postgresql+psycopg://" + url[len(plain):]
+            return "postgresql+psycopg://" + url[len(plain) :]
     return url
 
 
@@ -80,8 +80,9 @@ class IcebergWriter:
             raise BrokerDown(str(e).strip().splitlines()[0]) from None
         except (CommitFailedException, CommitStateUnknownException) as e:
             self.table = None
-            raise SinkError(f"sink {self.spec.target}: the commit of batch {batch_id} failed "
-                            f"(another writer committed first?): {e}") from None
+            raise SinkError(
+                f"sink {self.spec.target}: the commit of batch {batch_id} failed (another writer committed first?): {e}"
+            ) from None
         except SinkError:
             raise
         except Exception as e:  # pyiceberg raises many kinds: name the table
@@ -132,8 +133,7 @@ class IcebergWriter:
             if self.spec.key:
                 from sluice.runtime.connectors.postgres import _last_per_key
 
-                tx.upsert(_last_per_key(rows, self.spec.key), join_cols=list(self.spec.key),
-                          snapshot_properties=properties)
+                tx.upsert(_last_per_key(rows, self.spec.key), join_cols=list(self.spec.key), snapshot_properties=properties)
             else:
                 tx.append(rows, snapshot_properties=properties)
         return fitted.rejects

@@ -153,14 +153,24 @@ def _consumer(spec: KafkaSource):
     with _CONSUMERS_LOCK:
         consumer = _CONSUMERS.get(key)
         if consumer is None:
-            consumer = _CONSUMERS[key] = Consumer(client_config(
-                spec.bootstrap, spec.config, **{"group.id": "sluice-reader", "enable.auto.commit": False,
-                                                "enable.auto.offset.store": False, "isolation.level": "read_committed",
-                                                "enable.partition.eof": True, "auto.offset.reset": "earliest",
-                                                # a range is read to its end and the partition let go: a
-                                                # fetch that waits for more (500 ms by default) only
-                                                # delays the next range's first fetch behind it
-                                                "fetch.wait.max.ms": 10}))
+            consumer = _CONSUMERS[key] = Consumer(
+                client_config(
+                    spec.bootstrap,
+                    spec.config,
+                    **{
+                        "group.id": "sluice-reader",
+                        "enable.auto.commit": False,
+                        "enable.auto.offset.store": False,
+                        "isolation.level": "read_committed",
+                        "enable.partition.eof": True,
+                        "auto.offset.reset": "earliest",
+                        # a range is read to its end and the partition let go: a
+                        # fetch that waits for more (500 ms by default) only
+                        # delays the next range's first fetch behind it
+                        "fetch.wait.max.ms": 10,
+                    },
+                )
+            )
         return consumer
 
 
@@ -205,8 +215,11 @@ class KafkaStreamReader(ConnectorStreamReader):
         if not partitions:
             return np.zeros(0, np.int64)
         spec = OffsetSpec.latest() if which == "latest" else OffsetSpec.earliest()
-        futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions},
-                                     isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=timeout_s(self.spec))
+        futures = admin.list_offsets(
+            {TopicPartition(t, p): spec for t, p in partitions},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=timeout_s(self.spec),
+        )
         by_key = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
         return np.array([by_key[tp] for tp in partitions], np.int64)
 
@@ -214,10 +227,10 @@ class KafkaStreamReader(ConnectorStreamReader):
 
     def first_position(self) -> dict:
         if self.spec.starting_offsets == "latest":
+
             def now(admin):
                 partitions = self._partitions(admin)
-                return dict(zip((f"{t}:{p}" for t, p in partitions),
-                                self._offsets(admin, partitions, "latest").tolist()))
+                return dict(zip((f"{t}:{p}" for t, p in partitions), self._offsets(admin, partitions, "latest").tolist()))
 
             return {"next": self.with_patience(lambda: self._call(now)), "from": {}}
         return {"next": {}, "from": {}}
@@ -225,8 +238,7 @@ class KafkaStreamReader(ConnectorStreamReader):
     def plan(self, start: dict, cap: int | None) -> Plan:
         def ask(admin):
             partitions = self._partitions(admin)
-            return (partitions, self._offsets(admin, partitions, "earliest"),
-                    self._offsets(admin, partitions, "latest"))
+            return (partitions, self._offsets(admin, partitions, "earliest"), self._offsets(admin, partitions, "latest"))
 
         partitions, low, high = self._call(ask)
         known = start["position"]["next"]
@@ -237,8 +249,7 @@ class KafkaStreamReader(ConnectorStreamReader):
         take = fair_share(lag, cap)
         ends = starts + take
         moved = np.flatnonzero((starts != previous) & (take > 0))
-        position = {"next": {**known, **dict(zip(keys, ends.tolist()))},
-                    "from": {keys[i]: int(starts[i]) for i in moved}}
+        position = {"next": {**known, **dict(zip(keys, ends.tolist()))}, "from": {keys[i]: int(starts[i]) for i in moved}}
         self._backlog.lag = dict(zip(keys, (lag - take).tolist()))
         return Plan(position, int(take.sum()), int((lag - take).sum()))
 
@@ -297,9 +308,11 @@ class KafkaStreamReader(ConnectorStreamReader):
                     at = max(at, last + 1)
                     deadline = time.monotonic() + self.spec.patience_s
                 elif time.monotonic() > deadline:
-                    raise SourceError(f"source {self.name!r}: {self.spec.broker}: partition {span.topic}:"
-                                      f"{span.partition} gave nothing at offset {at} for {self.spec.patience_s:g} s "
-                                      f"(the batch's range ends at {span.end}; were records deleted?)")
+                    raise SourceError(
+                        f"source {self.name!r}: {self.spec.broker}: partition {span.topic}:"
+                        f"{span.partition} gave nothing at offset {at} for {self.spec.patience_s:g} s "
+                        f"(the batch's range ends at {span.end}; were records deleted?)"
+                    )
         except KafkaException as e:
             raise _down(self.spec.bootstrap, e) from None
         finally:
@@ -317,8 +330,7 @@ class KafkaStreamReader(ConnectorStreamReader):
         stamps_us = np.array([m.timestamp()[1] for m in records], np.int64) * 1000
         keys = [m.key() for m in records] if "key" in self.spec.metadata else None
         parsed = self._decode(values)
-        return parsed, stamps_us[np.asarray(parsed.kept, np.int64)], _Locations(
-            span.topic, span.partition, offsets, keys), values
+        return parsed, stamps_us[np.asarray(parsed.kept, np.int64)], _Locations(span.topic, span.partition, offsets, keys), values
 
     def read(self, span: InputPartition) -> Iterator[pa.RecordBatch]:
         """As every connector reads (``ConnectorStreamReader.read``), then the metadata
@@ -327,8 +339,13 @@ class KafkaStreamReader(ConnectorStreamReader):
         parsed, ingest_us, where, payloads = self.with_patience(lambda: self.fetch(span))
         parsed, ingest_us = screen(parsed, ingest_us, self.spec.required)
         if parsed.rejects:
-            self._dead_letter(span, [(f"{self.spec.broker}, message {where[i]}", reason,
-                                      dead_letter_message(payloads[i])) for i, reason in parsed.rejects])
+            self._dead_letter(
+                span,
+                [
+                    (f"{self.spec.broker}, message {where[i]}", reason, dead_letter_message(payloads[i]))
+                    for i, reason in parsed.rejects
+                ],
+            )
         table = self._with_metadata(parsed, ingest_us, where)
         table = table.append_column(INGEST_FIELD, pa.array(ingest_us, type=TIMESTAMP))
         yield from table.cast(self.arrow_schema).to_batches()
@@ -358,8 +375,7 @@ class KafkaStreamReader(ConnectorStreamReader):
         if self.spec.format == "json":
             return parse_json(values, schema)
         if self.spec.format == "raw":
-            return Parsed(pa.table([pa.array(values, pa.binary())], schema=schema).cast(schema),
-                          list(range(len(values))), [])
+            return Parsed(pa.table([pa.array(values, pa.binary())], schema=schema).cast(schema), list(range(len(values))), [])
         return _decode_avro(values, json.loads(self.spec.avro or "null"), schema)
 
 
@@ -402,11 +418,21 @@ class KafkaWriter:
 
         self.close()
         name = f"sluice.{job}.{self.spec.topic}"
-        producer = Producer(client_config(self.spec.bootstrap, self.spec.config, **{
-            "transactional.id": name, "linger.ms": 5, "transaction.timeout.ms": 60_000}))
+        producer = Producer(
+            client_config(
+                self.spec.bootstrap,
+                self.spec.config,
+                **{"transactional.id": name, "linger.ms": 5, "transaction.timeout.ms": 60_000},
+            )
+        )
         producer.init_transactions(timeout_s(self.spec))
-        group = Consumer(client_config(self.spec.bootstrap, self.spec.config, **{
-            "group.id": name, "enable.auto.commit": False, "isolation.level": "read_committed"}))
+        group = Consumer(
+            client_config(
+                self.spec.bootstrap,
+                self.spec.config,
+                **{"group.id": name, "enable.auto.commit": False, "isolation.level": "read_committed"},
+            )
+        )
         committed = group.committed([TopicPartition(self.spec.topic, 0)], timeout=timeout_s(self.spec))[0].offset
         self.producer, self.group, self.job = producer, group, job
         self.last_batch = committed - 1 if committed >= 0 else -1
@@ -430,8 +456,10 @@ class KafkaWriter:
             producer, self.producer = self.producer, None
             self.close()  # the next try starts afresh: a new producer fences this one
             if error.fatal() and "fenc" in str(error).lower():
-                raise SinkError(f"sink {self.spec.target}: another writer with the same transactional id "
-                                f"took over (is the job running twice?): {error}") from None
+                raise SinkError(
+                    f"sink {self.spec.target}: another writer with the same transactional id "
+                    f"took over (is the job running twice?): {error}"
+                ) from None
             if producer is not None and error.txn_requires_abort():
                 with contextlib.suppress(KafkaException):  # else the next init_transactions aborts it
                     producer.abort_transaction(TIMEOUT_S)
@@ -448,13 +476,13 @@ class KafkaWriter:
         for i, value in enumerate(values):  # the client takes records one by one
             while True:
                 try:
-                    producer.produce(topic, value, keys[i] if keys else None,
-                                     headers=headers[i] if headers else None)
+                    producer.produce(topic, value, keys[i] if keys else None, headers=headers[i] if headers else None)
                     break
                 except BufferError:  # the queue is full: let the client send some
                     producer.poll(PRODUCE_WAIT_S)
-        producer.send_offsets_to_transaction([TopicPartition(topic, 0, batch_id + 1)],
-                                             self.group.consumer_group_metadata(), TIMEOUT_S)
+        producer.send_offsets_to_transaction(
+            [TopicPartition(topic, 0, batch_id + 1)], self.group.consumer_group_metadata(), TIMEOUT_S
+        )
         producer.commit_transaction(TIMEOUT_S)
         self.last_batch = batch_id
 
@@ -492,5 +520,4 @@ class KafkaWriter:
         if not self.spec.headers:
             return None
         columns = [(name, self._text(table, column)) for name, column in self.spec.headers]
-        return [[(name, values[i]) for name, values in columns if values[i] is not None]
-                for i in range(table.num_rows)]
+        return [[(name, values[i]) for name, values in columns if values[i] is not None] for i in range(table.num_rows)]

@@ -48,8 +48,7 @@ FLUSH_S = 0.01  # a received message waits at most about this long for its journ
 JOURNAL_RETRY_S = 0.5  # between tries of a journal write that failed
 RECEIVE_MAXIMUM = 65535  # unacknowledged messages the broker may send at once (MQTT 5)
 NEVER_EXPIRES = 0xFFFFFFFF
-JOURNAL_SCHEMA = pa.schema([("payload", pa.binary()), ("received_us", pa.int64()),
-                            ("topic", pa.string())])
+JOURNAL_SCHEMA = pa.schema([("payload", pa.binary()), ("received_us", pa.int64()), ("topic", pa.string())])
 
 
 def journal_dir(control_dir: str, name: str) -> str:
@@ -64,8 +63,7 @@ class Journal:
         self.fs, self.base = filesystem(directory)
 
     def segments(self) -> list[tuple[int, str]]:
-        return sorted((int(p.rsplit("/", 1)[1].split(".")[0]), p)
-                      for p in list_files(self.fs, self.base) if p.endswith(".arrow"))
+        return sorted((int(p.rsplit("/", 1)[1].split(".")[0]), p) for p in list_files(self.fs, self.base) if p.endswith(".arrow"))
 
     def _read(self, path: str) -> pa.Table:
         return pa.ipc.open_file(pa.BufferReader(read_bytes(self.fs, path))).read_all()
@@ -122,8 +120,9 @@ class Session:
         self.journal_error: str | None = None  # why the last journal write failed (None: it did not)
         self.payload_bytes = self.journaled_here = 0  # bytes and messages this session journaled (mean size)
         self.journal_failing_since: float | None = None
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=spec.client_id,
-                                  protocol=mqtt.MQTTv5, manual_ack=True)
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=spec.client_id, protocol=mqtt.MQTTv5, manual_ack=True
+        )
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
         self.client.on_message = self._on_message
@@ -133,11 +132,9 @@ class Session:
         properties = Properties(PacketTypes.CONNECT)
         properties.SessionExpiryInterval = NEVER_EXPIRES
         properties.ReceiveMaximum = RECEIVE_MAXIMUM
-        self.client.connect_async(spec.host, spec.port, keepalive=30, clean_start=False,
-                                  properties=properties)
+        self.client.connect_async(spec.host, spec.port, keepalive=30, clean_start=False, properties=properties)
         self.client.loop_start()
-        threading.Thread(target=self._flush_forever, name=f"sluice-mqtt-{spec.client_id}",
-                         daemon=True).start()
+        threading.Thread(target=self._flush_forever, name=f"sluice-mqtt-{spec.client_id}", daemon=True).start()
 
     def _failed(self, why: str) -> None:
         self.connected, self.last_error = False, why
@@ -154,8 +151,7 @@ class Session:
 
     def _on_message(self, client, userdata, message) -> None:
         with self.wake:
-            self.received.append((message.payload, time.time_ns() // 1000, message.topic,
-                                  message.mid, message.qos))
+            self.received.append((message.payload, time.time_ns() // 1000, message.topic, message.mid, message.qos))
             self.wake.notify()
 
     def _flush_forever(self) -> None:
@@ -167,8 +163,10 @@ class Session:
             with self.wake:
                 taken, self.received = self.received, []
             payloads, times, topics, mids, qoss = zip(*taken)
-            table = pa.table([pa.array(payloads, pa.binary()), pa.array(times, pa.int64()),
-                              pa.array(topics, pa.string())], schema=JOURNAL_SCHEMA)
+            table = pa.table(
+                [pa.array(payloads, pa.binary()), pa.array(times, pa.int64()), pa.array(topics, pa.string())],
+                schema=JOURNAL_SCHEMA,
+            )
             try:
                 self.journal.append(self.next_index, table)
             except Exception as e:  # disk full, read-only: keep the messages (unacknowledged), retry
@@ -232,9 +230,11 @@ class MqttStreamReader(ConnectorStreamReader):
         failing = session.journal_failing_since
         if failing is not None:
             if time.monotonic() - failing > self.spec.patience_s:
-                raise SourceError(f"source {self.name!r}: {session.journal_error} (for more than "
-                                  f"{self.spec.patience_s:g} s); free space or make the checkpoint writable, "
-                                  "then start the job again: the broker kept the messages not journaled")
+                raise SourceError(
+                    f"source {self.name!r}: {session.journal_error} (for more than "
+                    f"{self.spec.patience_s:g} s); free space or make the checkpoint writable, "
+                    "then start the job again: the broker kept the messages not journaled"
+                )
             raise BrokerDown(session.journal_error or "the journal cannot be written")
         journaled = session.next_index
         end = journaled if cap is None else min(journaled, start["position"] + cap)

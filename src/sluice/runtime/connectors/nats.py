@@ -44,9 +44,16 @@ async def connect(url: str, auth: NatsAuth | None = None):
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
         writer.close()
         return await asyncio.wait_for(
-            nats.connect(resolve(url, "NATS URL"), connect_timeout=CONNECT_TIMEOUT_S, allow_reconnect=False,
-                         max_reconnect_attempts=0, error_cb=quiet, **(auth.connect_options() if auth else {})),
-            2 * CONNECT_TIMEOUT_S)
+            nats.connect(
+                resolve(url, "NATS URL"),
+                connect_timeout=CONNECT_TIMEOUT_S,
+                allow_reconnect=False,
+                max_reconnect_attempts=0,
+                error_cb=quiet,
+                **(auth.connect_options() if auth else {}),
+            ),
+            2 * CONNECT_TIMEOUT_S,
+        )
     except ConfigError:
         raise
     except Exception as e:
@@ -85,8 +92,16 @@ class Connection:
             return await work(js)
         except nats.js.errors.NotFoundError:
             raise
-        except (TimeoutError, nats.errors.ConnectionClosedError, nats.errors.NoRespondersError, nats.errors.TimeoutError,
-                nats.errors.UnexpectedEOF, nats.errors.StaleConnectionError, ConnectionError, OSError) as e:
+        except (
+            TimeoutError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.NoRespondersError,
+            nats.errors.TimeoutError,
+            nats.errors.UnexpectedEOF,
+            nats.errors.StaleConnectionError,
+            ConnectionError,
+            OSError,
+        ) as e:
             await self._drop()
             raise BrokerDown(f"{self.url}: {type(e).__name__}: {e}") from None
 
@@ -112,8 +127,7 @@ class NatsStreamReader(ConnectorStreamReader):
         try:
             return shared_loop().run(self._connection().call(work), CALL_TIMEOUT_S)
         except nats.js.errors.NotFoundError:
-            raise SourceError(f"source {self.name!r}: no stream {self.spec.stream!r} at "
-                              f"{redact(self.spec.url)}") from None
+            raise SourceError(f"source {self.name!r}: no stream {self.spec.stream!r} at {redact(self.spec.url)}") from None
 
     def first_position(self) -> int:
         return 0
@@ -140,9 +154,12 @@ class NatsStreamReader(ConnectorStreamReader):
         async def messages(js):
             from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-            config = ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-                                    opt_start_seq=span.start + 1, ack_policy=AckPolicy.NONE,
-                                    inactive_threshold=60.0)
+            config = ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=span.start + 1,
+                ack_policy=AckPolicy.NONE,
+                inactive_threshold=60.0,
+            )
             sub = await js.pull_subscribe("", stream=self.spec.stream, config=config)
             got: list = []
             try:
@@ -192,5 +209,4 @@ class NatsWriter:
         try:
             shared_loop().run(self.connection.call(publish), None)
         except nats.js.errors.NoStreamResponseError:
-            raise SinkError(f"sink {self.spec.target}: no JetStream stream takes subject "
-                            f"{self.spec.subject!r}") from None
+            raise SinkError(f"sink {self.spec.target}: no JetStream stream takes subject {self.spec.subject!r}") from None

@@ -30,8 +30,9 @@ def _json_lines(payloads: list[bytes], schema: pa.Schema) -> pa.Table:
     # be blanked to keep one message per line.
     data = b"\n".join(p.replace(b"\n", b" ") for p in payloads) + b"\n"
     options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    table = pajson.read_json(io.BytesIO(data), parse_options=options,
-                             read_options=pajson.ReadOptions(block_size=max(len(data), 1 << 20)))
+    table = pajson.read_json(
+        io.BytesIO(data), parse_options=options, read_options=pajson.ReadOptions(block_size=max(len(data), 1 << 20))
+    )
     if table.num_rows != len(payloads):  # e.g. an empty message is no line at all
         raise pa.ArrowInvalid(f"{len(payloads)} messages gave {table.num_rows} rows")
     return table.select(schema.names).cast(schema)
@@ -49,12 +50,18 @@ def parse_json(payloads: list[bytes], schema: pa.Schema) -> Parsed:
             raise pa.ArrowInvalid("not a JSON object")
         return _json_lines(payloads[lo:hi], schema)
 
-    return parse_by_bisection(len(payloads), schema, parse, f"does not parse as {_describe(schema)}",
-                              (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError))
+    return parse_by_bisection(
+        len(payloads),
+        schema,
+        parse,
+        f"does not parse as {_describe(schema)}",
+        (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError),
+    )
 
 
-def parse_by_bisection(n: int, schema: pa.Schema, parse: Callable[[int, int], pa.Table], reason: str,
-                       errors: tuple[type[Exception], ...]) -> Parsed:
+def parse_by_bisection(
+    n: int, schema: pa.Schema, parse: Callable[[int, int], pa.Table], reason: str, errors: tuple[type[Exception], ...]
+) -> Parsed:
     """Rows [0, n) parsed by ``parse(lo, hi)`` in one call, else each half, down to the rows
     that fail alone (rejected with ``reason`` and the error); kept rows in input order."""
     tables: list[pa.Table] = []
@@ -81,8 +88,13 @@ def parse_by_bisection(n: int, schema: pa.Schema, parse: Callable[[int, int], pa
 def parse_text_columns(columns: dict[str, list], n: int, schema: pa.Schema) -> Parsed:
     """Rows given as text per column (Redis fields; None where absent), cast to ``schema``."""
     text = pa.table({f.name: pa.array(columns.get(f.name, [None] * n), pa.string()) for f in schema})
-    return parse_by_bisection(n, schema, lambda lo, hi: _cast_text(text.slice(lo, hi - lo), schema),
-                              f"does not parse as {_describe(schema)}", (pa.ArrowInvalid, pa.ArrowNotImplementedError))
+    return parse_by_bisection(
+        n,
+        schema,
+        lambda lo, hi: _cast_text(text.slice(lo, hi - lo), schema),
+        f"does not parse as {_describe(schema)}",
+        (pa.ArrowInvalid, pa.ArrowNotImplementedError),
+    )
 
 
 def _cast_text(text: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -125,5 +137,4 @@ def rows_as_text(table: pa.Table) -> list[dict[str, str]]:
             column = pc.if_else(column, "true", "false")
         columns[name] = column.cast(pa.string()).to_pylist()
     names = list(columns)
-    return [{k: v for k, v in zip(names, values) if v is not None}
-            for values in zip(*columns.values())]
+    return [{k: v for k, v in zip(names, values) if v is not None} for values in zip(*columns.values())]

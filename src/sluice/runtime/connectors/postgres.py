@@ -61,12 +61,23 @@ def _literal(conn, value) -> str:
 # --- the source --------------------------------------------------------------------------------
 
 _PG_TO_ARROW = {
-    "smallint": pa.int16(), "integer": pa.int32(), "bigint": pa.int64(), "real": pa.float32(),
-    "double precision": pa.float64(), "numeric": pa.float64(), "boolean": pa.bool_(),
-    "text": pa.string(), "character varying": pa.string(), "character": pa.string(),
+    "smallint": pa.int16(),
+    "integer": pa.int32(),
+    "bigint": pa.int64(),
+    "real": pa.float32(),
+    "double precision": pa.float64(),
+    "numeric": pa.float64(),
+    "boolean": pa.bool_(),
+    "text": pa.string(),
+    "character varying": pa.string(),
+    "character": pa.string(),
     "timestamp with time zone": pa.timestamp("us", tz="UTC"),
-    "timestamp without time zone": pa.timestamp("us", tz="UTC"), "date": pa.date32(),
-    "bytea": pa.binary(), "uuid": pa.string(), "jsonb": pa.string(), "json": pa.string(),
+    "timestamp without time zone": pa.timestamp("us", tz="UTC"),
+    "date": pa.date32(),
+    "bytea": pa.binary(),
+    "uuid": pa.string(),
+    "jsonb": pa.string(),
+    "json": pa.string(),
 }
 
 
@@ -81,7 +92,8 @@ def table_schema(dsn: str, table: str) -> pa.Schema:
         rows = conn.execute(
             "SELECT column_name, data_type, numeric_precision, numeric_scale FROM information_schema.columns"
             " WHERE table_name = %s AND table_schema = coalesce(nullif(%s, ''), current_schema()) ORDER BY ordinal_position",
-            (name, schema)).fetchall()
+            (name, schema),
+        ).fetchall()
     if not rows:
         raise SourceError(f"PostgreSQL at {redact(repr(dsn))}: no table {table!r} (pass schema= to read a view)")
     return spark_compatible(pa.schema([(c, _arrow_type(t, p, s)) for c, t, p, s in rows]))
@@ -126,7 +138,8 @@ class PostgresTableReader(ConnectorStreamReader):
             after = self._after(conn, start["position"])
             count, end = conn.execute(
                 f"SELECT count(*), max(c)::text FROM (SELECT {column} AS c FROM {table} "
-                f"WHERE {after} ORDER BY {column} LIMIT {int(cap or UNCAPPED_BATCH)}) s").fetchone()
+                f"WHERE {after} ORDER BY {column} LIMIT {int(cap or UNCAPPED_BATCH)}) s"
+            ).fetchone()
             waiting = 0
             if count:
                 waiting = conn.execute(f"SELECT count(*) FROM {table} WHERE {self._after(conn, end)}").fetchone()[0]
@@ -141,8 +154,10 @@ class PostgresTableReader(ConnectorStreamReader):
         selected = ", ".join(_wire_column(f) for f in schema)
 
         def work(conn):
-            query = (f"COPY (SELECT {selected} FROM {table} WHERE {self._after(conn, span.start)} AND "
-                     f"{column} <= {_literal(conn, span.end)} ORDER BY {column}) TO STDOUT (FORMAT csv)")
+            query = (
+                f"COPY (SELECT {selected} FROM {table} WHERE {self._after(conn, span.start)} AND "
+                f"{column} <= {_literal(conn, span.end)} ORDER BY {column}) TO STDOUT (FORMAT csv)"
+            )
             out = io.BytesIO()
             with conn.cursor().copy(query) as copy:
                 for chunk in copy:
@@ -173,13 +188,15 @@ def _wire_type(t: pa.DataType) -> pa.DataType:
     return pa.int64() if pa.types.is_timestamp(t) else pa.string() if pa.types.is_binary(t) else t
 
 
-_CSV_OPTIONS = {"true_values": ["t"], "false_values": ["f"], "strings_can_be_null": True,
-                "quoted_strings_can_be_null": False}
+_CSV_OPTIONS = {"true_values": ["t"], "false_values": ["f"], "strings_can_be_null": True, "quoted_strings_can_be_null": False}
 
 
 def _csv(data: bytes, schema: pa.Schema, types: dict) -> pa.Table:
-    return pacsv.read_csv(io.BytesIO(data), read_options=pacsv.ReadOptions(column_names=schema.names),
-                          convert_options=pacsv.ConvertOptions(column_types=types, **_CSV_OPTIONS))
+    return pacsv.read_csv(
+        io.BytesIO(data),
+        read_options=pacsv.ReadOptions(column_names=schema.names),
+        convert_options=pacsv.ConvertOptions(column_types=types, **_CSV_OPTIONS),
+    )
 
 
 def _read_csv(data: bytes, schema: pa.Schema) -> tuple[Parsed, pa.Table | None]:
@@ -197,10 +214,13 @@ def _read_csv(data: bytes, schema: pa.Schema) -> tuple[Parsed, pa.Table | None]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
         pass
     text = _as_text(data, schema)
-    parsed = parse_by_bisection(text.num_rows, schema,
-                                lambda lo, hi: _typed(_from_text(text.slice(lo, hi - lo), schema), schema),
-                                f"a value is not of its declared type {_describe(schema)}",
-                                (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError))
+    parsed = parse_by_bisection(
+        text.num_rows,
+        schema,
+        lambda lo, hi: _typed(_from_text(text.slice(lo, hi - lo), schema), schema),
+        f"a value is not of its declared type {_describe(schema)}",
+        (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError),
+    )
     return parsed, text
 
 
@@ -243,9 +263,13 @@ def _unhex(column: pa.ChunkedArray) -> pa.Array:
     data = array.buffers()[2]
     raw = bytes.fromhex(data.to_pybytes()[first:last].decode("ascii")) if last > first else b""
     halved = pa.py_buffer(((offsets - first) // 2).astype(np.int32).tobytes())
-    return pa.Array.from_buffers(pa.binary(), len(array), [array.buffers()[0] if array.null_count else None,
-                                                            halved, pa.py_buffer(raw)],
-                                 null_count=array.null_count, offset=0)
+    return pa.Array.from_buffers(
+        pa.binary(),
+        len(array),
+        [array.buffers()[0] if array.null_count else None, halved, pa.py_buffer(raw)],
+        null_count=array.null_count,
+        offset=0,
+    )
 
 
 def _describe(schema: pa.Schema) -> str:
@@ -340,13 +364,14 @@ class PostgresWriter:
         columns = [f"{quote_name(f.name)} {_pg_type(f.type)}" for f in schema]
         missing = [k for k in self.spec.key if k not in schema.names]
         if missing:
-            raise SinkError(f"sink {self.spec.target}: key columns {missing} are not among the "
-                            f"columns {schema.names}")
+            raise SinkError(f"sink {self.spec.target}: key columns {missing} are not among the columns {schema.names}")
         if self.spec.key:
             columns.append(f"PRIMARY KEY ({', '.join(quote_name(k) for k in self.spec.key)})")
         conn.execute(f"CREATE TABLE IF NOT EXISTS {quote_name(self.spec.table)} ({', '.join(columns)})")
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {MARKERS} (sink text, job text, batch_id bigint, "
-                     "written_at timestamptz DEFAULT now(), PRIMARY KEY (sink, job, batch_id))")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {MARKERS} (sink text, job text, batch_id bigint, "
+            "written_at timestamptz DEFAULT now(), PRIMARY KEY (sink, job, batch_id))"
+        )
         self.ready = True
 
     def write(self, table: pa.Table, batch_id: int, job: str) -> None:
@@ -366,8 +391,10 @@ class PostgresWriter:
         target = quote_name(self.spec.table)
         names = ", ".join(quote_name(n) for n in table.column_names)
         with conn.transaction():
-            first = conn.execute(f"INSERT INTO {MARKERS} (sink, job, batch_id) VALUES (%s, %s, %s) "
-                                 "ON CONFLICT DO NOTHING RETURNING 1", (self.spec.table, job, batch_id)).fetchone()
+            first = conn.execute(
+                f"INSERT INTO {MARKERS} (sink, job, batch_id) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING RETURNING 1",
+                (self.spec.table, job, batch_id),
+            ).fetchone()
             if first is None or table.num_rows == 0:
                 return  # written before (a replay), or nothing to write
             if not self.spec.key:
@@ -377,11 +404,11 @@ class PostgresWriter:
             conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS sluice_upsert (LIKE {target}) ON COMMIT DELETE ROWS")
             _copy(conn, f"COPY sluice_upsert ({names}) FROM STDIN (FORMAT csv)", table)
             keys = ", ".join(quote_name(k) for k in self.spec.key)
-            updates = ", ".join(f"{quote_name(n)} = EXCLUDED.{quote_name(n)}"
-                                for n in table.column_names if n not in self.spec.key)
+            updates = ", ".join(
+                f"{quote_name(n)} = EXCLUDED.{quote_name(n)}" for n in table.column_names if n not in self.spec.key
+            )
             action = f"DO UPDATE SET {updates}" if updates else "DO NOTHING"
-            conn.execute(f"INSERT INTO {target} ({names}) SELECT {names} FROM sluice_upsert "
-                         f"ON CONFLICT ({keys}) {action}")
+            conn.execute(f"INSERT INTO {target} ({names}) SELECT {names} FROM sluice_upsert ON CONFLICT ({keys}) {action}")
 
 
 def _copy(conn, statement: str, table: pa.Table) -> None:

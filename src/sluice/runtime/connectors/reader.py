@@ -191,8 +191,14 @@ class ConnectorStreamReader(DataSourceStreamReader):
             self._down_since = None
         except BrokerDown as e:
             self._outage(e)
-            self._report(start, 0, None, cap, error=f"{self.spec.broker} is unreachable: {e}",
-                         down_s=time.monotonic() - (self._down_since or time.monotonic()))
+            self._report(
+                start,
+                0,
+                None,
+                cap,
+                error=f"{self.spec.broker} is unreachable: {e}",
+                down_s=time.monotonic() - (self._down_since or time.monotonic()),
+            )
             return start
         self._waiting = plan.waiting
         self._report(start, plan.admitted, plan.waiting, cap)
@@ -227,21 +233,33 @@ class ConnectorStreamReader(DataSourceStreamReader):
         if self._down_since is None:
             self._down_since = now
         if now - self._down_since > self.spec.patience_s:
-            raise SourceError(f"source {self.name!r}: {self.spec.broker} has been unreachable for "
-                              f"{self.spec.patience_s:g} s: {error}") from None
+            raise SourceError(
+                f"source {self.name!r}: {self.spec.broker} has been unreachable for {self.spec.patience_s:g} s: {error}"
+            ) from None
 
-    def _report(self, start: dict, admitted: int, waiting: int | None, cap: int | None,
-                error: str | None = None, down_s: float | None = None) -> None:
+    def _report(
+        self,
+        start: dict,
+        admitted: int,
+        waiting: int | None,
+        cap: int | None,
+        error: str | None = None,
+        down_s: float | None = None,
+    ) -> None:
         status = {
-            "source": self.name, "kind": type(self.spec).__name__,
+            "source": self.name,
+            "kind": type(self.spec).__name__,
             "planned_rows": start["rows"] + admitted,
             "available_rows": None if waiting is None else start["rows"] + admitted + waiting,
-            "backlog": waiting, "batch_rows": admitted, "max_rows": cap,
-            "total_rows": None, "exhausted": False, "time": time.time(),
+            "backlog": waiting,
+            "batch_rows": admitted,
+            "max_rows": cap,
+            "total_rows": None,
+            "exhausted": False,
+            "time": time.time(),
         }
         if error:  # the driver says it waits (sluice.cli.waiting) until patience runs out
-            status.update(error=error, broker=self.spec.broker, down_s=round(down_s or 0.0, 1),
-                          patience_s=self.spec.patience_s)
+            status.update(error=error, broker=self.spec.broker, down_s=round(down_s or 0.0, 1), patience_s=self.spec.patience_s)
         self._backlog.report(status, planned_batch=admitted > 0)
 
     # --- reading -----------------------------------------------------------------------------------
@@ -261,17 +279,20 @@ class ConnectorStreamReader(DataSourceStreamReader):
         # equal slices of the position range (a deleted message makes its slice a little short)
         lo, hi = int(start["position"]), int(end["position"])
         cuts = [lo + (hi - lo) * i // parts for i in range(parts + 1)]
-        return [Span(a, b, max(1, rows // parts), at_us, part=i) for i, (a, b) in enumerate(itertools.pairwise(cuts))
-                if b > a]
+        return [Span(a, b, max(1, rows // parts), at_us, part=i) for i, (a, b) in enumerate(itertools.pairwise(cuts)) if b > a]
 
     def read(self, span: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(span, Span)  # what partitions() made
         parsed, ingest_us, positions, payloads = self.with_patience(lambda: self.fetch(span))
         parsed, ingest_us = screen(parsed, ingest_us, self.spec.required)
         if parsed.rejects:
-            self._dead_letter(span, [(f"{self.spec.broker}, message {positions[i]}", reason,
-                                      dead_letter_message(payloads[i]))
-                                     for i, reason in parsed.rejects])
+            self._dead_letter(
+                span,
+                [
+                    (f"{self.spec.broker}, message {positions[i]}", reason, dead_letter_message(payloads[i]))
+                    for i, reason in parsed.rejects
+                ],
+            )
         table = parsed.table.append_column(INGEST_FIELD, pa.array(ingest_us, type=TIMESTAMP))
         yield from table.cast(self.arrow_schema).to_batches()
 
@@ -287,8 +308,9 @@ class ConnectorStreamReader(DataSourceStreamReader):
         batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         if not self.dead_letters or batch_id is None:
             location, reason, _ = rejects[0]
-            raise SourceError(f"source {self.name!r}: cannot read {location}: {reason} "
-                              "(and no dead-letter channel outside a Sluice job)")
+            raise SourceError(
+                f"source {self.name!r}: cannot read {location}: {reason} (and no dead-letter channel outside a Sluice job)"
+            )
         writer = SideOutputWriter(self.dead_letters, DEAD_LETTER, int(batch_id), f"source-{self.name}", span.part)
         for location, reason, message in rejects:
             writer.dead(self.name, message, reason, location)
@@ -302,7 +324,7 @@ class ConnectorStreamReader(DataSourceStreamReader):
                 return work()
             except BrokerDown as e:
                 if time.monotonic() > deadline:
-                    raise SourceError(f"source {self.name!r}: {self.spec.broker} has been "
-                                      f"unreachable for {self.spec.patience_s:g} s: {e}") from None
+                    raise SourceError(
+                        f"source {self.name!r}: {self.spec.broker} has been unreachable for {self.spec.patience_s:g} s: {e}"
+                    ) from None
                 time.sleep(RETRY_S)
-

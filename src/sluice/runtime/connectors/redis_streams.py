@@ -39,8 +39,9 @@ return {#r, r[#r][1]}
 def client(url: str):
     import redis
 
-    return redis.Redis.from_url(resolve(url, "Redis URL"), socket_timeout=SOCKET_TIMEOUT_S,
-                                socket_connect_timeout=SOCKET_TIMEOUT_S)
+    return redis.Redis.from_url(
+        resolve(url, "Redis URL"), socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=SOCKET_TIMEOUT_S
+    )
 
 
 def _down(url: str, error: Exception) -> BrokerDown:
@@ -77,15 +78,13 @@ class RedisStreamReader(ConnectorStreamReader):
 
     def plan(self, start: dict, cap: int | None) -> Plan:
         def work(r):
-            count, last = self._conn_end_of_range(keys=[self.spec.key],
-                                                  args=[start["position"], cap or UNCAPPED_BATCH])
+            count, last = self._conn_end_of_range(keys=[self.spec.key], args=[start["position"], cap or UNCAPPED_BATCH])
             info = r.xinfo_stream(self.spec.key) if r.exists(self.spec.key) else {}
             return int(count), last.decode() if isinstance(last, bytes) else last, info
 
         count, last, info = self._call(work)
         admitted_through = start["rows"] + count
-        waiting = max(0, min(int(info.get("length", 0)),
-                             int(info.get("entries-added", 0)) - admitted_through))
+        waiting = max(0, min(int(info.get("length", 0)), int(info.get("entries-added", 0)) - admitted_through))
         return Plan(last, count, waiting)
 
     def fetch(self, span: Span):

@@ -64,10 +64,20 @@ def combined_by_spark(kernel: KeyedKernel, in_schema: pa.Schema) -> bool:
     return supports_native_combine(kernel, in_schema)
 
 
-def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
-             context: BatchContext, max_parallelism: int, root: str | Checkpoint, accumulator,
-             source_stats: SourceStats | None = None, upstream_keys: list[str] | None = None,
-             precombined: bool = False) -> Exchanged:
+def exchange(
+    df,
+    op: Operator,
+    kernel: KeyedKernel,
+    in_schema: pa.Schema,
+    stage: KeyedStagePlan,
+    context: BatchContext,
+    max_parallelism: int,
+    root: str | Checkpoint,
+    accumulator,
+    source_stats: SourceStats | None = None,
+    upstream_keys: list[str] | None = None,
+    precombined: bool = False,
+) -> Exchanged:
     """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
 
     ``source_stats``: the statistics of the source whose records ``df`` holds, to be measured
@@ -95,12 +105,25 @@ def exchange(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage:
     read = kernel.input_columns(in_schema)  # only these cross the exchange
     if max_parallelism > MAX_PACKED_PARALLELISM:
         upstream_keys = None  # two key groups would not fit the key group column
-    return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, read, upstream_keys),
-                     pa.schema([in_schema.field(c) for c in read]), None, bool(upstream_keys))
+    return Exchanged(
+        route(df, kernel.key_columns, stage, max_parallelism, read, upstream_keys),
+        pa.schema([in_schema.field(c) for c in read]),
+        None,
+        bool(upstream_keys),
+    )
 
 
-def collocated_input(df, op: Operator, kernel: KeyedKernel, in_schema: pa.Schema, stage: KeyedStagePlan,
-                     context: BatchContext, max_parallelism: int, root: str | Checkpoint, accumulator):
+def collocated_input(
+    df,
+    op: Operator,
+    kernel: KeyedKernel,
+    in_schema: pa.Schema,
+    stage: KeyedStagePlan,
+    context: BatchContext,
+    max_parallelism: int,
+    root: str | Checkpoint,
+    accumulator,
+):
     """The input of a keyed operator that shares the stage of the keyed operator before it
     (``plan.collocation``): no exchange, since every row is in the partition of its key group
     already. Each row gets its key group (native SQL: the same hash the exchange uses, which

@@ -28,8 +28,9 @@ from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.task_metrics import TaskMetrics
 
 
-def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str | Checkpoint,
-                  accumulator):
+def combine_stage(
+    df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str | Checkpoint, accumulator
+):
     """A mapInArrow pass combining each task's records; returns (frame, schema of its rows)."""
     kernel.bind(in_schema)
     combined_schema = kernel.combined_schema(in_schema)

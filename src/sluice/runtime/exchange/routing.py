@@ -47,8 +47,10 @@ def partition_sql(kg: str, stage: KeyedStagePlan) -> str:
     words, bits = packed_routing(stage.routing, stage.partitions)
     per_word = 64 // bits
     table = "array(" + ", ".join(f"{w}L" for w in words) + ")"
-    lookup = (f"CAST(shiftright(element_at({table}, CAST({kg} div {per_word} AS INT) + 1), "
-              f"({kg} % {per_word}) * {bits}) & {(1 << bits) - 1} AS INT)")
+    lookup = (
+        f"CAST(shiftright(element_at({table}, CAST({kg} div {per_word} AS INT) + 1), "
+        f"({kg} % {per_word}) * {bits}) & {(1 << bits) - 1} AS INT)"
+    )
     return f"IF(spark_partition_id() >= 0, {lookup}, 0)"
 
 
@@ -61,10 +63,9 @@ def packed_routing(routing: Sequence[int], partitions: int) -> tuple[list[int], 
     words = []
     for start in range(0, len(routing), per_word):
         word = 0
-        for j, p in enumerate(routing[start:start + per_word]):
+        for j, p in enumerate(routing[start : start + per_word]):
             if not 0 <= p < partitions:
-                raise ValueError(f"routing table: key group {start + j} goes to partition {p}, "
-                                 f"not one of 0..{partitions - 1}")
+                raise ValueError(f"routing table: key group {start + j} goes to partition {p}, not one of 0..{partitions - 1}")
             word |= int(p) << (j * bits)
         words.append(word - (1 << 64) if word >= 1 << 63 else word)
     return words, bits
@@ -74,8 +75,9 @@ MAX_PACKED_PARALLELISM = 46_340
 """The largest max parallelism K for which two key groups pack into one INT (K * K < 2^31)."""
 
 
-def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str],
-          upstream_keys: list[str] | None = None):
+def route(
+    df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str], upstream_keys: list[str] | None = None
+):
     """Keep ``columns`` and the ingest time, add the key group, and exchange
     by the partition the routing table gives it.
 
@@ -95,8 +97,9 @@ def route(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, colu
     return routed.repartitionById(stage.partitions, F.expr(partition_sql(kg, stage)))
 
 
-def with_key_group(df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str],
-                   upstream_keys: list[str] | None = None):
+def with_key_group(
+    df, keys: list[str], stage: KeyedStagePlan, max_parallelism: int, columns: list[str], upstream_keys: list[str] | None = None
+):
     """``columns`` and the ingest time, and the key group of each row (one projection).
 
     With ``upstream_keys`` (max parallelism at most ``MAX_PACKED_PARALLELISM``) the key group

@@ -110,8 +110,11 @@ def _partial_sql(f: PartialField, layout: PartialLayout, schema: pa.Schema) -> s
         return f"count({_q(f.column)})"
     is_int = layout.numpy_dtype(f) is np.int64
     dtype = schema.field(f.column).type
-    value = _micros(f.column, dtype) if pa.types.is_timestamp(dtype) else \
-        f"CAST({_q(f.column)} AS {'BIGINT' if is_int else 'DOUBLE'})"
+    value = (
+        _micros(f.column, dtype)
+        if pa.types.is_timestamp(dtype)
+        else f"CAST({_q(f.column)} AS {'BIGINT' if is_int else 'DOUBLE'})"
+    )
     if f.kind == "sum":
         # plain sum: an int64 overflow fails the batch with Spark's error rather than wrap
         return f"coalesce(sum({value}), {'0L' if is_int else 'CAST(0 AS DOUBLE)'})"
@@ -186,9 +189,16 @@ class NativeCombine:
     record_schema: pa.Schema
 
 
-def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: pa.Schema, context: BatchContext,
-                   stage: KeyedStagePlan, max_parallelism: int, source_stats: SourceStats | None = None
-                   ) -> NativeCombine:
+def native_combine(
+    df,
+    op: Operator,
+    kernel: WindowAggregateKernel,
+    in_schema: pa.Schema,
+    context: BatchContext,
+    stage: KeyedStagePlan,
+    max_parallelism: int,
+    source_stats: SourceStats | None = None,
+) -> NativeCombine:
     """Route ``df`` by key group and combine it into pane partials in Spark; with
     ``source_stats``, the combined rows also carry what the keyed stage needs to measure the
     source ``df`` holds the records of (:class:`SourceStats`).
@@ -208,8 +218,11 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     time = kernel.queries[0].time
     # (processing time: a constant Spark must not fold, or it drops the pane from the grouping
     # and so from the exchange's hash, which the salt reproduces)
-    t = _micros(time.column, record_schema.field(time.column).type) if isinstance(time, EventTime) \
+    t = (
+        _micros(time.column, record_schema.field(time.column).type)
+        if isinstance(time, EventTime)
         else f"IF(spark_partition_id() >= 0, {int(context.processing_time)}L, 0L)"
+    )
     # every record gets its pane, late or not: the kernel sorts out the late panes. The
     # watermark is a literal, and a literal in the aggregate's input would make Spark
     # generate and compile new code for it every batch (some 30-70 ms on the driver)
@@ -219,8 +232,12 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     # the keys again, in columns Spark cannot fold: a constant key (a window over a whole
     # stream) would be dropped from the grouping, and so from the exchange's hash, which
     # the salt must reproduce exactly
-    columns = [*(f"IF(spark_partition_id() >= 0, {_q(k)}, NULL) AS {name}" for name, k in zip(keys, kernel.key_columns)),
-               f"spark_partition_id() AS {COMBINE_TASK}", f"{routing[PARTITION]} AS {PARTITION}", pane]
+    columns = [
+        *(f"IF(spark_partition_id() >= 0, {_q(k)}, NULL) AS {name}" for name, k in zip(keys, kernel.key_columns)),
+        f"spark_partition_id() AS {COMBINE_TASK}",
+        f"{routing[PARTITION]} AS {PARTITION}",
+        pane,
+    ]
     groups = [*keys, PANE_STATE, COMBINE_TASK, SALT]
     columns += salt_sql(groups[:-1], PARTITION, stage.partitions)
 
@@ -232,18 +249,20 @@ def native_combine(df, op: Operator, kernel: WindowAggregateKernel, in_schema: p
     selected += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}", f"count(1) AS {RECORDS}"]
     if source_stats is not None and source_stats.event_time:  # every record is in one group
         selected.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
-    frame = spark.sql(f"SELECT {', '.join(selected)} FROM (SELECT *, {', '.join(columns)} FROM {view}) "
-                      f"GROUP BY {', '.join(groups)}")
+    frame = spark.sql(
+        f"SELECT {', '.join(selected)} FROM (SELECT *, {', '.join(columns)} FROM {view}) GROUP BY {', '.join(groups)}"
+    )
 
     # timestamps travel as micros: collected, they would come back in the driver's time zone
-    fields = [f"{_micros(f.name, f.type) if pa.types.is_timestamp(f.type) else _q(f.name)} AS {_q(f.name)}"
-              for f in record_schema]
+    fields = [
+        f"{_micros(f.name, f.type) if pa.types.is_timestamp(f.type) else _q(f.name)} AS {_q(f.name)}" for f in record_schema
+    ]
     start = f"{_q(PANE_STATE)} * {kernel.pane}L"
     on_time = " AND ".join(  # the kernel's rule 2: the last window holding the pane is still open
-        f"coalesce(({start} - pmod({start}, {q.sliding.slide}L) + {q.sliding.size}L) > "
-        f"({wm}L - {q.allowed_lateness}L), false)"
+        f"coalesce(({start} - pmod({start}, {q.sliding.slide}L) + {q.sliding.size}L) > ({wm}L - {q.allowed_lateness}L), false)"
         for q in kernel.queries
     )
+
     # built only when some record was late, in the same batch (the view is the batch's until the next)
     def late() -> Any:  # a pyspark DataFrame
         return spark.sql(f"SELECT {', '.join(fields)} FROM (SELECT *, {pane} FROM {view}) WHERE NOT ({on_time})")

@@ -73,8 +73,14 @@ def _groups_exactly(dtype: pa.DataType) -> bool:
     """Key types that Arrow's group-by in the map task groups exactly as the keyed stage's
     key encoding does (``kernels.grouping``); float keys (NaN, -0.0), decimals and nested
     types are left to the records."""
-    return (pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or pa.types.is_integer(dtype)
-            or pa.types.is_boolean(dtype) or pa.types.is_binary(dtype) or pa.types.is_date32(dtype))
+    return (
+        pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_integer(dtype)
+        or pa.types.is_boolean(dtype)
+        or pa.types.is_binary(dtype)
+        or pa.types.is_date32(dtype)
+    )
 
 
 def _in_task_order(rows: pa.Table) -> pa.Table:
@@ -120,10 +126,14 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
     def combinable(self, input_schema: pa.Schema) -> bool:
         """Whether records of ``input_schema`` can be combined per map task before the
         exchange: built-in aggregates only, keys that group exactly."""
-        return bool(self.key_columns) and all(
-            not isinstance(agg, UserAggregate) and agg.kind in ("count", "sum", "min", "max", "mean")
-            for agg in self.aggregates.values()) and all(
-            k in input_schema.names and _groups_exactly(input_schema.field(k).type) for k in self.key_columns)
+        return (
+            bool(self.key_columns)
+            and all(
+                not isinstance(agg, UserAggregate) and agg.kind in ("count", "sum", "min", "max", "mean")
+                for agg in self.aggregates.values()
+            )
+            and all(k in input_schema.names and _groups_exactly(input_schema.field(k).type) for k in self.key_columns)
+        )
 
     def _partials(self) -> list[tuple[str, tuple[Any, str]]]:
         """(label, Arrow aggregate) of each partial a combined row carries: count(*) is not
@@ -136,10 +146,8 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
         per partial aggregate (typed as Arrow's group-by gives it over the records)."""
         records = self.record_schema(input_schema)
         partials = self._partials()
-        sample = records.empty_table().group_by(self.key_columns, use_threads=False).aggregate(
-            [spec for _, spec in partials])
-        types = [sample.schema.field(i).type for i in range(sample.num_columns)
-                 if sample.column_names[i] not in self.key_columns]
+        sample = records.empty_table().group_by(self.key_columns, use_threads=False).aggregate([spec for _, spec in partials])
+        types = [sample.schema.field(i).type for i in range(sample.num_columns) if sample.column_names[i] not in self.key_columns]
         fields = [records.field(k) for k in self.key_columns]
         fields += [pa.field(COMBINE_TASK, pa.int32()), pa.field(RECORDS, pa.int64())]
         fields += [pa.field(PARTIAL_PREFIX + label, dtype) for (label, _), dtype in zip(partials, types)]
@@ -150,7 +158,8 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
         with the oldest ingest time of its records."""
         partials = self._partials()
         grouped = rows.group_by(self.key_columns, use_threads=False).aggregate(
-            [*(spec for _, spec in partials), ([], "count_all"), (INGEST, "min")])
+            [*(spec for _, spec in partials), ([], "count_all"), (INGEST, "min")]
+        )
         names = grouped.column_names
         aggregates = [i for i in range(len(names)) if names[i] not in self.key_columns]
         n = grouped.num_rows
@@ -216,7 +225,8 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
         key_id = np.asarray(grouped.column(_KEY_ID).to_numpy(), np.int64)
         key_values = all_keys.take(pa.array(first[key_id]))
         partial = pa.table(
-            [key_values.column(k) for k in self.key_columns] + [grouped.column(KEY_GROUP)]
+            [key_values.column(k) for k in self.key_columns]
+            + [grouped.column(KEY_GROUP)]
             + [grouped.column(i) for i in agg_positions],
             names=keys + [f"__new__{label}" for label in labels],
         )
@@ -265,16 +275,25 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
                         values.append(None)
                 columns[f"{name}__acc"] = pa.array(accs, pa.binary())
                 results[name] = pa.array(values, out_type)
-        upserts = pa.table([columns[f.name] for f in state_schema] + [columns[KEY_GROUP]],
-                           schema=state_schema.append(pa.field(KEY_GROUP, pa.int32())))
+        upserts = pa.table(
+            [columns[f.name] for f in state_schema] + [columns[KEY_GROUP]],
+            schema=state_schema.append(pa.field(KEY_GROUP, pa.int32())),
+        )
         output = pa.table([results[f.name] for f in out_schema], schema=out_schema)
         row_ids = ids[n_state:]
         if failed:
             return self._reject(failed, output, upserts, key_id, row_ids, rows)
         return KeyedResult(output=output, upserts=upserts, key_ids=(key_id, row_ids))
 
-    def _reject(self, failed: dict[int, BaseException], output: pa.Table, upserts: pa.Table, key_id: np.ndarray,
-                row_ids: np.ndarray, rows: pa.Table) -> KeyedResult:
+    def _reject(
+        self,
+        failed: dict[int, BaseException],
+        output: pa.Table,
+        upserts: pa.Table,
+        key_id: np.ndarray,
+        row_ids: np.ndarray,
+        rows: pa.Table,
+    ) -> KeyedResult:
         """Drop the keys on which a user-defined aggregate raised from the batch's result.
 
         The unit of failure is a key's records of the batch, as ``add`` saw them together:
@@ -287,8 +306,11 @@ class AggregateKernel(TakesCombinedRows, KeyedKernel):
         error_of = {int(key_id[g]): exc for g, exc in failed.items()}
         bad = np.flatnonzero(np.isin(row_ids, list(error_of)))
         records = rows.take(pa.array(bad)).drop_columns([KEY_GROUP])
-        dead = [DeadRecord(record, error_of[int(row_ids[i])], tuple(record[k] for k in self.key_columns))
-                for i, record in zip(bad.tolist(), records.to_pylist())]
+        dead = [
+            DeadRecord(record, error_of[int(row_ids[i])], tuple(record[k] for k in self.key_columns))
+            for i, record in zip(bad.tolist(), records.to_pylist())
+        ]
         mask = pa.array(keep)
-        return KeyedResult(output=output.filter(mask), upserts=upserts.filter(mask),
-                           key_ids=(key_id[keep], row_ids), dead_letters=dead)
+        return KeyedResult(
+            output=output.filter(mask), upserts=upserts.filter(mask), key_ids=(key_id[keep], row_ids), dead_letters=dead
+        )

@@ -105,6 +105,14 @@ def groups(state: pa.Table, rows: pa.Table, keys: list[str]) -> Iterator[tuple[t
 def exact_key_type(dtype: pa.DataType) -> bool:
     """Key types :func:`dense_ids` tells apart exactly as SQL does: not nested or decimal
     types (whose encodings may tell equal values apart)."""
-    return (pa.types.is_integer(dtype) or pa.types.is_string(dtype) or pa.types.is_large_string(dtype)
-            or pa.types.is_binary(dtype) or pa.types.is_large_binary(dtype) or pa.types.is_boolean(dtype)
-            or pa.types.is_timestamp(dtype) or pa.types.is_date(dtype) or pa.types.is_floating(dtype))
+    return (
+        pa.types.is_integer(dtype)
+        or pa.types.is_string(dtype)
+        or pa.types.is_large_string(dtype)
+        or pa.types.is_binary(dtype)
+        or pa.types.is_large_binary(dtype)
+        or pa.types.is_boolean(dtype)
+        or pa.types.is_timestamp(dtype)
+        or pa.types.is_date(dtype)
+        or pa.types.is_floating(dtype)
+    )

@@ -25,7 +25,7 @@ PostgreSQL) and their coordinates are equal (window) or ``right.t - left.t`` is 
 
 Every pair of records that are not late meets (whichever arrives second finds the first
 still buffered), so with records out of order by less than the watermark's delay the
-output is exactly the join of the whole streams (``tests/test_joins_kernel.py`` checks it
+output is exactly the join of the whole streams (``tests/joins/test_joins_kernel.py`` checks it
 against a brute-force join). Matching is a sort and two binary searches over (key,
 coordinate), vectorized in numpy; no loop runs per record.
 
@@ -90,8 +90,9 @@ def watermark_of(ctx: BatchContext) -> int:
     return min(max(wm, NO_WATERMARK), END_OF_TIME)
 
 
-def matching_pairs(left_key: np.ndarray, left_coord: np.ndarray, right_key: np.ndarray, right_coord: np.ndarray,
-                   lower: int, upper: int) -> tuple[np.ndarray, np.ndarray]:
+def matching_pairs(
+    left_key: np.ndarray, left_coord: np.ndarray, right_key: np.ndarray, right_coord: np.ndarray, lower: int, upper: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Every (left index, right index) with equal keys and ``right_coord - left_coord`` in
     ``[lower, upper]``: a sort of the right side by (key, coordinate) and two binary
     searches per left entry, then the ranges expanded (no loop per entry)."""
@@ -99,9 +100,10 @@ def matching_pairs(left_key: np.ndarray, left_coord: np.ndarray, right_key: np.n
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     order = sort_pairs(right_key, right_coord)
     key, coord = right_key[order], right_coord[order]
-    bounds = pair_searchsorted(key, coord, np.concatenate([left_key, left_key]),
-                               np.concatenate([left_coord + lower, left_coord + upper + 1]))
-    lo, hi = bounds[:len(left_key)], bounds[len(left_key):]
+    bounds = pair_searchsorted(
+        key, coord, np.concatenate([left_key, left_key]), np.concatenate([left_coord + lower, left_coord + upper + 1])
+    )
+    lo, hi = bounds[: len(left_key)], bounds[len(left_key) :]
     counts = np.maximum(hi - lo, 0)
     total = int(counts.sum())
     left = np.repeat(np.arange(len(left_key)), counts)
@@ -127,9 +129,13 @@ class Entries:
 
     @staticmethod
     def concat(a: Entries, b: Entries) -> Entries:
-        return Entries(np.concatenate([a.key, b.key]), np.concatenate([a.coord, b.coord]),
-                       np.concatenate([a.time, b.time]), np.concatenate([a.matched, b.matched]),
-                       pa.concat_tables([a.payload, b.payload]))
+        return Entries(
+            np.concatenate([a.key, b.key]),
+            np.concatenate([a.coord, b.coord]),
+            np.concatenate([a.time, b.time]),
+            np.concatenate([a.matched, b.matched]),
+            pa.concat_tables([a.payload, b.payload]),
+        )
 
 
 class JoinKernelBase(KeyedKernel):
@@ -144,15 +150,17 @@ class JoinKernelBase(KeyedKernel):
         self.out_schema = spec.output_schema(left, right)
         extra = spec.window_columns() if isinstance(spec, StreamJoin) else ()
         lout, rout = self.sides.output_names(left, right, extra)
-        self.payload = [[side_column(s, f.name) for f in self.sides.payload(s, schema)]
-                        for s, schema in ((LEFT, left), (RIGHT, right))]
+        self.payload = [
+            [side_column(s, f.name) for f in self.sides.payload(s, schema)] for s, schema in ((LEFT, left), (RIGHT, right))
+        ]
         self.renames = [dict(zip(self.payload[LEFT], lout)), dict(zip(self.payload[RIGHT], rout))]
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         return self.out_schema
 
-    def _emit(self, keys: pa.Table, extra: dict[str, pa.Array], left: pa.Table | None, right: pa.Table | None,
-              n: int) -> pa.Table:
+    def _emit(
+        self, keys: pa.Table, extra: dict[str, pa.Array], left: pa.Table | None, right: pa.Table | None, n: int
+    ) -> pa.Table:
         """Output rows: key columns, extra (window) columns, both sides' columns (a missing
         side is all nulls)."""
         columns: dict[str, pa.Array | pa.ChunkedArray] = {k: keys[k] for k in self.key_columns}
@@ -194,8 +202,11 @@ class StreamJoinKernel(JoinKernelBase):
         fields = [self.union.field(k) for k in self.key_columns]
         for side in (LEFT, RIGHT):
             prefix = side_column(side, "")
-            fields += [pa.field(prefix + TIME, pa.list_(pa.int64())), pa.field(prefix + COORD, pa.list_(pa.int64())),
-                       pa.field(prefix + MATCHED, pa.list_(pa.bool_()))]
+            fields += [
+                pa.field(prefix + TIME, pa.list_(pa.int64())),
+                pa.field(prefix + COORD, pa.list_(pa.int64())),
+                pa.field(prefix + MATCHED, pa.list_(pa.bool_())),
+            ]
             fields += [pa.field(name, pa.list_(self.union.field(name).type)) for name in self.payload[side]]
         return pa.schema(fields)
 
@@ -250,8 +261,9 @@ class StreamJoinKernel(JoinKernelBase):
                 old = old.take(np.flatnonzero(alive))
             # the batch's records of this side: entries, late ones, null keys
             mine = side_of == side
-            times, valid_time = event_micros(rows[self.times[side]]) if rows.num_rows else (
-                np.zeros(0, np.int64), np.zeros(0, bool))
+            times, valid_time = (
+                event_micros(rows[self.times[side]]) if rows.num_rows else (np.zeros(0, np.int64), np.zeros(0, bool))
+            )
             at, coord, is_late = self._entries_of(times, mine & valid_time, wm)
             late = mine & is_late
             part = self._late(rows, late, side, wm)
@@ -260,13 +272,19 @@ class StreamJoinKernel(JoinKernelBase):
             # a record whose key has a null part never matches: padded at once, never buffered
             null_key = at[~has_key[at]]
             if len(null_key) and self.join.keeps_unmatched(side):
-                nulls = Entries(row_ids[null_key], coord[~has_key[at]], times[null_key],
-                                np.zeros(len(null_key), bool), rows.select(self.payload[side]).take(pa.array(null_key)))
+                nulls = Entries(
+                    row_ids[null_key],
+                    coord[~has_key[at]],
+                    times[null_key],
+                    np.zeros(len(null_key), bool),
+                    rows.select(self.payload[side]).take(pa.array(null_key)),
+                )
                 self._unmatched(nulls, side, all_keys, first, outputs)
             keep = has_key[at]
             at, coord = at[keep], coord[keep]
-            new = Entries(row_ids[at], coord, times[at], np.zeros(len(at), bool),
-                          rows.select(self.payload[side]).take(pa.array(at)))
+            new = Entries(
+                row_ids[at], coord, times[at], np.zeros(len(at), bool), rows.select(self.payload[side]).take(pa.array(at))
+            )
             live.append(Entries.concat(old, new))
             n_old.append(len(old))
             news.append(new)
@@ -276,8 +294,9 @@ class StreamJoinKernel(JoinKernelBase):
         lower, upper = self.join.between or (0, 0)  # a window join matches on equal windows
         li1, ri1 = matching_pairs(news[LEFT].key, news[LEFT].coord, right.key, right.coord, lower, upper)
         new_right = news[RIGHT]
-        li2, ri2 = matching_pairs(left.key[:n_old[LEFT]], left.coord[:n_old[LEFT]], new_right.key, new_right.coord,
-                                  lower, upper)
+        li2, ri2 = matching_pairs(
+            left.key[: n_old[LEFT]], left.coord[: n_old[LEFT]], new_right.key, new_right.coord, lower, upper
+        )
         li = np.concatenate([li1 + n_old[LEFT], li2])
         ri = np.concatenate([ri1, ri2 + n_old[RIGHT]])
         if len(li):
@@ -290,10 +309,10 @@ class StreamJoinKernel(JoinKernelBase):
         kept = []  # per side: which of its entries stay buffered
         for side, entries in ((LEFT, left), (RIGHT, right)):
             keep = np.ones(len(entries), dtype=bool)
-            keep[n_old[side]:] = new_lives[side]
+            keep[n_old[side] :] = new_lives[side]
             gone = np.flatnonzero(~keep & ~entries.matched)
             self._unmatched(entries.take(gone), side, all_keys, first, outputs)
-            changed[entries.key[n_old[side]:][new_lives[side]]] = True
+            changed[entries.key[n_old[side] :][new_lives[side]]] = True
             kept.append(keep)
         upserts, deletes = self._state_changes(live, kept, changed, n_state, all_keys, first, state, rows)
         output = pa.concat_tables(outputs) if outputs else self.out_schema.empty_table()
@@ -301,53 +320,76 @@ class StreamJoinKernel(JoinKernelBase):
         if late_parts:
             side_outputs[LATE] = pa.concat_tables(late_parts, promote_options="permissive")
         late_n = sum(t.num_rows for t in late_parts)
-        return KeyedResult(output, upserts, deletes, side_outputs,
-                           {"late_seen": late_n, "buffered": int(sum(k.sum() for k in kept))} if late_n else
-                           {"buffered": int(sum(k.sum() for k in kept))})
+        return KeyedResult(
+            output,
+            upserts,
+            deletes,
+            side_outputs,
+            {"late_seen": late_n, "buffered": int(sum(k.sum() for k in kept))}
+            if late_n
+            else {"buffered": int(sum(k.sum() for k in kept))},
+        )
 
     # -- pieces -----------------------------------------------------------------------
     def _state_entries(self, state: pa.Table, side: int) -> Entries:
         prefix = side_column(side, "")
         if state.num_rows == 0:
             empty = np.zeros(0, np.int64)
-            return Entries(empty, empty, empty, np.zeros(0, bool),
-                           pa.schema([self.union.field(n) for n in self.payload[side]]).empty_table())
+            return Entries(
+                empty, empty, empty, np.zeros(0, bool), pa.schema([self.union.field(n) for n in self.payload[side]]).empty_table()
+            )
         times = state[prefix + TIME].combine_chunks()
         key = np.asarray(pc.list_parent_indices(times).to_numpy(), np.int64)
 
         def flat(name: str) -> pa.Array:
             return pc.list_flatten(state[name].combine_chunks())
 
-        payload = pa.table({n: flat(n) for n in self.payload[side]},
-                           schema=pa.schema([self.union.field(n) for n in self.payload[side]]))
-        return Entries(key, np.asarray(flat(prefix + COORD).to_numpy(), np.int64),
-                       np.asarray(flat(prefix + TIME).to_numpy(), np.int64),
-                       np.asarray(flat(prefix + MATCHED).to_numpy(zero_copy_only=False), bool), payload)
+        payload = pa.table(
+            {n: flat(n) for n in self.payload[side]}, schema=pa.schema([self.union.field(n) for n in self.payload[side]])
+        )
+        return Entries(
+            key,
+            np.asarray(flat(prefix + COORD).to_numpy(), np.int64),
+            np.asarray(flat(prefix + TIME).to_numpy(), np.int64),
+            np.asarray(flat(prefix + MATCHED).to_numpy(zero_copy_only=False), bool),
+            payload,
+        )
 
     def _window_columns(self, coord: np.ndarray) -> dict[str, pa.Array]:
         if self.join.window is None:
             return {}
         start = coord * self.join.window.slide
-        return {WINDOW_START: pa.array(start).cast(self.wtype),
-                WINDOW_END: pa.array(start + self.join.window.size).cast(self.wtype)}
+        return {
+            WINDOW_START: pa.array(start).cast(self.wtype),
+            WINDOW_END: pa.array(start + self.join.window.size).cast(self.wtype),
+        }
 
-    def _pairs(self, left: Entries, right: Entries, li: np.ndarray, ri: np.ndarray, all_keys: pa.Table,
-               first: np.ndarray) -> pa.Table:
+    def _pairs(
+        self, left: Entries, right: Entries, li: np.ndarray, ri: np.ndarray, all_keys: pa.Table, first: np.ndarray
+    ) -> pa.Table:
         keys = all_keys.take(pa.array(first[left.key[li]]))
-        return self._emit(keys, self._window_columns(left.coord[li]), left.payload.take(pa.array(li)),
-                          right.payload.take(pa.array(ri)), len(li))
+        return self._emit(
+            keys, self._window_columns(left.coord[li]), left.payload.take(pa.array(li)), right.payload.take(pa.array(ri)), len(li)
+        )
 
-    def _unmatched(self, entries: Entries, side: int, all_keys: pa.Table, first: np.ndarray,
-                   outputs: list[pa.Table]) -> None:
+    def _unmatched(self, entries: Entries, side: int, all_keys: pa.Table, first: np.ndarray, outputs: list[pa.Table]) -> None:
         if len(entries) == 0 or not self.join.keeps_unmatched(side):
             return
         keys = all_keys.take(pa.array(first[entries.key]))
         left, right = (entries.payload, None) if side == LEFT else (None, entries.payload)
         outputs.append(self._emit(keys, self._window_columns(entries.coord), left, right, len(entries)))
 
-    def _state_changes(self, entries_of: list[Entries], kept: list[np.ndarray], changed: np.ndarray, n_state: int,
-                       all_keys: pa.Table, first: np.ndarray, state: pa.Table,
-                       rows: pa.Table) -> tuple[pa.Table, pa.Table | None]:
+    def _state_changes(
+        self,
+        entries_of: list[Entries],
+        kept: list[np.ndarray],
+        changed: np.ndarray,
+        n_state: int,
+        all_keys: pa.Table,
+        first: np.ndarray,
+        state: pa.Table,
+        rows: pa.Table,
+    ) -> tuple[pa.Table, pa.Table | None]:
         """New state rows of changed keys with buffered entries (``kept`` of ``entries_of``);
         deletes for the others."""
         n_keys = len(changed)
@@ -383,8 +425,7 @@ class StreamJoinKernel(JoinKernelBase):
         if len(delete_ids):
             at = pa.array(first[delete_ids])
             keys = all_keys.take(at)
-            deletes = pa.table({**{k: keys[k] for k in self.key_columns},
-                                KEY_GROUP: pa.array(kg[first[delete_ids]], pa.int32())})
+            deletes = pa.table({**{k: keys[k] for k in self.key_columns}, KEY_GROUP: pa.array(kg[first[delete_ids]], pa.int32())})
         return upserts, deletes
 
 
@@ -399,8 +440,7 @@ class TableLookupKernel(JoinKernelBase):
 
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
         """One row per key: the table's row (its columns under their union names)."""
-        return pa.schema([self.union.field(k) for k in self.key_columns] +
-                         [self.union.field(n) for n in self.payload[RIGHT]])
+        return pa.schema([self.union.field(k) for k in self.key_columns] + [self.union.field(n) for n in self.payload[RIGHT]])
 
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         ids, first, all_keys = state_and_row_ids(state, rows, self.key_columns)
@@ -410,8 +450,12 @@ class TableLookupKernel(JoinKernelBase):
         has_key = key_is_valid(rows, self.key_columns)
         # the table: committed rows, then the batch's changelog, the highest version per key winning
         changes = np.flatnonzero((side_of == RIGHT) & has_key)
-        table_rows = pa.concat_tables([state.select(self.payload[RIGHT]).cast(self._payload_schema()),
-                                       rows.select(self.payload[RIGHT]).take(pa.array(changes))])
+        table_rows = pa.concat_tables(
+            [
+                state.select(self.payload[RIGHT]).cast(self._payload_schema()),
+                rows.select(self.payload[RIGHT]).take(pa.array(changes)),
+            ]
+        )
         key = np.concatenate([np.arange(n_state), row_ids[changes]])
         version, has_version = event_micros(table_rows[self.version])
         version = np.where(has_version, version, np.iinfo(np.int64).min)
@@ -436,8 +480,11 @@ class TableLookupKernel(JoinKernelBase):
         if len(up_ids):
             keys = all_keys.take(pa.array(first[up_ids]))
             body = table_rows.take(pa.array(winner[up_ids]))
-            columns = {**{k: keys[k] for k in self.key_columns}, **{n: body[n] for n in self.payload[RIGHT]},
-                       KEY_GROUP: pa.array(kg[first[up_ids]], pa.int32())}
+            columns = {
+                **{k: keys[k] for k in self.key_columns},
+                **{n: body[n] for n in self.payload[RIGHT]},
+                KEY_GROUP: pa.array(kg[first[up_ids]], pa.int32()),
+            }
             upserts = pa.table(columns).cast(state_schema)
         # the lookups
         probes = np.flatnonzero(side_of == LEFT)

@@ -81,9 +81,7 @@ class PartialLayout:
             if agg.kind == "count" and agg.column is None:
                 continue
             if agg.column not in input_schema.names:
-                raise SchemaError(
-                    f"window aggregate {agg.kind}({agg.column!r}): no such column; input has {input_schema.names}"
-                )
+                raise SchemaError(f"window aggregate {agg.kind}({agg.column!r}): no such column; input has {input_schema.names}")
             if isinstance(agg, UserAggregate):
                 key = id(agg)
                 if key not in self.udaf_field:
@@ -174,8 +172,9 @@ class PaneTable:
         if self.live:
             position = np.full(len(self), -1, dtype=np.int64)
             position[index] = np.arange(len(index))
-            live = {name: {int(position[i]): acc for i, acc in cache.items() if position[i] >= 0}
-                    for name, cache in self.live.items()}
+            live = {
+                name: {int(position[i]): acc for i, acc in cache.items() if position[i] >= 0} for name, cache in self.live.items()
+            }
         return PaneTable(
             self.key[index],
             self.pane[index],
@@ -472,8 +471,9 @@ def merge_tables(layout: PartialLayout, old: PaneTable, new: PaneTable) -> tuple
     key = np.concatenate([old.key, new.key])
     pane = np.concatenate([old.pane, new.pane])
     if len(key) == 0:
-        return PaneTable(key, pane, {f.name: np.concatenate([old.parts[f.name], new.parts[f.name]])
-                                     for f in layout.fields}), np.zeros(0, np.int64)
+        return PaneTable(
+            key, pane, {f.name: np.concatenate([old.parts[f.name], new.parts[f.name]]) for f in layout.fields}
+        ), np.zeros(0, np.int64)
     lo = int(pane.min())
     span = int(pane.max()) - lo + 1
     if (int(key.max()) + 1) * span < 2**62:

@@ -50,8 +50,16 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 
-_COMPARE = {"=": "equal", "==": "equal", "!=": "not_equal", "<>": "not_equal", "<": "less",
-            "<=": "less_equal", ">": "greater", ">=": "greater_equal"}
+_COMPARE = {
+    "=": "equal",
+    "==": "equal",
+    "!=": "not_equal",
+    "<>": "not_equal",
+    "<": "less",
+    "<=": "less_equal",
+    ">": "greater",
+    ">=": "greater_equal",
+}
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "=", "==": "==", "!=": "!=", "<>": "<>"}
 # Spark orders NaN above every other double: a NaN value is greater than any number
 # literal. IEEE's comparisons say the same for = < <= (false) and != (true), not for > and >=
@@ -195,8 +203,31 @@ class _Parser:
         return _Column(name)
 
 
-_RESERVED = frozenset(["and", "or", "not", "is", "null", "in", "like", "rlike", "ilike", "between", "case", "when",
-                       "then", "else", "end", "cast", "try_cast", "interval", "distinct", "exists", "div"])
+_RESERVED = frozenset(
+    [
+        "and",
+        "or",
+        "not",
+        "is",
+        "null",
+        "in",
+        "like",
+        "rlike",
+        "ilike",
+        "between",
+        "case",
+        "when",
+        "then",
+        "else",
+        "end",
+        "cast",
+        "try_cast",
+        "interval",
+        "distinct",
+        "exists",
+        "div",
+    ]
+)
 
 
 def _number(text: str) -> _Literal:

@@ -148,8 +148,9 @@ class ProcessKernel(KeyedKernel):
         value = pickle.loads(blobs[row]) if blobs[row] is not None else None
         if self.on_timer is None:
             return KeyState(value)
-        return KeyState(value, state.column(EVENT_TIMERS)[row].as_py() or (),
-                        state.column(PROCESSING_TIMERS)[row].as_py() or (), timers=True)
+        return KeyState(
+            value, state.column(EVENT_TIMERS)[row].as_py() or (), state.column(PROCESSING_TIMERS)[row].as_py() or (), timers=True
+        )
 
     def process(self, rows: pa.Table, state: pa.Table, ctx: BatchContext) -> KeyedResult:
         """Fire the due timers, then call ``fn`` once per key of the batch.
@@ -218,8 +219,9 @@ class ProcessKernel(KeyedKernel):
             metrics=metrics,
         )
 
-    def _fire(self, state: pa.Table, blobs: list, ctx: BatchContext, out_schema: pa.Schema, outputs: list,
-              dead: list, states: dict) -> None:
+    def _fire(
+        self, state: pa.Table, blobs: list, ctx: BatchContext, out_schema: pa.Schema, outputs: list, dead: list, states: dict
+    ) -> None:
         """Every due timer of the state, in time order per key (found in one numpy pass)."""
         event_rows, event_times = _due(state.column(EVENT_TIMERS), ctx.watermark)
         proc_rows, proc_times = _due(state.column(PROCESSING_TIMERS), int(ctx.processing_time))
@@ -257,8 +259,13 @@ def _as_datetime(micros: int) -> datetime:
 
 
 def _snapshot(key_state: KeyState) -> tuple:
-    return (pickle.dumps(key_state.value), key_state.changed, key_state.cleared, set(key_state.event_timers),
-            set(key_state.processing_timers))
+    return (
+        pickle.dumps(key_state.value),
+        key_state.changed,
+        key_state.cleared,
+        set(key_state.event_timers),
+        set(key_state.processing_timers),
+    )
 
 
 def _restore(snapshot: tuple, key_state: KeyState) -> KeyState:

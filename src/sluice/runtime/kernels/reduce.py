@@ -79,14 +79,11 @@ class ReduceKernel(KeyedKernel):
                 pa.Table.from_pylist([{f.name: acc.get(f.name) for f in upsert_schema}], schema=upsert_schema)
                 fits.append(acc)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-                dead += [DeadRecord(r, f"reduce result does not fit the schema {upsert_schema}: {exc}", key)
-                         for r in used]
+                dead += [DeadRecord(r, f"reduce result does not fit the schema {upsert_schema}: {exc}", key) for r in used]
         return self._result(fits, out_schema, upsert_schema, dead)
 
     @staticmethod
-    def _result(reduced: list[dict], out_schema: pa.Schema, upsert_schema: pa.Schema,
-                dead: list[DeadRecord]) -> KeyedResult:
+    def _result(reduced: list[dict], out_schema: pa.Schema, upsert_schema: pa.Schema, dead: list[DeadRecord]) -> KeyedResult:
         output = pa.Table.from_pylist([{f.name: r.get(f.name) for f in out_schema} for r in reduced], schema=out_schema)
-        upserts = pa.Table.from_pylist([{f.name: r.get(f.name) for f in upsert_schema} for r in reduced],
-                                       schema=upsert_schema)
+        upserts = pa.Table.from_pylist([{f.name: r.get(f.name) for f in upsert_schema} for r in reduced], schema=upsert_schema)
         return KeyedResult(output=output, upserts=upserts, dead_letters=dead)

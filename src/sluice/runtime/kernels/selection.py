@@ -101,8 +101,13 @@ class DeduplicateKernel(KeyedKernel):
         side = {}
         if late.any():
             side[LATE] = late_table(rows, late, "deduplicate", NO_TIME if now is None else now)
-        return KeyedResult(output, self._upserts(rows.schema, new_state), deletes, side_outputs=side,
-                           metrics={"duplicates": int(rows.num_rows - len(passed) - late.sum())})
+        return KeyedResult(
+            output,
+            self._upserts(rows.schema, new_state),
+            deletes,
+            side_outputs=side,
+            metrics={"duplicates": int(rows.num_rows - len(passed) - late.sum())},
+        )
 
     def _upserts(self, schema: pa.Schema, new_state: pa.Table | None) -> pa.Table:
         upsert_schema = self.state_schema(schema).append(pa.field(KEY_GROUP, pa.int32()))
@@ -125,8 +130,9 @@ class TopKernel(KeyedKernel):
         return pa.struct([f for f in input_schema if f.name != KEY_GROUP and f.name not in self.key_columns])
 
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        return pa.schema([*(input_schema.field(k) for k in self.key_columns),
-                          pa.field(TOP, pa.list_(self._record(input_schema)))])
+        return pa.schema(
+            [*(input_schema.field(k) for k in self.key_columns), pa.field(TOP, pa.list_(self._record(input_schema)))]
+        )
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         return pa.schema([f for f in input_schema if f.name != KEY_GROUP] + [pa.field(RANK, pa.int32())])
@@ -143,10 +149,11 @@ class TopKernel(KeyedKernel):
         ids, first, all_keys = state_and_row_ids(state, rows, self.key_columns)
         kept = state.column(TOP).combine_chunks() if n_state else pa.array([], pa.list_(record_type))
         kept_records = pc.list_flatten(kept)
-        kept_owner = np.asarray(pc.list_parent_indices(kept).to_numpy(), np.int64) if len(kept_records) else \
-            np.zeros(0, np.int64)
-        flat = {name: pa.chunked_array([kept_records.field(name), *rows.column(name).chunks],
-                                       type=rows.schema.field(name).type) for name in fields}
+        kept_owner = np.asarray(pc.list_parent_indices(kept).to_numpy(), np.int64) if len(kept_records) else np.zeros(0, np.int64)
+        flat = {
+            name: pa.chunked_array([kept_records.field(name), *rows.column(name).chunks], type=rows.schema.field(name).type)
+            for name in fields
+        }
         key_id = np.concatenate([ids[:n_state][kept_owner], ids[n_state:]])
         from_batch = np.concatenate([np.zeros(len(kept_records), bool), np.ones(rows.num_rows, bool)])
         touched = np.unique(ids[n_state:])
@@ -175,8 +182,9 @@ class TopKernel(KeyedKernel):
         take = pa.array(chosen)
         records = {name: flat[name].take(take) for name in fields}
         key_rows = all_keys.take(pa.array(first[chosen_key]))
-        kg_all = pa.chunked_array((state.column(KEY_GROUP).chunks if n_state else []) + rows.column(KEY_GROUP).chunks,
-                                  type=pa.int32())
+        kg_all = pa.chunked_array(
+            (state.column(KEY_GROUP).chunks if n_state else []) + rows.column(KEY_GROUP).chunks, type=pa.int32()
+        )
         kg = kg_all.take(pa.array(first[chosen_key]))
         columns = {**{k: key_rows[k] for k in self.key_columns}, **records, RANK: pa.array(chosen_rank + 1, pa.int32())}
         output = pa.table([columns[f.name] for f in out_schema], schema=out_schema)

@@ -65,7 +65,7 @@ class _Keys:
         ids, first, all_keys = key_ids(state, rows, key_columns)
         last_wm = np.full(len(first), NO_WATERMARK, dtype=np.int64)
         if state.num_rows:
-            last_wm[:state.num_rows] = np.asarray(state[WATERMARK_STATE].to_numpy(), np.int64)
+            last_wm[: state.num_rows] = np.asarray(state[WATERMARK_STATE].to_numpy(), np.int64)
         return cls(ids, first, all_keys, state.num_rows, last_wm)
 
     @property
@@ -74,7 +74,7 @@ class _Keys:
 
     @property
     def row_ids(self) -> np.ndarray:
-        return self.ids[self.n_state:]
+        return self.ids[self.n_state :]
 
 
 @dataclass(frozen=True)
@@ -156,24 +156,35 @@ class SessionWindowKernel(KeyedKernel):
         keys = _Keys.of(state, rows, self.key_columns)
         changed = np.zeros(keys.count, dtype=bool)  # keys whose state row the batch rewrites
 
-        outputs, sessions = self._close(read_window_state(state, layout, _INTERVALS), keys, wm, layout, out_schema,
-                                        changed)
+        outputs, sessions = self._close(read_window_state(state, layout, _INTERVALS), keys, wm, layout, out_schema, changed)
         merged = self._merge(sessions, rows, keys, ctx, wm, layout)
         if isinstance(merged, _Rejected):
             return self._without(rows, state, ctx, merged)
         outputs += self._emit_open(merged, keys, wm, layout, out_schema, changed)
 
         state_schema = self.state_schema(schema).append(pa.field(KEY_GROUP, pa.int32()))
-        upserts, deletes = window_state_changes(layout, self.key_columns, state_schema, merged.sessions, changed,
-                                                keys.n_state, keys.all_keys, keys.first, state, rows, wm)
+        upserts, deletes = window_state_changes(
+            layout,
+            self.key_columns,
+            state_schema,
+            merged.sessions,
+            changed,
+            keys.n_state,
+            keys.all_keys,
+            keys.first,
+            state,
+            rows,
+            wm,
+        )
         output = pa.concat_tables(outputs).cast(out_schema) if outputs else out_schema.empty_table()
         late = pa.concat_tables(merged.late) if merged.late else late_schema(schema).empty_table()
         return KeyedResult(output=output, upserts=upserts, deletes=deletes, side_outputs={LATE: late})
 
     # -- the three phases ---------------------------------------------------------------
 
-    def _close(self, stored: StoredIntervals, keys: _Keys, wm: int, layout: PartialLayout, out_schema: pa.Schema,
-               changed: np.ndarray) -> tuple[list[pa.Table], StoredIntervals]:
+    def _close(
+        self, stored: StoredIntervals, keys: _Keys, wm: int, layout: PartialLayout, out_schema: pa.Schema, changed: np.ndarray
+    ) -> tuple[list[pa.Table], StoredIntervals]:
         """(A) Sessions closed by this watermark: emit the due ones not yet emitted (append
         mode), then drop them. Returns (their results, the sessions still open)."""
         q = self.query
@@ -189,13 +200,13 @@ class SessionWindowKernel(KeyedKernel):
                 index = np.flatnonzero(emit)
                 parts = {name: values[index] for name, values in stored.parts.items()}
                 accs = self._accumulators(layout, parts)
-                outputs.append(self._emit(layout, stored.key[index], start[index], end[index], parts, accs, keys,
-                                          out_schema))
+                outputs.append(self._emit(layout, stored.key[index], start[index], end[index], parts, accs, keys, out_schema))
         still_open = np.flatnonzero(~closed)
         return outputs, _take(stored, still_open)
 
-    def _merge(self, sessions: StoredIntervals, rows: pa.Table, keys: _Keys, ctx: BatchContext, wm: int,
-               layout: PartialLayout) -> _Merged | _Rejected:
+    def _merge(
+        self, sessions: StoredIntervals, rows: pa.Table, keys: _Keys, ctx: BatchContext, wm: int, layout: PartialLayout
+    ) -> _Merged | _Rejected:
         """(B) The batch's records, as one-record sessions, merged with the open sessions of
         their key. A merged session made only of new records that is already closed is late
         (its records go to the ``late`` side output). When a UDAF raises on a session, the
@@ -250,14 +261,17 @@ class SessionWindowKernel(KeyedKernel):
         # drop late sessions
         index = np.flatnonzero(keep_group)
         position = {int(old): new for new, old in enumerate(index)}
-        kept = StoredIntervals(g_key[index], {START_STATE: g_start[index], END_STATE: g_end[index]},
-                               {name: values[index] for name, values in g_parts.items()})
-        udaf_accs = {name: {position[g]: acc for g, acc in cache.items() if g in position}
-                     for name, cache in udaf_accs.items()}
+        kept = StoredIntervals(
+            g_key[index],
+            {START_STATE: g_start[index], END_STATE: g_end[index]},
+            {name: values[index] for name, values in g_parts.items()},
+        )
+        udaf_accs = {name: {position[g]: acc for g, acc in cache.items() if g in position} for name, cache in udaf_accs.items()}
         return _Merged(kept, g_changed[index], udaf_accs, late_parts)
 
-    def _emit_open(self, merged: _Merged, keys: _Keys, wm: int, layout: PartialLayout, out_schema: pa.Schema,
-                   changed: np.ndarray) -> list[pa.Table]:
+    def _emit_open(
+        self, merged: _Merged, keys: _Keys, wm: int, layout: PartialLayout, out_schema: pa.Schema, changed: np.ndarray
+    ) -> list[pa.Table]:
         """(C) Open sessions emitted when due (append: end <= W and not yet emitted, or
         changed by this batch while due; update: changed by this batch)."""
         sessions = merged.sessions
@@ -274,8 +288,7 @@ class SessionWindowKernel(KeyedKernel):
         selected_accs = {n: {i: c[g] for i, g in enumerate(sel.tolist()) if g in c} for n, c in merged.udaf_accs.items()}
         accs = self._accumulators(layout, parts, selected_accs)
         changed[g_key[sel]] = True
-        return [self._emit(layout, g_key[sel], sessions.bounds[START_STATE][sel], g_end[sel], parts, accs, keys,
-                           out_schema)]
+        return [self._emit(layout, g_key[sel], sessions.bounds[START_STATE][sel], g_end[sel], parts, accs, keys, out_schema)]
 
     # -- pieces -----------------------------------------------------------------------
 
@@ -286,8 +299,10 @@ class SessionWindowKernel(KeyedKernel):
         bad = rejected.rows
         hidden = [c for c in rows.column_names if c in (KEY_GROUP, INGEST)]
         records = rows.filter(pa.array(bad)).drop_columns(hidden).to_pylist()
-        dead = [DeadRecord(record, rejected.errors[row], tuple(record[k] for k in self.key_columns))
-                for row, record in zip(np.flatnonzero(bad).tolist(), records)]
+        dead = [
+            DeadRecord(record, rejected.errors[row], tuple(record[k] for k in self.key_columns))
+            for row, record in zip(np.flatnonzero(bad).tolist(), records)
+        ]
         result = self.process(rows.filter(pa.array(~bad)), state, ctx)
         result.dead_letters = dead + list(result.dead_letters)
         return result
@@ -301,8 +316,17 @@ class SessionWindowKernel(KeyedKernel):
                 accs[f.name] = [cache[i] if i in cache else pickle.loads(b) for i, b in enumerate(parts[f.name])]
         return accs
 
-    def _emit(self, layout: PartialLayout, key: np.ndarray, start: np.ndarray, end: np.ndarray, parts: dict,
-              accs: dict, keys: _Keys, out_schema: pa.Schema) -> pa.Table:
+    def _emit(
+        self,
+        layout: PartialLayout,
+        key: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+        parts: dict,
+        accs: dict,
+        keys: _Keys,
+        out_schema: pa.Schema,
+    ) -> pa.Table:
         columns: dict[str, pa.Array] = {}
         if QUERY_COLUMN in out_schema.names:
             columns[QUERY_COLUMN] = pa.array([self.query.display_name] * len(key), pa.string())
@@ -319,13 +343,20 @@ class SessionWindowKernel(KeyedKernel):
 
 
 def _take(sessions: StoredIntervals, index: np.ndarray) -> StoredIntervals:
-    return StoredIntervals(sessions.key[index], {c: v[index] for c, v in sessions.bounds.items()},
-                           {n: v[index] for n, v in sessions.parts.items()})
+    return StoredIntervals(
+        sessions.key[index], {c: v[index] for c, v in sessions.bounds.items()}, {n: v[index] for n, v in sessions.parts.items()}
+    )
 
 
-def _merge_udafs(layout: PartialLayout, stored_parts: dict[str, np.ndarray], row_table: pa.Table, members: _Members,
-                 keep_group: np.ndarray, g_changed: np.ndarray, g_parts: dict[str, np.ndarray]
-                 ) -> tuple[dict[str, dict[int, object]], dict[int, BaseException]]:
+def _merge_udafs(
+    layout: PartialLayout,
+    stored_parts: dict[str, np.ndarray],
+    row_table: pa.Table,
+    members: _Members,
+    keep_group: np.ndarray,
+    g_changed: np.ndarray,
+    g_parts: dict[str, np.ndarray],
+) -> tuple[dict[str, dict[int, object]], dict[int, BaseException]]:
     """Each merged session's UDAF accumulators (pickled into ``g_parts``; the live ones
     returned per field and session), and the sessions on which a UDAF raised. An unchanged
     session keeps its stored accumulator; a changed one merges its old sessions' and adds

@@ -73,8 +73,9 @@ class TTLKernel(KeyedKernel):
         inner_state = live.drop_columns([STAMP])
         if not self.inner.wants_timers and inner_state.num_rows:
             # the wrapped kernel reads only the key groups of its rows, as it would unwrapped
-            groups_with_rows = np.unique(np.asarray(rows.column(KEY_GROUP).to_numpy(), np.int32)) if rows.num_rows \
-                else np.zeros(0, np.int32)
+            groups_with_rows = (
+                np.unique(np.asarray(rows.column(KEY_GROUP).to_numpy(), np.int32)) if rows.num_rows else np.zeros(0, np.int32)
+            )
             mine = np.isin(np.asarray(inner_state.column(KEY_GROUP).to_numpy(), np.int32), groups_with_rows)
             inner_state = inner_state.filter(pa.array(mine))
         result = self.inner.process(rows, inner_state, ctx)
@@ -83,13 +84,19 @@ class TTLKernel(KeyedKernel):
         restamped = self._restamp(live, upserts, now)
         if restamped is not None:
             upserts = pa.concat_tables([upserts, restamped])
-        deletes = self._deletes(state.filter(pa.array(expired)), upserts, result.deletes) if expired.any() \
-            else result.deletes
+        deletes = self._deletes(state.filter(pa.array(expired)), upserts, result.deletes) if expired.any() else result.deletes
         metrics = dict(result.metrics)
         if expired.any():
             metrics["ttl_expired"] = int(expired.sum())
-        return KeyedResult(output=result.output, upserts=upserts, deletes=deletes, side_outputs=result.side_outputs,
-                           metrics=metrics, key_ids=result.key_ids, dead_letters=result.dead_letters)
+        return KeyedResult(
+            output=result.output,
+            upserts=upserts,
+            deletes=deletes,
+            side_outputs=result.side_outputs,
+            metrics=metrics,
+            key_ids=result.key_ids,
+            dead_letters=result.dead_letters,
+        )
 
     def _stamped(self, upserts: pa.Table, rows: pa.Table, live: pa.Table, now: int | None) -> pa.Table:
         """The wrapped kernel's upserts with their stamps: now for keys a record of the batch
@@ -97,13 +104,12 @@ class TTLKernel(KeyedKernel):
         n = upserts.num_rows
         if n == 0:
             return upserts.append_column(STAMP, pa.array([], pa.int64()))
-        fresh = pa.array(np.full(n, now if now is not None else 0, np.int64), mask=None if now is not None
-                         else np.ones(n, bool))
+        fresh = pa.array(np.full(n, now if now is not None else 0, np.int64), mask=None if now is not None else np.ones(n, bool))
         if not self.inner.wants_timers:  # every write comes from a record of the batch
             return upserts.append_column(STAMP, fresh)
         keys = self.key_columns
         ids = dense_ids([_concat([upserts[k], rows[k], live[k]], upserts.schema.field(k).type) for k in keys])
-        up_ids, row_ids, live_ids = ids[:n], ids[n:n + rows.num_rows], ids[n + rows.num_rows:]
+        up_ids, row_ids, live_ids = ids[:n], ids[n : n + rows.num_rows], ids[n + rows.num_rows :]
         had_rows = np.isin(up_ids, row_ids)
         old = np.full(int(ids.max(initial=-1)) + 1, -1, np.int64)
         old_valid = np.zeros(len(old), bool)
@@ -129,8 +135,7 @@ class TTLKernel(KeyedKernel):
         if not unstamped.any():
             return None
         rows = live.filter(pa.array(unstamped))
-        rows = rows.set_column(rows.schema.get_field_index(STAMP), STAMP,
-                               pa.array(np.full(rows.num_rows, now, np.int64)))
+        rows = rows.set_column(rows.schema.get_field_index(STAMP), STAMP, pa.array(np.full(rows.num_rows, now, np.int64)))
         return rows.select(upserts.column_names).cast(upserts.schema)
 
     def _deletes(self, expired: pa.Table, upserts: pa.Table, inner_deletes: pa.Table | None) -> pa.Table | None:

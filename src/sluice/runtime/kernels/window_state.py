@@ -89,8 +89,9 @@ def distinct_aggregates(queries: list[WindowQuery]) -> list[Aggregate]:
     return list(seen.values())
 
 
-def key_columns_of(all_keys: pa.Table, first: np.ndarray, ids: np.ndarray, key_columns: list[str],
-                   kg: pa.Array) -> tuple[dict[str, pa.Array], pa.Array]:
+def key_columns_of(
+    all_keys: pa.Table, first: np.ndarray, ids: np.ndarray, key_columns: list[str], kg: pa.Array
+) -> tuple[dict[str, pa.Array], pa.Array]:
     """Key columns and key groups of the keys ``ids`` (each read at its first row): the start
     of a state row or a delete row. The key group goes last in a state row, so it is apart."""
     taken = pa.array(first[ids])
@@ -110,8 +111,9 @@ def list_column(values: np.ndarray, offsets: np.ndarray, value_type: pa.DataType
 # The state codec: one row per key, lists of intervals and of their partials
 
 
-def window_state_schema(key_columns: list[str], input_schema: pa.Schema, layout: PartialLayout,
-                        interval_columns: list[str]) -> pa.Schema:
+def window_state_schema(
+    key_columns: list[str], input_schema: pa.Schema, layout: PartialLayout, interval_columns: list[str]
+) -> pa.Schema:
     """Keys, ``__wm``, one ``list<int64>`` per interval column, one list per partial field."""
     fields = [input_schema.field(c) for c in key_columns]
     fields.append(pa.field(WATERMARK_STATE, pa.int64()))
@@ -133,8 +135,9 @@ def read_window_state(state: pa.Table, layout: PartialLayout, interval_columns: 
     """Flatten the state's lists; every interval column has the same list lengths."""
     if state.num_rows == 0:
         empty = np.zeros(0, np.int64)
-        return StoredIntervals(empty, dict.fromkeys(interval_columns, empty),
-                               {f.name: np.zeros(0, layout.numpy_dtype(f)) for f in layout.fields})
+        return StoredIntervals(
+            empty, dict.fromkeys(interval_columns, empty), {f.name: np.zeros(0, layout.numpy_dtype(f)) for f in layout.fields}
+        )
     first = state[interval_columns[0]].combine_chunks()
     key = np.asarray(pc.list_parent_indices(first).to_numpy(), np.int64)
     bounds = {c: np.asarray(pc.list_flatten(state[c].combine_chunks()).to_numpy(), np.int64) for c in interval_columns}

@@ -183,7 +183,7 @@ class WindowAggregateKernel(CombiningKernel):
             ends = np.append(starts[1:], len(order))
             bad = np.zeros(kept.num_rows, dtype=bool)
             for g, exc in failed.items():
-                at = order[starts[g]:ends[g]]
+                at = order[starts[g] : ends[g]]
                 bad[at] = True
                 hidden = [c for c in kept.column_names if c in (KEY_GROUP, INGEST)]
                 for record in kept.take(pa.array(at)).drop_columns(hidden).to_pylist():
@@ -309,9 +309,14 @@ class WindowAggregateKernel(CombiningKernel):
         if to_row_ids is not None:
             output_ids = to_row_ids[output_ids]
         side = {LATE: pa.concat_tables(late_parts) if late_parts else late_schema(schema).empty_table()}
-        return KeyedResult(output=output, upserts=upserts, deletes=deletes, side_outputs=side,
-                           metrics={"late_seen": late_seen} if late_seen else {},
-                           key_ids=(output_ids, row_ids))
+        return KeyedResult(
+            output=output,
+            upserts=upserts,
+            deletes=deletes,
+            side_outputs=side,
+            metrics={"late_seen": late_seen} if late_seen else {},
+            key_ids=(output_ids, row_ids),
+        )
 
     # -- pieces -----------------------------------------------------------------------
 
@@ -438,9 +443,13 @@ class WindowAggregateKernel(CombiningKernel):
             combined = {f.name: table.parts[f.name][at] for f in layout.fields if f.kind != "udaf"}
         else:
             # both ends in one search: the table's pairs are encoded once
-            bounds = pair_searchsorted(table.key, table.pane, np.concatenate([wk, wk]),
-                                       np.concatenate([(wj * s) // self.pane, (wj * s + z) // self.pane]))
-            lo, hi = bounds[:len(wk)], bounds[len(wk):]
+            bounds = pair_searchsorted(
+                table.key,
+                table.pane,
+                np.concatenate([wk, wk]),
+                np.concatenate([(wj * s) // self.pane, (wj * s + z) // self.pane]),
+            )
+            lo, hi = bounds[: len(wk)], bounds[len(wk) :]
             combined = combine_ranges(layout, table, lo, hi)
         udafs = {}
         for _, agg in q.aggregates:
@@ -472,18 +481,30 @@ class WindowAggregateKernel(CombiningKernel):
         stored = read_window_state(state, layout, [PANE_STATE])
         return PaneTable(stored.key, stored.bounds[PANE_STATE], stored.parts)
 
-    def _state_changes(self, layout: PartialLayout, schema: pa.Schema, final: PaneTable, changed: np.ndarray,
-                       n_state: int, all_keys: pa.Table, first: np.ndarray, state: pa.Table, rows: pa.Table,
-                       wm: int) -> tuple[pa.Table, pa.Table | None]:
+    def _state_changes(
+        self,
+        layout: PartialLayout,
+        schema: pa.Schema,
+        final: PaneTable,
+        changed: np.ndarray,
+        n_state: int,
+        all_keys: pa.Table,
+        first: np.ndarray,
+        state: pa.Table,
+        rows: pa.Table,
+        wm: int,
+    ) -> tuple[pa.Table, pa.Table | None]:
         """New state rows of changed keys that still have panes; deletes for the others."""
         state_schema = self.state_schema(schema).append(pa.field(KEY_GROUP, pa.int32()))
         panes = StoredIntervals(final.key, {PANE_STATE: final.pane}, final.parts)
-        return window_state_changes(layout, self.key_columns, state_schema, panes, changed, n_state, all_keys,
-                                    first, state, rows, wm)
+        return window_state_changes(
+            layout, self.key_columns, state_schema, panes, changed, n_state, all_keys, first, state, rows, wm
+        )
 
 
-def _udaf_adds(layout: PartialLayout, rows: pa.Table, order: np.ndarray, starts: np.ndarray
-               ) -> tuple[dict[str, np.ndarray], dict[int, BaseException]]:
+def _udaf_adds(
+    layout: PartialLayout, rows: pa.Table, order: np.ndarray, starts: np.ndarray
+) -> tuple[dict[str, np.ndarray], dict[int, BaseException]]:
     """Each group's pickled UDAF accumulators (per field, an object array over the groups
     ``starts`` delimits in ``order``), and the groups on which some ``add`` raised."""
     ends = np.append(starts[1:], len(order)).tolist()

@@ -30,8 +30,7 @@ def default_read_limit() -> ReadLimit:
     return ReadMaxRows(NO_LIMIT)
 
 
-def admission_cap(limit: ReadLimit, control_dir: str, name: str,
-                  spec_default: int | None) -> int | None:
+def admission_cap(limit: ReadLimit, control_dir: str, name: str, spec_default: int | None) -> int | None:
     """Rows the batch being planned may admit (None: no cap).
 
     ``ReadAllAvailable`` from Spark (e.g. Trigger.Once) overrides every configured limit, as

@@ -23,8 +23,18 @@ import time
 
 from sluice.core.admission import check_source_name, control_path, get_max_rows, read_json, set_max_rows, write_json_atomic
 
-__all__ = ["BACKLOG_REFRESH_S", "BacklogReporter", "check_source_name", "control_path", "get_max_rows", "is_exhausted",
-           "read_backlog", "read_json", "set_max_rows", "write_json_atomic"]
+__all__ = [
+    "BACKLOG_REFRESH_S",
+    "BacklogReporter",
+    "check_source_name",
+    "control_path",
+    "get_max_rows",
+    "is_exhausted",
+    "read_backlog",
+    "read_json",
+    "set_max_rows",
+    "write_json_atomic",
+]
 
 BACKLOG_REFRESH_S = 0.25
 """With nothing to admit Spark polls a source every few milliseconds; the backlog file is

@@ -64,8 +64,9 @@ def stream_schema(spec: SourceSpec, splits: bool = False) -> pa.Schema:
     return SPLIT_SCHEMA if splits else spec.schema().append(pa.field(INGEST_TS, TIMESTAMP))
 
 
-def stream_reader(spec: SourceSpec, name: str, control_dir: str, parallelism: int,
-                  dead_letters: str | None = None) -> DataSourceStreamReader:
+def stream_reader(
+    spec: SourceSpec, name: str, control_dir: str, parallelism: int, dead_letters: str | None = None
+) -> DataSourceStreamReader:
     """The stream reader of ``spec``, as Spark gets it for the source named ``name``."""
     reader_class = reader_type(spec)
     if reader_class is None:
@@ -100,15 +101,20 @@ class SluiceDataSource(DataSource):
         return from_arrow_schema(stream_schema(self._spec(), self._by_splits()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        reader = stream_reader(self._spec(), self.options["name"], self.options["control_dir"],
-                               int(self.options.get("parallelism", "2")), self.options.get("dead_letters") or None)
+        reader = stream_reader(
+            self._spec(),
+            self.options["name"],
+            self.options["control_dir"],
+            int(self.options.get("parallelism", "2")),
+            self.options.get("dead_letters") or None,
+        )
         # ticks: batches without new input when the executor asks for one (``sources.ticks``)
-        return TickingReader(SplitStreamReader(reader) if self._by_splits() else reader, self.options["control_dir"],
-                             self.options["name"])
+        return TickingReader(
+            SplitStreamReader(reader) if self._by_splits() else reader, self.options["control_dir"], self.options["name"]
+        )
 
 
-def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_letters: str | None = None,
-                splits: bool = False):
+def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_letters: str | None = None, splits: bool = False):
     """A streaming DataFrame of ``spec``'s rows: its columns plus hidden ``__ingest_ts``
     (``splits``: of its splits, whose records the chain after it reads, ``sources.splits``).
 
@@ -142,7 +148,8 @@ def open_stream(spark, spec: SourceSpec, control_dir: str, name: str, dead_lette
                 f"source {name!r}: Spark's Python workers cannot import sluice: they run "
                 f"{spark.sparkContext.pythonExec!r}, not this interpreter ({sys.executable}). Create the "
                 f"session with PYSPARK_PYTHON={sys.executable} (or spark.pyspark.python), or let Sluice "
-                f"create it (run without spark=)") from e
+                f"create it (run without spark=)"
+            ) from e
         raise
 
 

@@ -78,8 +78,7 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             new.sort(key=lambda p: (os.stat(p).st_mtime_ns, os.path.basename(p)))
         found_us = time.time_ns() // 1000
         for path in new:
-            self.files.append({"path": path, "rows": count_rows(path, self.spec.format),
-                               "found_us": found_us})
+            self.files.append({"path": path, "rows": count_rows(path, self.spec.format), "found_us": found_us})
         write_json_atomic(self._log_path, {"source": self.name, "files": self.files})
 
     def _rows_through(self, k: int) -> int:
@@ -120,26 +119,46 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 break
             end, rows = end + 1, rows + size
         all_rows = rows + self._rows_through(available) - self._rows_through(end)
-        self._backlog.report({
-            "source": self.name, "kind": "DirectorySource",
-            "planned_rows": rows, "available_rows": all_rows,
-            "backlog": all_rows - rows, "batch_rows": rows - start["rows"],
-            "planned_files": end, "available_files": available, "max_rows": cap,
-            "total_rows": None, "exhausted": self.spec.available_now and end >= available,
-            "time": time.time(),
-        }, planned_batch=end > first)
+        self._backlog.report(
+            {
+                "source": self.name,
+                "kind": "DirectorySource",
+                "planned_rows": rows,
+                "available_rows": all_rows,
+                "backlog": all_rows - rows,
+                "batch_rows": rows - start["rows"],
+                "planned_files": end,
+                "available_files": available,
+                "max_rows": cap,
+                "total_rows": None,
+                "exhausted": self.spec.available_now and end >= available,
+                "time": time.time(),
+            },
+            planned_batch=end > first,
+        )
         if end == first:
             return start
         return {"source": self.name, "files": end, "rows": rows}
 
     def _report_end(self, start: dict) -> None:
         """The backlog of a finite source whose files are all admitted: none, exhausted."""
-        self._backlog.report({
-            "source": self.name, "kind": "DirectorySource", "planned_rows": start["rows"],
-            "available_rows": start["rows"], "backlog": 0, "batch_rows": 0,
-            "planned_files": start["files"], "available_files": start["files"], "max_rows": None,
-            "total_rows": start["rows"], "exhausted": True, "time": time.time(),
-        }, planned_batch=False)
+        self._backlog.report(
+            {
+                "source": self.name,
+                "kind": "DirectorySource",
+                "planned_rows": start["rows"],
+                "available_rows": start["rows"],
+                "backlog": 0,
+                "batch_rows": 0,
+                "planned_files": start["files"],
+                "available_files": start["files"],
+                "max_rows": None,
+                "total_rows": start["rows"],
+                "exhausted": True,
+                "time": time.time(),
+            },
+            planned_batch=False,
+        )
 
     def reportLatestOffset(self) -> dict | None:
         if self._last_start is None:
@@ -151,8 +170,7 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if end.get("end"):  # the end-of-input punctuation reads nothing
             return []
         first = start["files"]
-        return [FileSlice(f["path"], f["found_us"], first + i)
-                for i, f in enumerate(self.files[first:end["files"]])]
+        return [FileSlice(f["path"], f["found_us"], first + i) for i, f in enumerate(self.files[first : end["files"]])]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, FileSlice)  # what partitions() made
@@ -160,10 +178,8 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if rejects:
             self._dead_letter(partition, rejects)
         for batch in table.to_batches(FILE_CHUNK_ROWS):
-            ingest = pa.array(np.full(batch.num_rows, partition.found_us, dtype=np.int64),
-                              type=TIMESTAMP)
-            yield pa.RecordBatch.from_arrays([*list(batch.columns), ingest],
-                                             schema=self.arrow_schema)
+            ingest = pa.array(np.full(batch.num_rows, partition.found_us, dtype=np.int64), type=TIMESTAMP)
+            yield pa.RecordBatch.from_arrays([*list(batch.columns), ingest], schema=self.arrow_schema)
 
     def _dead_letter(self, partition: FileSlice, rejects: list[Reject]) -> None:
         """Send the records of a file that cannot be read to the dead-letter channel of the
@@ -180,10 +196,11 @@ class DirectoryStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         context = TaskContext.get()
         batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         if not self.dead_letters or batch_id is None:
-            raise SourceError(f"source {self.name!r}: cannot read {rejects[0].location}: {rejects[0].error}"
-                              f" (and no dead-letter channel outside a Sluice job)")
-        writer = SideOutputWriter(self.dead_letters, DEAD_LETTER, int(batch_id), f"source-{self.name}",
-                                  partition.index)
+            raise SourceError(
+                f"source {self.name!r}: cannot read {rejects[0].location}: {rejects[0].error}"
+                f" (and no dead-letter channel outside a Sluice job)"
+            )
+        writer = SideOutputWriter(self.dead_letters, DEAD_LETTER, int(batch_id), f"source-{self.name}", partition.index)
         for reject in rejects:
             writer.dead(self.name, reject.text, reject.error, reject.location)
         writer.flush()

@@ -83,8 +83,7 @@ def _read_json_lines(path: str, schema: pa.Schema) -> tuple[pa.Table, list[Rejec
 
     def parse(first: int, stop: int) -> pa.Table:
         chunk = buffer.slice(int(starts[first]), int(ends[stop - 1] - starts[first]))
-        table = pajson.read_json(pa.BufferReader(chunk), parse_options=options,
-                                 read_options=pajson.ReadOptions(block_size=block))
+        table = pajson.read_json(pa.BufferReader(chunk), parse_options=options, read_options=pajson.ReadOptions(block_size=block))
         return conform(table, schema, path)
 
     def reject(line: int, error: Exception) -> Reject | None:
@@ -104,7 +103,9 @@ def _read_csv(path: str, schema: pa.Schema) -> tuple[pa.Table, list[Reject]]:
     # without a zone offset (pyarrow's CSV reader insists on one).
     typed = pacsv.ConvertOptions(
         column_types={f.name: pa.string() if pa.types.is_timestamp(f.type) else f.type for f in schema},
-        include_columns=schema.names, include_missing_columns=True)
+        include_columns=schema.names,
+        include_missing_columns=True,
+    )
     try:
         return conform(pacsv.read_csv(path, convert_options=typed), schema, path), []
     except (pa.ArrowInvalid, SourceError):
@@ -114,16 +115,25 @@ def _read_csv(path: str, schema: pa.Schema) -> tuple[pa.Table, list[Reject]]:
     rejects: list[Reject] = []
 
     def bad_row(row) -> str:
-        rejects.append(Reject(f"{path}:{row.number}" if row.number else path,
-                              f"expected {row.expected_columns} cells, found {row.actual_columns}",
-                              _text(row.text.encode())))
+        rejects.append(
+            Reject(
+                f"{path}:{row.number}" if row.number else path,
+                f"expected {row.expected_columns} cells, found {row.actual_columns}",
+                _text(row.text.encode()),
+            )
+        )
         return "skip"
 
-    text = pacsv.ConvertOptions(column_types={f.name: pa.string() for f in schema},
-                                include_columns=schema.names, include_missing_columns=True)
+    text = pacsv.ConvertOptions(
+        column_types={f.name: pa.string() for f in schema}, include_columns=schema.names, include_missing_columns=True
+    )
     try:
-        cells = pacsv.read_csv(path, convert_options=text, parse_options=pacsv.ParseOptions(invalid_row_handler=bad_row),
-                               read_options=pacsv.ReadOptions(use_threads=False))
+        cells = pacsv.read_csv(
+            path,
+            convert_options=text,
+            parse_options=pacsv.ParseOptions(invalid_row_handler=bad_row),
+            read_options=pacsv.ReadOptions(use_threads=False),
+        )
     except pa.ArrowInvalid as e:
         return schema.empty_table(), [Reject(path, f"cannot be read as CSV: {_reason(e)}")]
 
@@ -159,14 +169,16 @@ def _read_parquet(path: str, schema: pa.Schema) -> tuple[pa.Table, list[Reject]]
         pass
 
     def reject(row: int, error: Exception) -> Reject:
-        return Reject(f"{path}:row {row + 1}", _reason(error),
-                      _text(json.dumps(table.slice(row, 1).to_pylist()[0], default=str).encode()))
+        return Reject(
+            f"{path}:row {row + 1}", _reason(error), _text(json.dumps(table.slice(row, 1).to_pylist()[0], default=str).encode())
+        )
 
     return _bisect(table.num_rows, lambda a, b: conform(table.slice(a, b - a), schema, path), reject, schema)
 
 
-def _bisect(n: int, read: Callable[[int, int], pa.Table], reject: Callable[[int, Exception], Reject | None],
-            schema: pa.Schema) -> tuple[pa.Table, list[Reject]]:
+def _bisect(
+    n: int, read: Callable[[int, int], pa.Table], reject: Callable[[int, Exception], Reject | None], schema: pa.Schema
+) -> tuple[pa.Table, list[Reject]]:
     """``read(0, n)``, or when it fails, the parts of [0, n) that ``read`` accepts and a
     reject for each single item it does not."""
     good: list[pa.Table] = []
@@ -215,10 +227,7 @@ def conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
                 try:
                     column = _cast(column, f.type)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise SourceError(
-                        f"{where}: column {f.name!r} is {column.type}, cannot be read as "
-                        f"{f.type}: {e}"
-                    ) from None
+                    raise SourceError(f"{where}: column {f.name!r} is {column.type}, cannot be read as {f.type}: {e}") from None
         else:
             column = pa.nulls(table.num_rows, f.type)
         columns.append(column)

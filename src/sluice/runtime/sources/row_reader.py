@@ -126,8 +126,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is None:
             fixed = self.spec.start_time
             start_us = round(fixed * 1e6) if fixed is not None else now_us()
-            self._initial = {"source": self.name, "rows": 0, "start_us": start_us,
-                             "at_us": start_us}
+            self._initial = {"source": self.name, "rows": 0, "start_us": start_us, "at_us": start_us}
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -159,8 +158,7 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start if start.get("end") else end_of_input(start, now)
         if self._available_now:
             if self._target is None:
-                self._target = available if available is not None else (
-                    first + (cap or DEFAULT_MAX_ROWS_PER_BATCH))
+                self._target = available if available is not None else (first + (cap or DEFAULT_MAX_ROWS_PER_BATCH))
             available = self._target if available is None else min(available, self._target)
         if available is None:  # endless and rate-less: one batch's worth at a time
             end = first + (cap or DEFAULT_MAX_ROWS_PER_BATCH)
@@ -181,34 +179,35 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {"source": self.name, "rows": self._last_start["rows"], "unbounded": True}
         return {"source": self.name, "rows": available, "start_us": self._last_start["start_us"]}
 
-    def _report(self, start: dict, end: int, available: int | None, cap: int | None,
-                now: int) -> None:
+    def _report(self, start: dict, end: int, available: int | None, cap: int | None, now: int) -> None:
         """Write the backlog file. With a rate, rows keep arriving while the batch runs:
         ``start_us`` and ``rate`` let ``read_backlog`` count them when it is read."""
         first = start["rows"]
         total = self.total_rows()
-        self._backlog.report({
-            "source": self.name,
-            "kind": type(self.spec).__name__,
-            "planned_rows": end,
-            "available_rows": available,
-            "backlog": None if available is None else max(available - end, 0),
-            "batch_rows": end - first,
-            "max_rows": cap,
-            "total_rows": total,
-            "start_us": start["start_us"],
-            "rate": rate_to_json(self.rate),
-            "exhausted": total is not None and end >= total,
-            "time": now / 1e6,
-        }, planned_batch=end > first)
+        self._backlog.report(
+            {
+                "source": self.name,
+                "kind": type(self.spec).__name__,
+                "planned_rows": end,
+                "available_rows": available,
+                "backlog": None if available is None else max(available - end, 0),
+                "batch_rows": end - first,
+                "max_rows": cap,
+                "total_rows": total,
+                "start_us": start["start_us"],
+                "rate": rate_to_json(self.rate),
+                "exhausted": total is not None and end >= total,
+                "time": now / 1e6,
+            },
+            planned_batch=end > first,
+        )
 
     # --- reading --------------------------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         # The clock comes from the end offset: it is the one Spark logged for this batch.
         ranges = split_rows(start["rows"], end["rows"], self.parallelism, GENERATOR_BLOCK_ROWS)
-        return [RowRange(a, b, end["start_us"], end.get("at_us", end["start_us"]))
-                for a, b in ranges]
+        return [RowRange(a, b, end["start_us"], end.get("at_us", end["start_us"])) for a, b in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RowRange)  # what partitions() made
@@ -222,4 +221,3 @@ class RowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ingest = arrival_us(partition.start_us, self.rate, rows)
             columns = [*list(batch.columns), pa.array(ingest, type=TIMESTAMP)]
             yield pa.RecordBatch.from_arrays(columns, schema=self.arrow_schema)
-

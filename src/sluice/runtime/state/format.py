@@ -39,9 +39,7 @@ def _require_columns(table: pa.Table, needed: list[str], what: str) -> None:
         )
 
 
-def build_state_table(
-    upserts: pa.Table | None, deletes: pa.Table | None, key_columns: list[str], where: str
-) -> pa.Table:
+def build_state_table(upserts: pa.Table | None, deletes: pa.Table | None, key_columns: list[str], where: str) -> pa.Table:
     """One table of tombstones and upserts, sorted by ``__kg``, ready to be written.
 
     If a task both deletes and upserts one key in the same batch, the upsert wins (the key is

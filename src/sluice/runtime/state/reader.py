@@ -49,15 +49,19 @@ def stateful_operators(checkpoint: str | Checkpoint) -> list[StatefulOperator]:
     ckpt = Checkpoint.of(checkpoint)
     record = ckpt.read_json(RECORD)
     if not isinstance(record, dict) or not isinstance(record.get("operators"), dict):
-        raise StateError(f"{ckpt.location(RECORD)} is missing or damaged: {ckpt} is not a Sluice checkpoint "
-                         f"that ran a keyed operator")
+        raise StateError(
+            f"{ckpt.location(RECORD)} is missing or damaged: {ckpt} is not a Sluice checkpoint that ran a keyed operator"
+        )
     present = set(ckpt.dirs(STATE))
     out = []
     for op_id, recorded in record["operators"].items():
         entry = recorded or {}  # None: recorded before records held what the state depends on
         if op_id in present:
-            out.append(StatefulOperator(op_id, str(entry.get("name") or op_id), str(entry.get("kind", "?")),
-                                        len(entry.get("keys") or [])))
+            out.append(
+                StatefulOperator(
+                    op_id, str(entry.get("name") or op_id), str(entry.get("kind", "?")), len(entry.get("keys") or [])
+                )
+            )
     return sorted(out, key=lambda op: op.id)
 
 
@@ -92,13 +96,14 @@ def read(checkpoint: str | Checkpoint, operator: str | None = None, batch: int |
     if batch is None:
         batch = done[-1]
     elif batch not in done:
-        raise StateError(f"batch {batch} is not a committed batch of checkpoint {ckpt}; "
-                         f"committed batches: {_ranges(done)}")
+        raise StateError(f"batch {batch} is not a committed batch of checkpoint {ckpt}; committed batches: {_ranges(done)}")
     for attempt in range(_ATTEMPTS):
         kept = kept_batches(ckpt, op.id)
         if batch not in kept:
-            raise StateError(f"the state of {op.id!r} as of batch {batch} is no longer kept (the job compacted it "
-                             f"into a later snapshot); batches whose state is kept: {_ranges(kept)}")
+            raise StateError(
+                f"the state of {op.id!r} as of batch {batch} is no longer kept (the job compacted it "
+                f"into a later snapshot); batches whose state is kept: {_ranges(kept)}"
+            )
         try:
             return _read(ckpt, op, batch)
         except StateError:
@@ -111,8 +116,10 @@ def read(checkpoint: str | Checkpoint, operator: str | None = None, batch: int |
 
 def _read(ckpt: Checkpoint, op: StatefulOperator, batch: int) -> pa.Table:
     if op.keys == 0:  # merging by key group alone would keep one key per group
-        raise StateError(f"{ckpt.location(RECORD)} does not record the key columns of {op.id!r} (written by an "
-                         f"older Sluice); run the job once with this version, then read its state")
+        raise StateError(
+            f"{ckpt.location(RECORD)} does not record the key columns of {op.id!r} (written by an "
+            f"older Sluice); run the job once with this version, then read its state"
+        )
     store = KeyGroupStore(ckpt.uri, op.id, [])
     index = store.index(before_batch=batch + 1)
     kgs = index.key_groups_with_state()
@@ -120,7 +127,7 @@ def _read(ckpt: Checkpoint, op: StatefulOperator, batch: int) -> pa.Table:
         return pa.table({"key_group": pa.array([], pa.int32())})
     # the key columns lead every state file after __kg (state.format.build_state_table)
     names = store.read(index, kgs[:1]).column_names  # type: ignore[union-attr]
-    keyed = KeyGroupStore(ckpt.uri, op.id, names[1:1 + op.keys])
+    keyed = KeyGroupStore(ckpt.uri, op.id, names[1 : 1 + op.keys])
     table = keyed.read(index, kgs)
     assert table is not None  # the index lists files
     table = table.drop_columns([KEY_GROUP]).append_column("key_group", table.column(KEY_GROUP))
@@ -142,8 +149,9 @@ def _operator(ckpt: Checkpoint, operator: str | None) -> StatefulOperator:
     found = [op for op in ops if operator in (op.id, op.name)]
     if len(found) != 1:
         why = "no" if not found else "more than one"
-        raise StateError(f"{why} stateful operator of checkpoint {ckpt} is called {operator!r}; "
-                         f"its stateful operators: {listing}")
+        raise StateError(
+            f"{why} stateful operator of checkpoint {ckpt} is called {operator!r}; its stateful operators: {listing}"
+        )
     return found[0]
 
 

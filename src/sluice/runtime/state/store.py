@@ -196,9 +196,7 @@ class KeyGroupStore:
         """Relative path of the delta file of (batch, partition): a function of both only."""
         return f"deltas/{_batch_name(batch_id)}/part-{partition:05d}.arrow"
 
-    def write_delta(
-        self, batch_id: int, partition: int, upserts: pa.Table | None, deletes: pa.Table | None
-    ) -> DeltaFile | None:
+    def write_delta(self, batch_id: int, partition: int, upserts: pa.Table | None, deletes: pa.Table | None) -> DeltaFile | None:
         """Write one task's state changes; return their descriptor for the driver's commit.
 
         ``upserts``: ``__kg`` (int32) + key columns + state columns; ``deletes``: ``__kg`` + key
@@ -218,9 +216,7 @@ class KeyGroupStore:
             return None
         return self._write_state_file(rel, batch_id, table, kind="delta", sidecar=True)
 
-    def _write_state_file(
-        self, rel: str, batch_id: int, table: pa.Table, kind: str, sidecar: bool
-    ) -> DeltaFile:
+    def _write_state_file(self, rel: str, batch_id: int, table: pa.Table, kind: str, sidecar: bool) -> DeltaFile:
         data = serialize(table)
         ranges = row_ranges(table.column(KEY_GROUP))
         delta = DeltaFile(
@@ -253,14 +249,11 @@ class KeyGroupStore:
         data = self._read_bytes(f.path)
         if len(data) != f.bytes:
             raise StateCorruptionError(
-                f"state file {full} has {len(data)} bytes, its commit says {f.bytes} "
-                f"(truncated or overwritten)"
+                f"state file {full} has {len(data)} bytes, its commit says {f.bytes} (truncated or overwritten)"
             )
         actual = checksum(data)
         if actual != f.checksum:
-            raise StateCorruptionError(
-                f"state file {full} failed its checksum: expected {f.checksum}, got {actual}"
-            )
+            raise StateCorruptionError(f"state file {full} failed its checksum: expected {f.checksum}, got {actual}")
         try:
             table = deserialize(data)
         except (pa.ArrowInvalid, OSError) as exc:  # checksum matched but unreadable: a bug
@@ -270,9 +263,7 @@ class KeyGroupStore:
         FILE_CACHE.put(key, table)
         return table
 
-    def read(
-        self, index: StateIndex, key_groups: Iterable[int], schema: pa.Schema | None = None
-    ) -> pa.Table | None:
+    def read(self, index: StateIndex, key_groups: Iterable[int], schema: pa.Schema | None = None) -> pa.Table | None:
         """Latest committed state of ``key_groups`` as seen by ``index``.
 
         Result: ``__kg`` + key columns + state columns, one row per live key, ordered
@@ -287,9 +278,7 @@ class KeyGroupStore:
         no committed file at all in ``index`` the result is None.
         """
         if index.operator_id != self.operator_id:
-            raise StateError(
-                f"index of operator {index.operator_id!r} used with the store of {self.operator_id!r}"
-            )
+            raise StateError(f"index of operator {index.operator_id!r} used with the store of {self.operator_id!r}")
         pieces: list[pa.Table] = []
         for kg in sorted(set(key_groups)):
             for f in index.files_by_kg.get(kg, ()):
@@ -319,9 +308,7 @@ class KeyGroupStore:
                 try:
                     files.append(DeltaFile.from_dict(json.loads(self._read_bytes(rel))))
                 except (ValueError, KeyError, TypeError) as exc:
-                    raise StateCorruptionError(
-                        f"delta descriptor {self._abs(rel)} is unreadable: {exc}"
-                    ) from exc
+                    raise StateCorruptionError(f"delta descriptor {self._abs(rel)} is unreadable: {exc}") from exc
         return sorted(files, key=lambda f: f.path)
 
     written_files = committed_files

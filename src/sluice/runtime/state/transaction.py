@@ -78,5 +78,7 @@ class StateTransaction:
 
     def _expect(self, status: TransactionStatus, action: str) -> None:
         if self.status is not status:
-            raise StateError(f"batch {self.batch_id}: cannot {action} a state transaction that is "
-                             f"{self.status.value} (expected {status.value})")
+            raise StateError(
+                f"batch {self.batch_id}: cannot {action} a state transaction that is "
+                f"{self.status.value} (expected {status.value})"
+            )

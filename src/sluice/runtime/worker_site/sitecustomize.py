@@ -32,10 +32,9 @@ def _redundant(entry: str) -> bool:
         return False
     name = os.path.basename(entry)
     if name.startswith("py4j-") and name.endswith("-src.zip"):  # Py4J installed beside it, same version
-        version = name[len("py4j-"):-len("-src.zip")]
+        version = name[len("py4j-") : -len("-src.zip")]
         site = os.path.dirname(package)
-        return (os.path.isdir(os.path.join(site, "py4j"))
-                and os.path.isdir(os.path.join(site, f"py4j-{version}.dist-info")))
+        return os.path.isdir(os.path.join(site, "py4j")) and os.path.isdir(os.path.join(site, f"py4j-{version}.dist-info"))
     return name == "pyspark.zip" or name.endswith(".jar")
 
 
