@@ -404,7 +404,7 @@ def live_runs(phases, phase_s: float, alts, peak: int, average: int) -> tuple[di
     took to join and their Python workers to start, the start-up the policies are told)."""
     from sluice.errors import SluiceError
     from sluice.runtime.cluster import LocalCluster
-    from sluice.runtime.executors import ExecutorPool
+    from sluice.runtime.executor_pool import ExecutorPool
     from sluice.runtime.session import spark_session
 
     os.environ.setdefault("SLUICE_SPARK_UI", "0")

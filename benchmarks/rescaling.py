@@ -403,7 +403,7 @@ def main() -> None:
 
     from sluice.control import IncrementalScaling, OneStepScaling
     from sluice.runtime.cluster import LocalCluster
-    from sluice.runtime.executors import ExecutorPool
+    from sluice.runtime.executor_pool import ExecutorPool
     from sluice.runtime.session import spark_session
 
     os.environ.setdefault("SLUICE_SPARK_UI", "0")

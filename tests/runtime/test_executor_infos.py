@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.runtime.executors import _executor_infos_by_call, executor_infos, held_executors
+from sluice.runtime.executor_pool import _executor_infos_by_call, executor_infos, held_executors
 
 pytestmark = pytest.mark.spark
 

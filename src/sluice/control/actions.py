@@ -22,7 +22,7 @@ Kinds and their actuators (``sluice.control.actuators``):
   switch happens at the batch boundary, and a replayed batch runs the alternate it ran with.
 - ``executors``: how many executors the job holds (``target`` ``"*"``; ``value``: a count).
   The next Plan says so, and the job's cost is billed for them; on a standalone cluster the
-  controller's executor actuator asks Spark for them (``runtime.executors.ExecutorPool``);
+  controller's executor actuator asks Spark for them (``runtime.executor_pool.ExecutorPool``);
   on local Spark the action is rejected (its task slots are fixed). An ``executors`` action
   may go with one other structural action of the same policy in the same batch: the
   resources and the parallelism that uses them change in one step (DS2).

@@ -2,7 +2,7 @@
 
 An actuator reports the job's ``Resources`` after every batch and applies an accepted
 ``executors`` action with ``set_total(n)``. Pure of Spark: the Spark one
-(``runtime.executors.SparkExecutors``, around ``ExecutorPool``) lives in the runtime, the
+(``runtime.executor_pool.SparkExecutors``, around ``ExecutorPool``) lives in the runtime, the
 simulator has its own (``sim.elastic``), and ``FixedExecutors`` stands for resources that
 cannot change (local Spark, pure tests): it rejects every change with the reason.
 """

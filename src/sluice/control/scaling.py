@@ -23,7 +23,7 @@ controller applies one stage's change
 at a time (the arbiter's rule) at a batch boundary: key groups are re-routed in ranges and
 their state follows them through the store, with no restart (Flink's autoscaler restarts
 the job for each rescale). On a standalone cluster the executors those partitions run on
-change in the same step (``executors`` action, ``runtime.executors.ExecutorPool``); on local
+change in the same step (``executors`` action, ``runtime.executor_pool.ExecutorPool``); on local
 Spark the partitions alone, up to its cores.
 
 Pure: no Spark.

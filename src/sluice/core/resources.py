@@ -44,5 +44,5 @@ class Resources:
 
 
 def held_executors(infos: list[dict]) -> list[dict]:
-    """The executors proper (not the driver) among ``runtime.executors.executor_infos``."""
+    """The executors proper (not the driver) among ``runtime.executor_pool.executor_infos``."""
     return [e for e in infos if e.get("id") not in (None, DRIVER)]

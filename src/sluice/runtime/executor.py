@@ -38,7 +38,7 @@ from sluice.runtime.compile import BatchInputs, BatchLineage, SourceInfo, compil
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
 from sluice.runtime.event_time import EventClock, SourceTime, kernel_queries, processing_time_due
 from sluice.runtime.exchange import prepare_hash_exchange
-from sluice.runtime.executors import executor_infos
+from sluice.runtime.executor_pool import executor_infos
 from sluice.runtime.file_rolling import remove_if_empty, roll
 from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
@@ -606,7 +606,7 @@ def executors_held(plan: Plan, executors: list[dict]) -> int:
     Plan's ``executors``, what the controller asked for: a worker's cores are the job's from
     the moment the master launches an executor on it, as a cloud bills a VM from its launch);
     on local Spark, where the driver runs the tasks, what the Plan holds (default one)."""
-    from sluice.runtime.executors import held_executors
+    from sluice.runtime.executor_pool import held_executors
 
     held = held_executors(executors)
     if held:

@@ -323,7 +323,7 @@ def _run(
 
 
 def _standalone(spark) -> bool:
-    from sluice.runtime.executors import is_standalone
+    from sluice.runtime.executor_pool import is_standalone
 
     return is_standalone(spark.sparkContext.master)
 
@@ -331,7 +331,7 @@ def _standalone(spark) -> bool:
 def _executor_pool(spark, executors: int | None, max_executors: int | None):
     """The pool of a standalone application's executors (None on local Spark), holding
     ``executors`` of them before the first batch when asked to."""
-    from sluice.runtime.executors import ExecutorPool, is_standalone
+    from sluice.runtime.executor_pool import ExecutorPool, is_standalone
 
     if not is_standalone(spark.sparkContext.master):
         if executors is not None or max_executors is not None:
@@ -355,7 +355,7 @@ def _controller(graph, checkpoint: Checkpoint, controls: str, policies, spark, p
     from sluice.control.executors import FixedExecutors
     from sluice.control.swap import PolicySwaps
     from sluice.graph.sources import SparkSource
-    from sluice.runtime.executors import SparkExecutors
+    from sluice.runtime.executor_pool import SparkExecutors
 
     admitting = [op.id for op in graph.sources() if not isinstance(op.params["spec"], SparkSource)]
     executors = FixedExecutors(Resources(cores=spark.sparkContext.defaultParallelism)) if pool is None else SparkExecutors(pool)

@@ -4,7 +4,7 @@ A requested executor joins ``startup_s`` after the request (a JVM starting and r
 with the driver) and runs tasks ``warmup_s`` after that (its Python workers starting: Spark
 gives a registered executor tasks at once, and they wait for those workers); a released one
 leaves at once. The executors held at the start are warm. ``resources()`` reports what the Spark
-actuator reports (``runtime.executors.SparkExecutors``), so the policies see the same view
+actuator reports (``runtime.executor_pool.SparkExecutors``), so the policies see the same view
 in the simulator and on a cluster. The clock is the caller's: ``now`` is read from a
 function, the simulated engine's time.
 """
