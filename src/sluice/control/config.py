@@ -49,6 +49,8 @@ REGISTRY: dict[str, Callable[..., Policy]] = {
 
 
 def register(name: str, factory: Callable[..., Policy]) -> None:
+    """Make a policy of your own usable by ``name`` in a policies YAML file (``factory`` is
+    called with the entry's keyword arguments)."""
     REGISTRY[name] = factory
 
 

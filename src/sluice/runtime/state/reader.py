@@ -66,6 +66,7 @@ def stateful_operators(checkpoint: str | Checkpoint) -> list[StatefulOperator]:
 
 
 def committed_batches(checkpoint: str | Checkpoint) -> list[int]:
+    """The ids of the job's committed batches (those with a done record), ascending."""
     return Checkpoint.of(checkpoint).done_batches()
 
 
