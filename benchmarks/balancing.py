@@ -18,7 +18,6 @@ is a JSON object whose ``ratio`` is Flux's mean load distance over the MILP's in
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,9 @@ from sluice.plan.balancing import (
     solve_milp,
 )
 from sluice.sim.balancing_workloads import collocation_workload, scale_in_workload, solver_workload
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure import Anchor, Record, no_outputs
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 SIZES = [(10, 200), (20, 400), (40, 800)]
@@ -320,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shorter solver limits, fewer rounds and seeds")
     args = parser.parse_args(argv)
+    record = Record("balancing", args.quick)
     started = time.perf_counter()
     log("5.1a solver performance: MILP vs Flux")
     solver = solver_comparison(args.quick)
@@ -373,8 +376,6 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": time.perf_counter() - started,
     }
     result["figures"] = figures
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "balancing.json").write_text(json.dumps(result, indent=1, default=float))
     text = tables(result)
     (RESULTS / "balancing.md").write_text(
         f"# Key-group balancing benchmark ({result['mode']} mode)\n\nProduced by `benchmarks/balancing.py"
@@ -385,7 +386,18 @@ def main(argv: list[str] | None = None) -> int:
     log(text)
     log("")
     log(f"MILP solve time at 40 nodes x 800 key groups: max {max(big):.2f} s (limit 5 s)")
-    print(json.dumps(figures, default=float))
+    record.publish(
+        RESULTS / "balancing.json",
+        result,
+        figures,
+        anchor=Anchor(
+            ran="Flux (pairwise key-group swaps), on the same synthetic loads",
+            formulation="ratio = Flux's mean load distance over ALBIC's MILP's at equal maxMigrations (5.1a); "
+            "PoTC beside it, COLA against ALBIC in 5.3",
+        ),
+        **no_outputs("placement solvers on synthetic loads: no stream runs"),
+        indent=1,
+    )
     return 0
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import random
 import shutil
@@ -50,6 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import recovery  # the kill-and-watch machinery of the recovery benchmark
+from measure import Anchor, Record
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 SYSTEM = "chaos"
@@ -205,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.workdir, args.rate, args.total_rows, args.rows_per_batch)
         return 0
+    record = Record("chaos", args.quick)
     workdir = tempfile.mkdtemp(prefix="sluice-chaos-")
     mode = "quick" if args.quick else "full"
     print(
@@ -260,10 +261,19 @@ def main(argv: list[str] | None = None) -> int:
         "recoveries_s": [round(r, 2) for r in recoveries],
         "recovery_mean_s": round(statistics.mean(recoveries), 2) if recoveries else None,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"chaos{'_quick' if args.quick else ''}.json").write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(workdir, ignore_errors=True)
-    print(json.dumps(line))
+    record.publish(
+        RESULTS / "chaos.json",
+        results,
+        line,
+        anchor=Anchor(
+            ran="no second system: the source's own rows, generated again, are the reference",
+            formulation="every key's final count and summed window counts against the rows the source produced; "
+            "lost and duplicated must both be 0",
+        ),
+        outputs_equal=lost == 0 and duplicated == 0,
+        outputs_compared="the job's final count per key and its windows' counts summed per key, against the source's rows",
+    )
     return 0 if lost == 0 and duplicated == 0 else 1
 
 

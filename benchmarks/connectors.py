@@ -61,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "docs" / "results"
 
-from benchmarks.measure import environment  # noqa: E402
+from benchmarks.measure import Anchor, Record  # noqa: E402
 from tests.connector_services import (  # noqa: E402
     KAFKA,
     MQTT_HOST,
@@ -562,6 +562,7 @@ def main() -> int:
         kind, topic, rows, batch = args.native
         native_main(kind, topic, int(rows), int(batch))
         return 0
+    record = Record("connectors", args.quick)
     n = 40_000 if args.quick else 200_000
     per_batch = n // 8
 
@@ -581,7 +582,7 @@ def main() -> int:
                 {"spark_kafka_rows_s": round(native[0]), "ratio_to_spark": round(ours / native[0], 3), "spark_kafka": SPARK_KAFKA}
             )
             print(f"{'':16s} spark's own connector {native[0]:10.0f} rows/s   sluice/spark {ours / native[0]:.3f}", flush=True)
-    env = environment(spark)
+    spark_cores = int(spark.sparkContext.defaultParallelism)
     spark.stop()
     ratios = [r["ratio"] for r in results.values()]
     summary = {
@@ -597,17 +598,23 @@ def main() -> int:
         "kafka_sink": results.get("kafka sink"),
         "delta_sink": results.get("delta sink"),
         "iceberg_sink": results.get("iceberg sink"),
-        "anchor": {
-            "client": "the broker's own Python client on the same data, one call per batch",
-            "kafka": f"also Spark's own Kafka source and sink ({SPARK_KAFKA}), same topic and batch size",
-            "lakehouse": "also Sluice's writer alone on the same batches, without Spark",
-        },
-        **env,
+        "spark_cores": spark_cores,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    if not args.only:
-        (RESULTS / "connectors.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary))
+    record.publish(
+        None if args.only else RESULTS / "connectors.json",
+        summary,
+        summary,
+        anchor=Anchor(
+            ran="the broker's own Python client on the same data, one call per batch (the headline ratio); "
+            f"for Kafka also Spark's own Kafka source and sink ({SPARK_KAFKA}), for Delta and Iceberg also "
+            "Sluice's writer alone without Spark",
+            formulation="N JSON records (or N generator rows for sinks), the same batch size for every system",
+            shuffle_partitions=None,
+        ),
+        outputs_equal=None,
+        outputs_compared="nothing compared value for value: a connector run ends when it has read or written N "
+        "rows, and the Kafka, Delta and Iceberg sinks' row counts are checked (each row once)",
+    )
     return 0
 
 

@@ -48,9 +48,9 @@ read; kernel; delta write; output), summed over tasks. docs/runtime.md, section 
 
 The machine is shared: the runs alternate the two systems (A B B A A B; a Spark turn runs
 both state stores) and the best run of each is kept (3 each in full mode, 2 in quick).
-Writes docs/results/keyed_throughput.json and keyed_throughput.png (``_quick``,
-``_cluster`` in the names of those runs), with the anchor's configuration, the load
-average, the cores and the versions; the last line printed is a JSON object with
+Writes docs/results/keyed_throughput.json and keyed_throughput.png (``_cluster`` in the
+names of a cluster run; the file's ``mode`` says quick or full), with the anchor's
+configuration, the load average, the cores and the versions; the last line printed is a JSON object with
 ``ratio`` = Sluice / Spark max sustained rate (Spark's better store).
 """
 
@@ -75,11 +75,12 @@ from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import (
+    Anchor,
     AnchorResult,
+    Record,
     alternating,
     anchor_conf,
     anchor_source,
-    environment,
     retrying,
     spark_batches,
     spark_conf,
@@ -404,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cluster", action="store_true", help="run on a standalone cluster started here: 2 workers x 1 core (overrides --master)"
     )
     parser.add_argument(
-        "--name", default=None, help="results file name (docs/results/NAME.json; default keyed_throughput[_cluster][_quick])"
+        "--name", default=None, help="results file name (docs/results/NAME.json; default keyed_throughput[_cluster])"
     )
     parser.add_argument("--replot", action="store_true", help="redraw the plot from the results file and stop")
     parser.add_argument(
@@ -426,8 +427,8 @@ def main(argv: list[str] | None = None) -> int:
         "(the yardstick for the plan's own fusion; reported beside the ratio)",
     )
     args = parser.parse_args(argv)
-    # quick runs never overwrite the full runs' results
-    args.name = args.name or ("keyed_throughput" + ("_cluster" if args.cluster else "") + ("_quick" if args.quick else ""))
+    # the latest run's results, quick or full (the file says which)
+    args.name = args.name or ("keyed_throughput" + ("_cluster" if args.cluster else ""))
     if args.replot:
         plot(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.png")
         return 0
@@ -441,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def benchmark(args: argparse.Namespace) -> int:
+    record = Record("keyed_throughput", args.quick)
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     n_batches = args.batches or (7 if args.quick else 12)
     repeats = args.repeats or (2 if args.quick else 3)  # one run each swung by a third
@@ -535,16 +537,6 @@ def benchmark(args: argparse.Namespace) -> int:
         "benchmark": "keyed_throughput",
         "mode": mode,
         "ratio": round(ratio, 3),
-        "anchor": {
-            **anchor.to_json(),
-            "map": f"SQL ({MAP_SQL})" if args.map == "sql" else "mapInArrow (Python)",
-            "source": (
-                "the same Parquet files, readStream.parquet, maxFilesPerTrigger 1, availableNow"
-                if by_files
-                else "Sluice's generator through the JVM (Sluice reads it by splits)"
-            ),
-        },
-        "outputs_equal": outputs_equal,
         "setup": {
             "keys": KEYS,
             "rows_per_batch": per_batch,
@@ -562,7 +554,6 @@ def benchmark(args: argparse.Namespace) -> int:
             "batches, from the generator",
         },
         **{s: {"max_rows_per_s": round(best[s]["rate"]), "runs_rows_per_s": [round(r["rate"]) for r in runs[s]]} for s in runs},
-        **environment(spark),
     }
     results["spark"] = {
         "max_rows_per_s": round(best["spark"]["rate"]),
@@ -589,28 +580,41 @@ def benchmark(args: argparse.Namespace) -> int:
             "ratio_to_sluice": round(best_headroom / best["sluice"]["rate"], 3),
         }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, RESULTS / f"{args.name}.png")
     shutil.rmtree(workdir, ignore_errors=True)
     print("Sluice keyed stage, seconds per batch summed over tasks: " + ", ".join(f"{k} {v}" for k, v in profile.items()))
-    print(
-        json.dumps(
-            {
-                "benchmark": "keyed_throughput",
-                "ratio": round(ratio, 3),
-                "mode": mode,
-                "master": args.master,
-                "sluice_rows_per_s": results["sluice"]["max_rows_per_s"],
-                "spark_rows_per_s": results["spark"]["max_rows_per_s"],
-                "spark_store": anchor.best,
-                **{f"spark_{s}_rows_per_s": results[f"spark_{s}"]["max_rows_per_s"] for s in STORES},
-                "outputs_equal": outputs_equal,
-                "load": results["load"],
-                "sluice_p95_ms": results["sluice"]["latency_p95_ms"],
-                "spark_p95_ms": results["spark"]["latency_p95_ms"],
-                **({"headroom_ratio": results["headroom"]["ratio_to_spark"]} if headroom else {}),
-            }
-        )
+    record.publish(
+        RESULTS / f"{args.name}.json",
+        results,
+        {
+            "benchmark": "keyed_throughput",
+            "ratio": round(ratio, 3),
+            "master": args.master,
+            "sluice_rows_per_s": results["sluice"]["max_rows_per_s"],
+            "spark_rows_per_s": results["spark"]["max_rows_per_s"],
+            "spark_store": anchor.best,
+            **{f"spark_{s}_rows_per_s": results[f"spark_{s}"]["max_rows_per_s"] for s in STORES},
+            "sluice_p95_ms": results["sluice"]["latency_p95_ms"],
+            "spark_p95_ms": results["spark"]["latency_p95_ms"],
+            **({"headroom_ratio": results["headroom"]["ratio_to_spark"]} if headroom else {}),
+        },
+        anchor=Anchor(
+            ran="Spark Structured Streaming's own query, the better of its two state stores",
+            formulation="map "
+            + (f"in SQL ({MAP_SQL})" if args.map == "sql" else "as mapInArrow (Python)")
+            + f", filter {FILTER}, groupBy(meter).agg(count, sum), update mode; source: "
+            + (
+                "the same Parquet files, readStream.parquet, maxFilesPerTrigger 1, availableNow"
+                if by_files
+                else "Sluice's generator through the JVM (Sluice reads it by splits in its Python worker)"
+            ),
+            state_store=f"best of default and rocksdb (changelog checkpointing): {anchor.best}",
+            shuffle_partitions=PARTITIONS,
+            details=anchor.to_json(),
+        ),
+        outputs_equal=outputs_equal,
+        outputs_compared="the final count and sum per key of Sluice's best run against Spark's on each state store",
+        spark=spark,
     )
     return 0
 

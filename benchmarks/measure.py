@@ -4,6 +4,7 @@ of two systems are interleaved on this shared machine."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import statistics
@@ -297,3 +298,100 @@ def tables_equal(a, b, *, sort_by: list[str] | None = None, rel_tol: float = 1e-
         elif x.type != y.type or pc.any(pc.not_equal(x, y)).as_py():
             return False
     return True
+
+
+# ---- what every results file records ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """What a benchmark's ratio is measured against, as its results file records it.
+
+    ``ran``: what ran as the anchor (an engine, a configuration of Sluice, a policy in the
+    simulator); ``formulation``: how it was written or configured; ``state_store``: Spark's
+    state store(s) it ran on (None where no Spark state is involved); ``shuffle_partitions``:
+    Spark's shuffle partitions (None where Spark does not run the anchor); ``details``:
+    anything more (e.g. ``AnchorResult.to_json()``, both stores' rates)."""
+
+    ran: str
+    formulation: str
+    state_store: str | None = None
+    shuffle_partitions: int | None = None
+    details: dict | None = None
+
+    def to_json(self) -> dict:
+        out = {
+            "ran": self.ran,
+            "formulation": self.formulation,
+            "state_store": self.state_store,
+            "shuffle_partitions": self.shuffle_partitions,
+        }
+        return out | ({"details": self.details} if self.details else {})
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class Record:
+    """The fields every benchmark's results file and JSON line carry besides its figures:
+    the benchmark's name, quick or full, its anchor, whether the outputs compared equal (and
+    what was compared, or why nothing could be), the load average when it started and when it
+    ended, the cores and the versions. Make one when the benchmark starts (it reads the load
+    then), and write the results through ``publish``."""
+
+    def __init__(self, benchmark: str, quick: bool):
+        self.benchmark = benchmark
+        self.mode = "quick" if quick else "full"
+        self.load_before = _load()
+
+    def fields(self, anchor: Anchor, outputs_equal: bool | None, outputs_compared: str, spark=None) -> dict:
+        """The common fields, the load "after" read now. ``outputs_compared`` says what was
+        compared (``outputs_equal`` True/False), or why there is nothing to compare (None)."""
+        if outputs_equal is not None and not isinstance(outputs_equal, bool):
+            raise TypeError(f"{self.benchmark}: outputs_equal must be True, False or None, not {outputs_equal!r}")
+        if not outputs_compared:
+            raise ValueError(f"{self.benchmark}: say what outputs were compared, or why none were")
+        try:
+            env = environment(spark)
+        except Exception:  # a stopped session: its cores are no longer known
+            env = environment()
+        env.pop("load")
+        if env["spark_cores"] is None:  # not known here: the results may say it
+            env.pop("spark_cores")
+        return {
+            "benchmark": self.benchmark,
+            "mode": self.mode,
+            "anchor": anchor.to_json(),
+            "outputs_equal": outputs_equal,
+            "outputs_compared": outputs_compared,
+            "load": {"before": self.load_before, "after": _load()},
+            **env,
+        }
+
+    def publish(
+        self,
+        path: Path | None,
+        results: dict,
+        line: dict,
+        *,
+        anchor: Anchor,
+        outputs_equal: bool | None,
+        outputs_compared: str,
+        spark=None,
+        indent: int = 2,
+    ) -> dict:
+        """Write ``results`` with the common fields to ``path`` (None: write nothing) and print
+        ``line`` with them as the last line, one JSON object; returns what was written."""
+        common = self.fields(anchor, outputs_equal, outputs_compared, spark)
+        full = {**results, **common}
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(full, indent=indent, default=float) + "\n")
+        print(json.dumps({**line, **common}, default=float), flush=True)
+        return full
+
+
+def no_outputs(why: str) -> dict:
+    """``outputs_equal`` and ``outputs_compared`` of a benchmark with no second output."""
+    return {"outputs_equal": None, "outputs_compared": f"nothing to compare: {why}"}

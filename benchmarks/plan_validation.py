@@ -45,6 +45,8 @@ RESULTS = ROOT / "docs" / "results"
 MODELS_FILE = RESULTS / "plan_validation_models.json"
 OPS = ROOT / "examples" / "operators"
 sys.path.insert(0, str(OPS))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from measure import Anchor, Record, no_outputs  # noqa: E402
 
 OPERATORS = {  # model name -> (operator, thread counts to profile)
     "parse_xml": ("parse_xml.py:ParseXml", (1, 2, 4)),
@@ -212,6 +214,7 @@ def main() -> int:
         profile_all(args.quick, duration)
         return 0
 
+    record = Record("plan_validation", args.quick)
     t_start = time.monotonic()
     RESULTS.mkdir(parents=True, exist_ok=True)
     if not (args.reuse_models and MODELS_FILE.exists()):
@@ -287,9 +290,18 @@ def main() -> int:
         f"1-slot plans {summary['median_predicted_over_measured_1_slot']}, "
         f"2-slot plans {summary['median_predicted_over_measured_2_slots']}"
     )
-    (RESULTS / "plan_validation.json").write_text(json.dumps({**summary, "rows": rows}, indent=2) + "\n")
     _plot(rows, summary)
-    print(json.dumps(summary))
+    record.publish(
+        RESULTS / "plan_validation.json",
+        {**summary, "rows": rows},
+        summary,
+        anchor=Anchor(
+            ran="the measured sustainable rate of each planned case on Spark local[2] (the prediction's yardstick)",
+            formulation="ratio = R^2 of predicted against measured rates over the cases, models profiled on one "
+            "core (local[1]) in a separate process",
+        ),
+        **no_outputs("a model's predicted rates against measured ones: the figure is the fit"),
+    )
     return 0
 
 

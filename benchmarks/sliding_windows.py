@@ -57,11 +57,12 @@ from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import (
+    Anchor,
     AnchorResult,
+    Record,
     alternating,
     anchor_conf,
     anchor_source,
-    environment,
     spark_batches,
     spark_conf,
     sustained,
@@ -279,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.replot:
         plot(json.loads((RESULTS / f"{args.name}.json").read_text()), RESULTS / f"{args.name}.png")
         return 0
+    record = Record("sliding_windows", args.quick)
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     # full mode: 11 steady batches a run, so one slow batch moves the median little
     n_batches = args.batches or (8 if args.quick else 14)
@@ -375,18 +377,6 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "benchmark": "sliding_windows",
         "mode": mode,
-        "anchor": {
-            "engine": "Spark Structured Streaming",
-            "formulation": "panes pre-aggregated (groupBy(window(ts, "
-            "slide), meter)), then windows over the panes' partials (groupBy(window(window_time, size, slide), "
-            "meter)): two chained stateful aggregations, append mode",
-            "shuffle_partitions": PARTITIONS,
-            "state_stores": {s: anchor_conf(s, PARTITIONS) for s in STORES},
-            "best_store_per_ratio": {r["size_over_slide"]: r["spark_store"] for r in per_ratio},
-            "source": "Sluice's generator (Sluice reads it by splits in its Python worker, Spark through the JVM)",
-        },
-        "outputs_equal": all(r["windows_equal"]["equal"] for r in per_ratio),
-        **environment(spark),
         "setup": {
             "keys": args.keys,
             "rows_per_batch": per_batch,
@@ -410,9 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2) + "\n")
     plot(results, RESULTS / f"{args.name}.png")
     shutil.rmtree(workdir, ignore_errors=True)
+    best_stores = {r["size_over_slide"]: r["spark_store"] for r in per_ratio}
     summary = {
         "benchmark": "sliding_windows",
         "ratio": by_ratio[60],
@@ -420,13 +410,29 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_4": by_ratio[4],
         "ratio_15": by_ratio[15],
         "shared_ratio": round(shared_ratio, 3),
-        "mode": mode,
-        "outputs_equal": results["outputs_equal"],
-        "load": results["load"],
         "sluice_rows_per_s_60": per_ratio[-1]["sluice_rows_per_s"],
         "spark_rows_per_s_60": per_ratio[-1]["spark_rows_per_s"],
     }
-    print(json.dumps(summary))
+    record.publish(
+        RESULTS / f"{args.name}.json",
+        results,
+        summary,
+        anchor=Anchor(
+            ran="Spark Structured Streaming's pane pre-aggregation, the better of its two state stores per size/slide",
+            formulation="panes pre-aggregated (groupBy(window(ts, slide), meter)), then windows over the panes' "
+            "partials (groupBy(window(window_time, size, slide), meter)): two chained stateful aggregations, "
+            "append mode; source: Sluice's generator (Sluice reads it by splits in its Python worker, Spark "
+            "through the JVM)",
+            state_store="best of default and rocksdb (changelog checkpointing) per size/slide: "
+            + ", ".join(f"{k}: {v}" for k, v in best_stores.items()),
+            shuffle_partitions=PARTITIONS,
+            details={"state_stores": {s: anchor_conf(s, PARTITIONS) for s in STORES}, "best_store_per_ratio": best_stores},
+        ),
+        outputs_equal=all(r["windows_equal"]["equal"] for r in per_ratio),
+        outputs_compared="every window's count and mean per meter that both emitted, Sluice against Spark, for each "
+        "size/slide (a window only Spark emitted counts as unequal; Spark never emits its last open windows)",
+        spark=spark,
+    )
     return 0
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -41,7 +42,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from benchmarks.measure import environment, spark_anchor, tables_equal
+from benchmarks.measure import Anchor, Record, spark_anchor, tables_equal
 from benchmarks.nexmark import queries as Q
 from benchmarks.nexmark.generator import Config, write
 
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=None, help="runs of each (engine, query), best kept")
     parser.add_argument("--data", default=None, help="where the events are written (kept for reuse)")
-    parser.add_argument("--out", default=None, help="write the JSON here too (e.g. docs/results/nexmark.json)")
+    parser.add_argument("--out", default=None, help="the results file (default docs/results/nexmark.json; none with --queries)")
     parser.add_argument("--table", default=None, help="print a results file as a Markdown table and stop")
     args = parser.parse_args(argv)
     if args.table:
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted = set(args.queries.split(",")) if args.queries else None
     # the Python workers Spark starts import the queries' functions from this checkout
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    load_at_start = [round(x, 2) for x in os.getloadavg()]
+    record = Record("nexmark", args.quick)
     data_dir = Path(args.data or os.path.join(tempfile.gettempdir(), f"nexmark-{events_n}"))
     t0 = time.time()
     events, side = prepare(cfg, data_dir)
@@ -373,21 +374,20 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
 
     sluice_rows = [r.get("sluice", {}) for r in out.values()]
+    both = [
+        r["sluice"]["events_per_s"] / r["spark"]["events_per_s"]
+        for r in out.values()
+        if r.get("sluice", {}).get("correct") and r.get("spark", {}).get("correct") and r["spark"].get("events_per_s")
+    ]
     summary = {
         "benchmark": "nexmark",
-        "mode": "quick" if args.quick else "full",
+        "ratio": round(math.exp(sum(math.log(x) for x in both) / len(both)), 3) if both else None,
+        "ratio_is": "geometric mean over the queries both engines ran correctly of Sluice's events/s over Spark's",
         "expressed": sum(1 for r in sluice_rows if r.get("expressed")),
         "correct": sum(1 for r in sluice_rows if r.get("correct")),
         "spark_expressed": sum(1 for r in out.values() if r.get("spark", {}).get("expressed")),
         "spark_correct": sum(1 for r in out.values() if r.get("spark", {}).get("correct")),
         "queries": out,
-        "anchor": {
-            "engine": "Spark Structured Streaming",
-            "trigger": "availableNow over the files, maxFilesPerTrigger 1",
-            "shuffle_partitions": n_cores,
-            "stateful": "best of the default (HDFS-backed) state store and RocksDB with changelog checkpointing",
-            "watermark_delay_s": cfg.out_of_order_s,
-        },
         "sluice": {
             "source": f"the same Parquet files, one file a batch: a {args.sluice_source} source"
             + (" (available_now)" if args.sluice_source == "directory" else ""),
@@ -401,16 +401,26 @@ def main(argv: list[str] | None = None) -> int:
             "seed": cfg.seed,
         },
         "rate": f"events / processing time (first batch start to last batch end) / cores; best of {repeats} run(s)",
-        "outputs_equal": all(
-            r.get("correct") for row in out.values() for e, r in row.items() if e in engines and r.get("expressed")
-        ),
-        **environment(spark),
-        "load_at_start": load_at_start,
     }
-    text = json.dumps(summary)
-    if args.out:
-        Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
-    print(text)
+    path = Path(args.out) if args.out else (None if wanted else ROOT / "docs" / "results" / "nexmark.json")
+    record.publish(
+        path,
+        summary,
+        summary,
+        anchor=Anchor(
+            ran="Spark Structured Streaming, each query in SQL and DataFrames, the better of its two state stores "
+            "for a stateful query",
+            formulation=f"the same Parquet files, readStream.parquet, maxFilesPerTrigger 1, availableNow; "
+            f"watermark delay {cfg.out_of_order_s:g} s",
+            state_store="best of default and rocksdb (changelog checkpointing), per query (see each query's best_store)",
+            shuffle_partitions=n_cores,
+        ),
+        outputs_equal=all(
+            bool(r.get("correct")) for row in out.values() for e, r in row.items() if e in engines and r.get("expressed")
+        ),
+        outputs_compared="every engine's result of every query it expresses against DuckDB's over the same events",
+        spark=spark,
+    )
     return 0
 
 
