@@ -20,7 +20,7 @@ What Spark 4.3 allows, checked on a standalone master started from the wheel
   manager owns the executors then), so the pool needs ``spark.dynamicAllocation.enabled``
   false, Spark's default.
 - A requested executor joins when its JVM has started and registered (seconds; 10-20 s on a
-  loaded 2-core machine); the pool does not block the next batch for it unless asked to:
+  small 2-core machine); the pool does not block the next batch for it unless asked to:
   Spark spreads tasks onto it from the batch after it registers.
 - Local Spark (``local[n]``) has a fixed set of task slots in the driver: nothing to add or
   release, and the pool refuses with a clear error.
