@@ -309,7 +309,7 @@ def throughput(
 
     Eq. 4.4: o_i = min(q_i + i_i dt, phi_i dt / c_i) * s_i / dt.
     Eq. 4.5 as printed, f_ij = min(o_i, beta_ij dt / m), compares a *rate* (o_i, msg/s) with a
-    *count* (beta dt / m, messages per interval): the unit slip the issue names. Both sides
+    *count* (beta dt / m, messages per interval), a slip of units. Both sides
     are rates here: f_ij = min(o_i, beta_ij / m).
     Eq. 4.6: i_k = sum_j f_jk (multi-merge). Eq. 4.7: Omega = mean over outputs of o/o^max,
     where o^max is the output for the *current input rates* with no resource limit, i.e. the
