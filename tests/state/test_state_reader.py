@@ -14,6 +14,7 @@ from sluice.cli import main as cli
 from sluice.errors import StateError
 from sluice.runtime.changelog import latest_per_key
 from sluice.runtime.sinks import read_files
+from sluice.runtime.state.store import KeyGroupStore
 
 pytestmark = pytest.mark.spark
 
@@ -99,6 +100,20 @@ def test_state_equals_the_sinks_latest_rows_while_running_and_after(spark, tmp_p
         assert sum(n for n, _, _ in want.values()) == (batch + 1) * PER_BATCH
         same(state_of_counts(during[batch]), want)
     assert pq.read_table(target).equals(during[3])
+
+    # every batch still kept, through the CLI: the latest snapshot at or before it, then the
+    # deltas after it replayed up to that batch (batches past the snapshot included)
+    store = KeyGroupStore(
+        checkpoint, next(op.id for op in sluice.state.stateful_operators(checkpoint) if op.name == "counts"), []
+    )
+    replayed = 0
+    for batch in sluice.state.kept_batches(checkpoint, "counts"):
+        snapshot = store.index(before_batch=batch + 1).snapshot_batch
+        replayed += snapshot is not None and snapshot < batch
+        out_file = str(tmp_path / f"counts-{batch}.parquet")
+        assert cli(["state", checkpoint, "counts", "--batch", str(batch), "--out", out_file]) == 0
+        same(state_of_counts(pq.read_table(out_file)), by_key(sink_latest(f"{out}/counts", up_to=batch), ["n", "s", "m"]))
+    assert replayed >= 1  # some batch was read from an earlier snapshot plus deltas
 
     # what does not exist, or is no longer kept, is named with what is
     with pytest.raises(StateError, match=r"'nope'.*counts.*highest"):
