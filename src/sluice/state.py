@@ -7,6 +7,7 @@
 The read never writes into the checkpoint and takes no lease: it works while the job runs.
 """
 
+from sluice.graph.ttl import ttl
 from sluice.runtime.state.reader import StatefulOperator, committed_batches, kept_batches, read, stateful_operators
 
-__all__ = ["StatefulOperator", "committed_batches", "kept_batches", "read", "stateful_operators"]
+__all__ = ["StatefulOperator", "committed_batches", "kept_batches", "read", "stateful_operators", "ttl"]

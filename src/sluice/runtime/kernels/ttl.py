@@ -86,19 +86,30 @@ class TTLKernel(KeyedKernel):
             upserts = pa.concat_tables([upserts, restamped])
         deletes = self._deletes(state.filter(pa.array(expired)), upserts, result.deletes) if expired.any() else result.deletes
         metrics = dict(result.metrics)
+        side_outputs = result.side_outputs
         if expired.any():
             metrics["ttl_expired"] = int(expired.sum())
+            if self.ttl.on_expiry is not None:
+                side_outputs = {**side_outputs, self.ttl.on_expiry: self._expiry_records(state.filter(pa.array(expired)), now)}
         return KeyedResult(
             output=result.output,
             upserts=upserts,
             deletes=deletes,
-            side_outputs=result.side_outputs,
+            side_outputs=side_outputs,
             metrics=metrics,
             key_ids=result.key_ids,
             dead_letters=result.dead_letters,
         )
 
     def _stamped(self, upserts: pa.Table, rows: pa.Table, live: pa.Table, now: int | None) -> pa.Table:
+    def _expiry_records(self, expired: pa.Table, now: int | None) -> pa.Table:
+        """One record per expired key: its key and last state (as the store holds it),
+        ``last_write`` and ``expired_at`` on the TTL's clock."""
+        stamps = expired.column(STAMP).cast(pa.timestamp("us", tz="UTC"))
+        table = expired.drop_columns([KEY_GROUP, STAMP])
+        at = pa.array(np.full(expired.num_rows, now if now is not None else 0, np.int64)).cast(pa.timestamp("us", tz="UTC"))
+        return table.append_column("last_write", stamps).append_column("expired_at", at)
+
         """The wrapped kernel's upserts with their stamps: now for keys a record of the batch
         wrote; the key's stamp before for keys written by time alone (windows)."""
         n = upserts.num_rows
