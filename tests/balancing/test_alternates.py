@@ -8,7 +8,7 @@ import pytest
 import sluice
 from sluice import Alt, sinks, sources
 from sluice.control import Controller, Guards, build_policies
-from sluice.control.actions import Action
+from sluice.control.actions import SwitchAlternate
 from sluice.errors import ConfigError, PipelineError, PlanError
 from sluice.graph.alternates import application_value, value_bounds, with_alternate
 from sluice.plan.physical import Plan, adapted_plan, initial_plan
@@ -132,7 +132,7 @@ def test_a_switch_to_an_unknown_alternate_is_rejected_and_logged():
 
     class Bad(Guards):
         def propose(self, view):
-            return [Action("alternate", "forecast", "arima", "typo")]
+            return [SwitchAlternate(target="forecast", alternate="arima", reason="typo")]
 
     control = Controller(g, [Bad([{"when": "1", "use": {"forecast": "mean"}}])])
     assert control(metrics(1), initial_plan(g, 2)) is None

@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 
 from control_helpers import batch, constrained_graph
-from sluice.control import Action, Controller, EscalationWarning, Policy, read_decisions
+from sluice.control import (
+    Action,
+    Admission,
+    Chains,
+    Controller,
+    Escalate,
+    EscalationWarning,
+    Partitions,
+    Policy,
+    Threads,
+    read_decisions,
+)
 from sluice.control.arbiter import Arbiter
 from sluice.control.qos import QoSManager
 from sluice.graph.constraints import make_constraint
@@ -13,31 +24,31 @@ from sluice.plan.physical import initial_plan
 
 
 def _partitions(n: int, policy: str = "p") -> Action:
-    return Action("partitions", "agg", n, "test", policy=policy)
+    return Partitions(target="agg", count=n, reason="test", policy=policy)
 
 
 def test_one_structural_change_then_wait_for_the_flush():
     qos = QoSManager([make_constraint("latency_1", "1s", over="3.5s")])
     arbiter = Arbiter()
     qos.observe(batch(0, 0.0, rows=10, mean_ms=100.0))
-    verdict = arbiter.arbitrate([_partitions(4), Action("threads", "m", 2, "test")], 0, qos, {})
+    verdict = arbiter.arbitrate([_partitions(4), Threads(target="m", threads=2, reason="test")], 0, qos, {})
     assert [a.kind for a in verdict.accepted] == ["partitions"]
     assert verdict.deferred[0][1] == "one structural change at a time"
     # while batch 0's measurement is in the window, no structural change passes; sizing does
     for i in range(1, 4):
         qos.observe(batch(i, float(i), rows=10, mean_ms=100.0))
-        verdict = arbiter.arbitrate([Action("threads", "m", 2, "t"), Action("admission", "*", 500 + i, "t")], i, qos, {})
+        verdict = arbiter.arbitrate([Threads(target="m", threads=2, reason="t"), Admission(rows=500 + i, reason="t")], i, qos, {})
         assert [a.kind for a in verdict.accepted] == ["admission"]
         assert "flush" in verdict.deferred[0][1]
     qos.observe(batch(4, 4.0, rows=10, mean_ms=100.0))  # commits at 4.1: batch 0 (0.1) left the 3.5 s window
-    verdict = arbiter.arbitrate([Action("threads", "m", 2, "t")], 4, qos, {})
+    verdict = arbiter.arbitrate([Threads(target="m", threads=2, reason="t")], 4, qos, {})
     assert [a.kind for a in verdict.accepted] == ["threads"]
 
 
 def test_first_policy_wins_a_contested_size_and_no_ops_are_dropped():
     qos = QoSManager([make_constraint("latency_1", "1s")])
     verdict = Arbiter().arbitrate(
-        [Action("admission", "*", 100, "a"), Action("admission", "*", 50, "b"), Action("partitions", "agg", 2, "same")],
+        [Admission(rows=100, reason="a"), Admission(rows=50, reason="b"), Partitions(target="agg", count=2, reason="same")],
         0,
         qos,
         {("partitions", "agg"): 2},
@@ -63,8 +74,8 @@ def test_controller_applies_logs_and_measures(tmp_path):
     plan = initial_plan(graph, 2)
     policy = _Scripted(
         [
-            [Action("admission", "*", 800, "shrink", {"batch_ms": 50.0})],
-            [Action("escalate", "latency_1", {"bottleneck": "work", "max_rate": 10.0}, "too fast")],
+            [Admission(rows=800, reason="shrink", expected={"batch_ms": 50.0})],
+            [Escalate(target="latency_1", details={"bottleneck": "work", "max_rate": 10.0}, reason="too fast")],
             [],
         ]
     )
@@ -91,7 +102,7 @@ def test_controller_returns_the_next_plan_for_a_structural_change():
     graph = constrained_graph()
     plan = initial_plan(graph, 2)
     chains = plan.chains
-    policy = _Scripted([[Action("chains", "*", chains, "same chains")], [Action("threads", "work", 3, "io")]])
+    policy = _Scripted([[Chains(chains=chains, reason="same chains")], [Threads(target="work", threads=3, reason="io")]])
     controller = Controller(graph, [policy])
     assert controller(batch(0, 0.0, rows=10, mean_ms=10.0), plan) is None  # same chains: nothing to do
     new = controller(batch(1, 1.0, rows=10, mean_ms=10.0), plan)
@@ -102,7 +113,7 @@ def test_progress_line_shows_each_constraint_and_the_last_decision():
     from sluice.cli.progress import control_summary
 
     graph = constrained_graph()
-    controller = Controller(graph, [_Scripted([[Action("admission", "*", 800, "shrink")]])])
+    controller = Controller(graph, [_Scripted([[Admission(rows=800, reason="shrink")]])])
     controller(batch(0, 0.0, rows=1000, mean_ms=1500.0), initial_plan(graph, 2))
     text = control_summary(controller.state())
     assert "latency_1 adapting 1500/1000 ms" in text

@@ -8,7 +8,7 @@ import pytest
 import sluice
 from sluice import agg, sinks, sources
 from sluice.control import Controller, build_policies
-from sluice.control.actions import ROUTING, Action
+from sluice.control.actions import Routing
 from sluice.control.autopilot import Autopilot
 from sluice.control.goals import GOAL_CONSTRAINT
 from sluice.control.policy import Policy
@@ -126,7 +126,7 @@ class _Router(Policy):
     def propose(self, view):
         if view.batch_id < 10:  # the job's cost measured first
             return []
-        return [Action(ROUTING, "counts", self.table, f"{self.name}'s routing")]
+        return [Routing.of("counts", self.table, f"{self.name}'s routing")]
 
 
 def test_no_member_undoes_another_members_routing_within_the_window():

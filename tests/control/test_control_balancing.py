@@ -125,18 +125,19 @@ def _skewed(total_rows):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_live_balancing_moves_hot_key_groups_and_the_output_is_unchanged(spark, tmp_path):
-    from sluice.runtime.job import run_pipeline
+    from sluice.job import RunOptions
+    from sluice.job.run import run_pipeline
     from sluice.runtime.planlog import PlanLog
 
     reference, expected = _skewed(80_000)
-    run_pipeline(reference, str(tmp_path / "fixed"), spark=spark)
+    run_pipeline(reference, str(tmp_path / "fixed"), RunOptions(spark=spark))
 
     p, latest = _skewed(80_000)
     checkpoint = str(tmp_path / "balanced")
     controller = Controller(
         p.graph, [KeyGroupBalancing(threshold=0.05, min_gain=0.2, window=2)], checkpoint=checkpoint, resources=Resources(cores=2)
     )
-    run_pipeline(p, checkpoint, spark=spark, controller=controller)
+    run_pipeline(p, checkpoint, RunOptions(spark=spark, controller=controller))
     assert controller.decisions >= 1
     (op_id,) = PlanLog(checkpoint).latest().keyed
     assert PlanLog(checkpoint).latest().keyed[op_id].routing != PlanLog(checkpoint).plan_for(0).keyed[op_id].routing
@@ -153,13 +154,13 @@ class _Rescale:
         self.steps = dict(steps)
 
     def propose(self, view):
-        from sluice.control.actions import PARTITIONS, Action
+        from sluice.control.actions import Partitions
 
         n = self.steps.get(view.batch_id)
         if n is None:
             return []
         (op_id,) = view.plan.keyed
-        return [Action(PARTITIONS, op_id, n, f"scripted rescale to {n}")]
+        return [Partitions(target=op_id, count=n, reason=f"scripted rescale to {n}")]
 
     def restore(self, history):
         pass
@@ -171,17 +172,18 @@ class _Rescale:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_live_rescale_2_to_4_to_1_partitions_keeps_state_exactly_once(spark, tmp_path):
-    from sluice.runtime.job import run_pipeline
+    from sluice.job import RunOptions
+    from sluice.job.run import run_pipeline
     from sluice.runtime.planlog import PlanLog
 
     reference, expected = _skewed(64_000)
-    run_pipeline(reference, str(tmp_path / "fixed"), spark=spark)
+    run_pipeline(reference, str(tmp_path / "fixed"), RunOptions(spark=spark))
 
     p, latest = _skewed(64_000)
     checkpoint = str(tmp_path / "rescaled")
     # the arbiter waits for the windows to flush between structural changes: space them out
     controller = Controller(p.graph, [_Rescale({1: 4, 4: 1})], checkpoint=checkpoint, resources=Resources(cores=2))
-    run_pipeline(p, checkpoint, spark=spark, controller=controller)
+    run_pipeline(p, checkpoint, RunOptions(spark=spark, controller=controller))
     log = PlanLog(checkpoint)
     (op_id,) = log.latest().keyed
     assert [log.plan_for(b).keyed[op_id].partitions for b in (0, 2, 5)] == [2, 4, 1]

@@ -207,7 +207,7 @@ def test_a_scale_in_drains_the_partitions_it_removes_and_balances_the_rest():
 
 
 def test_without_key_group_statistics_a_rescale_falls_back_to_ranges():
-    from sluice.control.actions import PARTITIONS, Action
+    from sluice.control.actions import Partitions
     from sluice.control.actuators import plan_change
     from sluice.control.scaling import balanced_routing
 
@@ -225,9 +225,9 @@ def test_without_key_group_statistics_a_rescale_falls_back_to_ranges():
     assert balanced_routing(batches, ["agg"], stage, 3, K) is None
     # and the plan change takes either form of the action's value
     plan = plan_of(1)
-    assert plan_change(plan, Action(PARTITIONS, "agg", 3, "r"), 5).keyed["agg"].routing == tuple(range_routing(K, 3))
+    assert plan_change(plan, Partitions(target="agg", count=3, reason="r"), 5).keyed["agg"].routing == tuple(range_routing(K, 3))
     table = [kg % 3 for kg in range(K)]
-    moved = plan_change(plan, Action(PARTITIONS, "agg", {"partitions": 3, "routing": table}, "r"), 5)
+    moved = plan_change(plan, Partitions(target="agg", count=3, routing=table, reason="r"), 5)
     assert moved.keyed["agg"].partitions == 3 and list(moved.keyed["agg"].routing) == table
     with pytest.raises(Exception, match="routing of 64 key groups"):
-        plan_change(plan, Action(PARTITIONS, "agg", {"partitions": 2, "routing": table}, "r"), 5)
+        plan_change(plan, Partitions(target="agg", count=2, routing=table, reason="r"), 5)

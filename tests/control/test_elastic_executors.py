@@ -16,7 +16,7 @@ import pytest
 from tests.crash_harness import batch_rows
 from tests.pipelines import __file__ as pipelines_init
 
-from sluice.control import Action, Controller, Policy, read_decisions
+from sluice.control import Controller, Executors, Policy, read_decisions
 from sluice.runtime import metrics as metrics_log
 
 PIPELINE = os.path.join(os.path.dirname(pipelines_init), "elastic_executors.py")
@@ -89,7 +89,7 @@ class AskForExecutors(Policy):
     name = "ask"
 
     def propose(self, view):
-        return [Action("executors", "*", 3, "more executors")] if view.batch_id == 0 else []
+        return [Executors(count=3, reason="more executors")] if view.batch_id == 0 else []
 
 
 def test_on_local_resources_an_executors_action_is_rejected_with_the_reason(tmp_path):

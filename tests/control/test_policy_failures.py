@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from control_helpers import batch, constrained_graph
-from sluice.control import Action, Controller, Policy, read_decisions
+from sluice.control import Admission, Controller, Policy, read_decisions
 from sluice.control.config import parse_policies
 from sluice.control.guards import Guards
 from sluice.errors import ConfigError
@@ -28,7 +28,7 @@ class _Admits(Policy):
     name = "admits"
 
     def propose(self, view):
-        return [Action("admission", "*", 700 + view.batch_id, "steady")]
+        return [Admission(rows=700 + view.batch_id, reason="steady")]
 
 
 @pytest.mark.parametrize("exc", [ZeroDivisionError("float division by zero"), MemoryError(), RecursionError("deep")])

@@ -12,7 +12,7 @@ import sys
 
 import sluice
 from sluice import agg, sinks, sources
-from sluice.control import Action, ControlView, Policy
+from sluice.control import Action, ControlView, Executors, Policy
 
 ROWS_PER_S = 2000
 
@@ -47,12 +47,12 @@ class GrowThenShrink(Policy):
         held = {e["id"]: e for e in view.latest.executors if e.get("id") not in (None, "driver")}
         if self.state == "start" and view.resources.executors == 1:
             self.first, self.state = set(held), "growing"
-            return [Action("executors", "*", 2, "scripted: ask for a second executor")]
+            return [Executors(count=2, reason="scripted: ask for a second executor")]
         if self.state == "growing":
             new = [i for i, e in held.items() if i not in self.first and e.get("tasks", 0) > 0]
             if new:
                 self.joined, self.state = new[0], "shrinking"
-                return [Action("executors", "*", 1, f"scripted: executor {new[0]} ran tasks; release one")]
+                return [Executors(count=1, reason=f"scripted: executor {new[0]} ran tasks; release one")]
         if self.state == "shrinking" and view.resources.executors == 1:
             self.state, self.finished_batch = "done", view.batch_id
         return []

@@ -2,10 +2,21 @@
 
 Pure of Spark: the simulator and the tests drive the same objects the running job uses.
 Start with ``Controller`` (the loop), ``Policy`` (what to implement for a new policy),
-``ControlView`` (what a policy sees) and ``Action`` (what it proposes).
+``ControlView`` (what a policy sees) and ``Action`` (what it proposes: one class a kind of
+change, ``sluice.control.actions``).
 """
 
-from sluice.control.actions import Action
+from sluice.control.actions import (
+    Action,
+    Admission,
+    Chains,
+    Escalate,
+    Executors,
+    Partitions,
+    Routing,
+    SwitchAlternate,
+    Threads,
+)
 from sluice.control.alternates import AlternatesByLoad
 from sluice.control.balancing import FluxBalancing, KeyGroupBalancing, RingBalancing
 from sluice.control.batch_sizing import FixedAdmission, FixedPointBatchSizing, LinearFit, ModelBatchSizing
@@ -22,13 +33,17 @@ from sluice.control.view import ControlView, Resources
 
 __all__ = [
     "Action",
+    "Admission",
     "AlternatesByLoad",
+    "Chains",
     "CollocationBalancing",
     "ConstraintStatus",
     "ControlView",
     "Controller",
     "DynamicChaining",
+    "Escalate",
     "EscalationWarning",
+    "Executors",
     "FixedAdmission",
     "FixedPointBatchSizing",
     "FluxBalancing",
@@ -38,10 +53,14 @@ __all__ = [
     "LinearFit",
     "ModelBatchSizing",
     "OneStepScaling",
+    "Partitions",
     "Policy",
     "QoSManager",
     "Resources",
     "RingBalancing",
+    "Routing",
+    "SwitchAlternate",
+    "Threads",
     "build_policies",
     "default_policies",
     "eq1_mean",

@@ -19,22 +19,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
-from sluice.control.actions import (
-    ALL_SOURCES,
-    ALTERNATE,
-    CHAINS,
-    EXECUTORS,
-    PARTITIONS,
-    ROUTING,
-    THREADS,
-    Action,
-    partitions_of,
-)
+from sluice.control.actions import ALL_SOURCES, Action, Admission
 from sluice.core.admission import get_max_rows, set_max_rows
-from sluice.errors import PlanError
-from sluice.plan.physical import Plan, range_routing
+from sluice.plan.physical import Plan
 
 
 class MemoryAdmission:
@@ -63,12 +51,12 @@ class SourceAdmission(MemoryAdmission):
         super().set(source, rows)
 
 
-def apply_admission(admission: MemoryAdmission, action: Action, shares: dict[str, float]) -> dict[str, int]:
-    """Set the limits an ``admission`` action asks for; returns what was set per source.
+def apply_admission(admission: MemoryAdmission, action: Admission, shares: dict[str, float]) -> dict[str, int]:
+    """Set the limits an admission action asks for; returns what was set per source.
 
     Target ``*`` is the whole job's batch: each source gets its share of the input (at
     least one row, so none is starved)."""
-    rows = int(action.value)
+    rows = int(action.rows)
     if action.target != ALL_SOURCES:
         admission.set(action.target, max(1, rows))
         return {action.target: max(1, rows)}
@@ -80,45 +68,6 @@ def apply_admission(admission: MemoryAdmission, action: Action, shares: dict[str
 
 
 def plan_change(plan: Plan, action: Action, version: int) -> Plan:
-    """The Plan from ``version`` on with a structural action applied."""
-    if action.kind == CHAINS:
-        # value: the chains, or {"chains": ..., "rebalance": {head: partitions}}
-        value = action.value if isinstance(action.value, dict) else {"chains": action.value, "rebalance": plan.rebalance}
-        chains = tuple(tuple(str(op) for op in chain) for chain in value["chains"])
-        old = sorted(op for chain in plan.chains for op in chain)
-        new = sorted(op for chain in chains for op in chain)
-        if old != new:
-            raise PlanError(f"new chains {chains} must cover the same Python operators as {plan.chains}")
-        rebalance = {str(op): int(n) for op, n in (value.get("rebalance") or {}).items()}
-        return replace(plan, version=version, chains=chains, rebalance=rebalance)
-    if action.kind == THREADS:
-        return replace(plan, version=version, threads={**plan.threads, action.target: int(action.value)})
-    if action.kind == ROUTING:
-        # value: one stage's table, or {op id: table} for stages moved in one step (collocation)
-        tables = action.value if isinstance(action.value, dict) else {action.target: action.value}
-        routed = replace(plan, version=version)
-        for op_id, table in tables.items():
-            if op_id not in plan.keyed:
-                raise PlanError(f"{op_id!r} is not a keyed operator of this plan; keyed: {sorted(plan.keyed)}")
-            routed = routed.with_routing(version, op_id, [int(p) for p in table], plan.keyed[op_id].partitions)
-        return routed
-    if action.kind == PARTITIONS:
-        n = partitions_of(action.value)
-        table = action.value.get("routing") if isinstance(action.value, dict) else None
-        if table is None:
-            return plan.with_routing(version, action.target, range_routing(plan.max_parallelism, n), n)
-        if len(table) != plan.max_parallelism or not all(0 <= int(p) < n for p in table):
-            raise PlanError(
-                f"partitions of {action.target!r}: a routing of {plan.max_parallelism} key groups onto "
-                f"partitions 0..{n - 1} is needed, got {len(table)} entries"
-            )
-        return plan.with_routing(version, action.target, [int(p) for p in table], n)
-    if action.kind == ALTERNATE:
-        if action.target not in plan.alternates:
-            raise PlanError(
-                f"{action.target!r} has no alternates in this plan; operators with alternates: {sorted(plan.alternates)}"
-            )
-        return replace(plan, version=version, alternates={**plan.alternates, action.target: str(action.value)})
-    if action.kind == EXECUTORS:
-        return replace(plan, version=version, executors=int(action.value))
-    raise PlanError(f"{action.kind!r} is not a change of the plan")
+    """The Plan from ``version`` on with a structural action applied (``Action.apply``:
+    each action class knows how it changes the Plan)."""
+    return action.apply(plan, version)

@@ -24,7 +24,7 @@ Pure: no Spark.
 
 from __future__ import annotations
 
-from sluice.control.actions import ALTERNATE, Action
+from sluice.control.actions import Action, SwitchAlternate
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
 
@@ -65,7 +65,7 @@ class AlternatesByLoad(Policy):
         omega = None if arriving is None else min(admitted / wall / arriving, 1.0) if arriving > 0 else 1.0
         violated = [name for name, s in view.status.items() if s.state == "violated"]
         behind = (omega is not None and omega < self.min_omega) or bool(violated) or load > self.high
-        actions = []
+        actions: list[Action] = []
         for op_id, active in sorted(view.plan.alternates.items()):
             alternates = view.alternates(op_id)
             costs = {name: view.alternate_cost(op_id, name) for name in alternates}
@@ -101,22 +101,20 @@ class AlternatesByLoad(Policy):
                 choice = fits[0] if fits else min(lower, key=known.__getitem__)
                 if choice != active:
                     actions.append(
-                        Action(
-                            ALTERNATE,
-                            op_id,
-                            choice,
-                            f"behind ({why}): {active} -> {choice}",
+                        SwitchAlternate(
+                            target=op_id,
+                            alternate=choice,
+                            reason=f"behind ({why}): {active} -> {choice}",
                             expected={"load": round(load_at_offered(choice), 3)},
                         )
                     )
             elif fitting and alternates[fitting[0]].value > alternates[active].value:
                 choice = fitting[0]
                 actions.append(
-                    Action(
-                        ALTERNATE,
-                        op_id,
-                        choice,
-                        f"slack ({why}): {choice} would need {load_at_offered(choice):.2f} "
+                    SwitchAlternate(
+                        target=op_id,
+                        alternate=choice,
+                        reason=f"slack ({why}): {choice} would need {load_at_offered(choice):.2f} "
                         f"<= {self.target}: {active} -> {choice}",
                         expected={"load": round(load_at_offered(choice), 3)},
                     )

@@ -7,7 +7,7 @@
 - An ``executors`` change may go with one other structural change of the same policy in the
   same batch: the resources and the parallelism that uses them move in one step (DS2).
 - Batch sizing (``admission``) may act every batch; if several policies size the same
-  target, the first policy in the configured order wins. Alternate switches likewise: any
+  target, the first policy in the configured order wins. SwitchAlternate switches likewise: any
   number of operators a batch, the first policy wins an operator.
 - Escalations always pass: they change nothing, they report.
 - A proposal equal to what is in force is dropped (no churn in the log).
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.control.actions import ADMISSION, ESCALATE, EXECUTORS, SWITCHES, Action
+from sluice.control.actions import Action, Admission, Escalate, Executors, SwitchAlternate
 from sluice.control.qos import QoSManager
 
 
@@ -55,17 +55,17 @@ class Arbiter:
         paired = False  # an executors change went with the structural change taken
         waiting = self.waiting(qos)
         for action in proposals:
-            if action.kind == ESCALATE:
+            if isinstance(action, Escalate):
                 accepted.append(action)
-            elif action.kind == ADMISSION:
+            elif isinstance(action, Admission):
                 if action.target in sized:
                     deferred.append((action, "another policy sized this target first"))
-                elif in_force.get((ADMISSION, action.target)) == action.value:
+                elif in_force.get((action.kind, action.target)) == action.value:
                     sized.add(action.target)
                 else:
                     sized.add(action.target)
                     accepted.append(action)
-            elif action.kind in SWITCHES:  # one per target a batch, the first policy's
+            elif isinstance(action, SwitchAlternate):  # a switch: one per target a batch, the first policy's
                 if (action.kind, action.target) in switched:
                     deferred.append((action, "another policy switched this target first"))
                 elif in_force.get((action.kind, action.target)) != action.value:
@@ -97,4 +97,4 @@ class Arbiter:
 def _one_step(taken: Action, action: Action) -> bool:
     """Whether ``action`` goes with the structural change ``taken``: one of them is an
     ``executors`` change, the other is not, and the same policy proposed both."""
-    return action.policy == taken.policy and (action.kind == EXECUTORS) != (taken.kind == EXECUTORS)
+    return action.policy == taken.policy and isinstance(action, Executors) != isinstance(taken, Executors)

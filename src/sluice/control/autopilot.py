@@ -46,17 +46,15 @@ from typing import Any
 import numpy as np
 
 from sluice.control.actions import (
-    ADMISSION,
-    ALTERNATE,
-    CHAINS,
-    ESCALATE,
-    EXECUTORS,
-    PARTITIONS,
-    ROUTING,
-    STRUCTURAL,
-    THREADS,
     Action,
-    partitions_of,
+    Admission,
+    Chains,
+    Escalate,
+    Executors,
+    Partitions,
+    Routing,
+    SwitchAlternate,
+    Threads,
 )
 from sluice.control.alternates import AlternatesByLoad
 from sluice.control.balancing import KeyGroupBalancing
@@ -106,9 +104,9 @@ class AheadScaling(OneStepScaling):
         resources = view.resources
         if not resources.elastic:
             return actions
-        target = next((int(a.value) for a in actions if a.kind == EXECUTORS), resources.target)
+        target = next((a.count for a in actions if isinstance(a, Executors)), resources.target)
         cores = max(target * max(resources.cores_per_executor, 1), 1)
-        out = [a for a in actions if a.kind != PARTITIONS]
+        out = [a for a in actions if not isinstance(a, Partitions)]
         plan = view.plan
         for ops in sorted(plan.keyed_stages()):
             stage = plan.keyed[ops[0]]
@@ -116,11 +114,10 @@ class AheadScaling(OneStepScaling):
             if need != stage.partitions:
                 out.insert(
                     0,
-                    Action(
-                        PARTITIONS,
-                        ops[0],
-                        need,
-                        f"{ops[0]}: a partition a core of the {target} executor(s) held: "
+                    Partitions(
+                        target=ops[0],
+                        count=need,
+                        reason=f"{ops[0]}: a partition a core of the {target} executor(s) held: "
                         f"{stage.partitions} -> {need}, key groups in ranges",
                         expected={"partitions": need},
                     ),
@@ -250,12 +247,12 @@ class GoalArbiter:
     def judge(self, candidates: list[tuple[str, Action]], view: ControlView, model: JobModel, now: float) -> list[Action]:
         """The candidates (member, action) that pass; the rest are noted with why."""
         out: list[Action] = []
-        structural = [(m, a) for m, a in candidates if a.kind in STRUCTURAL]
+        structural = [(m, a) for m, a in candidates if a.structural]
         scaling_out = any(self._direction(view, a) == "out" for _, a in structural)
         for member, action in candidates:
-            if action.kind == ADMISSION or action.kind == ALTERNATE:
+            if isinstance(action, (Admission, SwitchAlternate)):
                 out.append(action)
-            elif action.kind == ESCALATE:
+            elif isinstance(action, Escalate):
                 if scaling_out or self._capacity_in_flight():
                     self._note(view, member, action, "held: scaling is tried first")
                 else:
@@ -292,9 +289,9 @@ class GoalArbiter:
         directions = {self._direction(view, a) for a in actions}
         if "out" in directions:
             return 0 if model.behind else 1
-        if any(a.kind == ROUTING for a in actions):
+        if any(isinstance(a, Routing) for a in actions):
             return 2
-        if any(a.kind in (CHAINS, THREADS) for a in actions):
+        if any(isinstance(a, (Chains, Threads)) for a in actions):
             return 3
         return 4  # scale-in last
 
@@ -337,7 +334,7 @@ class GoalArbiter:
                 if c.applied_at is not None
                 and now - c.applied_at < self.undo_window_s
                 and c.intent == "capacity"
-                and any(a.kind in (PARTITIONS, EXECUTORS) for a in c.actions)
+                and any(isinstance(a, (Partitions, Executors)) for a in c.actions)
             ]
             if recent_out:
                 return f"held: a scale-out {now - recent_out[-1].applied_at:.0f} s ago"  # type: ignore[operator]
@@ -360,13 +357,13 @@ class GoalArbiter:
                 continue
             for done, undo in zip(change.actions, change.undo):
                 if (
-                    action.kind == ROUTING
-                    and done.kind == ROUTING
+                    isinstance(action, Routing)
+                    and isinstance(done, Routing)
                     and change.member != member
-                    and _stages(action) & _stages(done)
+                    and action.stages & done.stages
                 ):
                     return change.member
-                if done.kind == action.kind and done.target == action.target and _key(undo.value) == _key(action.value):
+                if type(done) is type(action) and done.target == action.target and _key(undo.value) == _key(action.value):
                     return change.member
         return None
 
@@ -385,25 +382,21 @@ class GoalArbiter:
 
     @staticmethod
     def _direction(view: ControlView, action: Action) -> str | None:
-        if action.kind == PARTITIONS and action.target in view.plan.keyed:
-            now, new = view.plan.keyed[action.target].partitions, partitions_of(action.value)
-        elif action.kind == EXECUTORS:
-            now, new = view.resources.target, int(action.value)
-        elif action.kind == THREADS:
-            now, new = view.plan.threads.get(action.target, 1), int(action.value)
-        else:
+        sizes = action.sizes(view.plan, view.resources.target) if isinstance(action, (Partitions, Executors, Threads)) else None
+        if sizes is None:
             return None
+        now, new = sizes
         return "out" if new > now else "in" if new < now else None
 
     @staticmethod
     def _speedup(view: ControlView, action: Action) -> float:
         """How much faster a row goes after a scale change (conservative: all of a row's
         work scales with the partitions, so a scale-in slows it by their ratio)."""
-        if action.kind == PARTITIONS and action.target in view.plan.keyed:
-            return partitions_of(action.value) / max(view.plan.keyed[action.target].partitions, 1)
-        if action.kind == EXECUTORS:
-            return int(action.value) / max(view.resources.target, 1)
-        return 1.0
+        sizes = action.sizes(view.plan, view.resources.target) if isinstance(action, (Partitions, Executors)) else None
+        if sizes is None:
+            return 1.0
+        now, new = sizes
+        return new / max(now, 1)
 
     def _note(self, view: ControlView, member: str, action: Action, why: str) -> None:
         key = (member, action.kind, action.target)
@@ -432,47 +425,13 @@ def _key(value: Any) -> str:
     return repr(value)
 
 
-def _stages(action: Action) -> set[str]:
-    return set(action.value) if isinstance(action.value, dict) else {action.target}
-
-
 def _in_force(view: ControlView, action: Action) -> bool:
-    plan = view.plan
-    if action.kind == PARTITIONS:
-        stage = plan.keyed.get(action.target)
-        return stage is not None and stage.partitions == partitions_of(action.value)
-    if action.kind == ROUTING:
-        tables = action.value if isinstance(action.value, dict) else {action.target: action.value}
-        return all(op in plan.keyed and list(plan.keyed[op].routing) == [int(p) for p in t] for op, t in tables.items())
-    if action.kind == CHAINS:
-        chains = action.value["chains"] if isinstance(action.value, dict) else action.value
-        return tuple(tuple(c) for c in plan.chains) == tuple(tuple(c) for c in chains)
-    if action.kind == EXECUTORS:
-        return view.resources.target == int(action.value)
-    if action.kind == THREADS:
-        return plan.threads.get(action.target, 1) == int(action.value)
-    return True
+    return action.in_force(view.plan, view.resources.target)
 
 
 def _undo(view: ControlView, action: Action) -> Action:
     """The action that puts back what ``action`` replaces (read from the Plan in force)."""
-    plan = view.plan
-    if action.kind == PARTITIONS:
-        stage = plan.keyed[action.target]
-        value: Any = {"partitions": stage.partitions, "routing": [int(p) for p in stage.routing]}
-    elif action.kind == ROUTING:
-        ops = action.value if isinstance(action.value, dict) else {action.target: None}
-        tables = {op: [int(p) for p in plan.keyed[op].routing] for op in ops}
-        value = tables if isinstance(action.value, dict) else tables[action.target]
-    elif action.kind == CHAINS:
-        value = {"chains": plan.chains, "rebalance": dict(plan.rebalance)}
-    elif action.kind == EXECUTORS:
-        value = view.resources.target
-    elif action.kind == THREADS:
-        value = plan.threads.get(action.target, 1)
-    else:
-        value = action.value
-    return Action(action.kind, action.target, value, "undo", {})
+    return action.undo(view.plan, view.resources.target)
 
 
 class Autopilot(Policy):
@@ -608,7 +567,7 @@ class Autopilot(Policy):
             if rebalancer and not proposed:
                 self._quiet_until[member.name] = view.batch_id + self.rebalance_every
             for action in proposed:
-                if type(member) is KeyGroupBalancing and action.kind == ROUTING and action.target in paired:
+                if type(member) is KeyGroupBalancing and isinstance(action, Routing) and action.target in paired:
                     continue  # collocation owns this stage: it balances the pair itself
                 candidates.append((member.name, replace(action, reason=f"{member.name}: {action.reason}")))
         accepted = [self._placed(view, a) for a in self.arbiter.judge(candidates, view, model, now)]
@@ -620,7 +579,12 @@ class Autopilot(Policy):
         take every waiting row onto the cores held then, and run for as long as the scale-out
         it prompts would need to drain the lot."""
         fit, resources = model.fit, view.resources
-        if not self.goals.keep_up or not resources.elastic or model.bound_s is None or any(a.kind == ADMISSION for a in actions):
+        if (
+            not self.goals.keep_up
+            or not resources.elastic
+            or model.bound_s is None
+            or any(isinstance(a, Admission) for a in actions)
+        ):
             return actions
         # never below four times the recent batches (a fit over small batches may say little)
         cap = 4 * max((m.rows_in for m in view.batches(5)), default=0)
@@ -635,12 +599,11 @@ class Autopilot(Policy):
             return actions
         return [
             *actions,
-            Action(
-                ADMISSION,
-                "*",
-                cap,
-                f"keep up: at most a batch the bound long on the cores held, or four times the recent batches: {cap:,} rows)",
-                {"rows": cap},
+            Admission(
+                rows=cap,
+                reason=f"keep up: at most a batch the bound long on the cores held, or four times the recent batches: "
+                f"{cap:,} rows)",
+                expected={"rows": cap},
             ),
         ]
 
@@ -657,8 +620,8 @@ class Autopilot(Policy):
         rows = backlog + latest.rows_in
         resources = view.resources
         fit = model.fit
-        asked = max([resources.target] + [int(a.value) for a in actions if a.kind == EXECUTORS])
-        sized = [a for a in actions if a.kind == ADMISSION]
+        asked = max([resources.target] + [a.count for a in actions if isinstance(a, Executors)])
+        sized = [a for a in actions if isinstance(a, Admission)]
         current = view.admission_total
         if (
             resources.elastic
@@ -677,11 +640,13 @@ class Autopilot(Policy):
                 f"batches the bound long ({rows:,} rows) until they do"
             )
             if current != rows or sized:
-                return [a for a in actions if a.kind != ADMISSION] + [Action(ADMISSION, "*", rows, reason, {"rows": rows})]
+                return [a for a in actions if not isinstance(a, Admission)] + [
+                    Admission(rows=rows, reason=reason, expected={"rows": rows})
+                ]
             return actions
         if current is None and not sized:
             return actions  # uncapped: it admits what waits already
-        if all(int(a.value) >= rows for a in sized) and sized:
+        if all(a.rows >= rows for a in sized) and sized:
             return actions
         if not sized and current is not None and current >= rows:
             return actions
@@ -689,21 +654,23 @@ class Autopilot(Policy):
             f"keep up: {backlog:,} rows wait, more than the bound's worth of input; admit them all "
             f"({rows:,} rows) rather than keep them waiting"
         )
-        return [a for a in actions if a.kind != ADMISSION] + [Action(ADMISSION, "*", rows, reason, {"rows": rows})]
+        return [a for a in actions if not isinstance(a, Admission)] + [
+            Admission(rows=rows, reason=reason, expected={"rows": rows})
+        ]
 
     def _placed(self, view: ControlView, action: Action) -> Action:
         """A rescale let through, with its key groups placed by their measured loads."""
-        if action.kind != PARTITIONS or isinstance(action.value, dict) or action.target not in view.plan.keyed:
+        if not isinstance(action, Partitions) or action.routing is not None or action.target not in view.plan.keyed:
             return action
         plan = view.plan
         ops = next((ops for ops in plan.keyed_stages() if action.target in ops), (action.target,))
         batches = [m for m in view.batches() if m.plan_version == plan.version][-self.scaling.window :]
-        routing = balanced_routing(batches, ops, plan.keyed[action.target], int(action.value), plan.max_parallelism)
+        routing = balanced_routing(batches, ops, plan.keyed[action.target], action.count, plan.max_parallelism)
         if routing is None:
             return action
         placed = replace(
             action,
-            value={"partitions": int(action.value), "routing": routing},
+            routing=tuple(routing),
             reason=action.reason.replace("key groups in ranges", "key groups by measured load"),
         )
         if self.arbiter.pending is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sluice.control.actions import ROUTING, Action
+from sluice.control.actions import Action, Routing
 from sluice.control.keygroups import balancing_problem, key_group_stats, routing_of
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
@@ -114,8 +114,7 @@ class KeyGroupBalancing(Policy):
                 f"{problem.load[hottest]:.1f} points) cuts it to {after:.1f} ({self.solver}, {result.status})"
             )
             return [
-                Action(
-                    ROUTING,
+                Routing.of(
                     op_id,
                     routing_of(result),
                     reason,

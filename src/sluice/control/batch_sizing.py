@@ -49,16 +49,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sluice.control.actions import (
-    ADMISSION,
-    ALL_SOURCES,
-    ESCALATE,
-    EXECUTORS,
-    PARTITIONS,
-    THREADS,
-    Action,
-    partitions_of,
-)
+from sluice.control.actions import Action, Admission, Escalate, Executors, Partitions, Threads
 from sluice.control.policy import Policy
 from sluice.control.scaling import OneStepScaling
 from sluice.control.view import ControlView
@@ -301,18 +292,14 @@ class ModelBatchSizing(Policy):
         more = [
             a
             for a in proposals
-            if (
-                a.kind == PARTITIONS
-                and a.target in view.plan.keyed
-                and partitions_of(a.value) > view.plan.keyed[a.target].partitions
-            )
-            or (a.kind == THREADS and a.value > view.plan.threads.get(a.target, 1))
+            if (isinstance(a, Partitions) and a.target in view.plan.keyed and a.count > view.plan.keyed[a.target].partitions)
+            or (isinstance(a, Threads) and a.threads > view.plan.threads.get(a.target, 1))
         ]
         if not more:
             return []
         self.countering = (view.batch_id, view.plan.version)
         prefix = f"{constraint}: batch sizing cannot keep the bound at the offered rate; scaling before escalating: "
-        return [replace(more[0], reason=prefix + more[0].reason)] + [a for a in proposals if a.kind == EXECUTORS]
+        return [replace(more[0], reason=prefix + more[0].reason)] + [a for a in proposals if isinstance(a, Executors)]
 
     def propose(self, view: ControlView) -> list[Action]:
         if not view.constraints or view.latest is None:
@@ -366,12 +353,10 @@ class ModelBatchSizing(Policy):
                 f"{tight.k:.2f} x batch time allows batches of {batch_s * 1000:.0f} ms"
             )
             actions.append(
-                Action(
-                    ADMISSION,
-                    ALL_SOURCES,
-                    cap,
-                    reason,
-                    {"batch_ms": round(expected_ms, 1), "latency_ms": round(expected_ms * tight.k, 1)},
+                Admission(
+                    rows=cap,
+                    reason=reason,
+                    expected={"batch_ms": round(expected_ms, 1), "latency_ms": round(expected_ms * tight.k, 1)},
                 )
             )
         return actions
@@ -397,7 +382,7 @@ class ModelBatchSizing(Policy):
                 f"cannot hold; it can up to about {details['max_rate']:,.0f} rows/s; bottleneck "
                 f"{details['bottleneck']}"
             )
-        return Action(ESCALATE, tight.constraint, details, reason)
+        return Escalate(target=tight.constraint, details=details, reason=reason)
 
     def _fallback(self, view: ControlView, pull: bool) -> list[Action]:
         """Nephele's Eq. 2 / Eq. 3 until the model has a fit.
@@ -419,12 +404,10 @@ class ModelBatchSizing(Policy):
             if view.admission_total is not None and cap <= current:
                 return []
             return [
-                Action(
-                    ADMISSION,
-                    ALL_SOURCES,
-                    cap,
-                    f"{backlog} rows waiting: admission must keep up with the input (no model yet)",
-                    {"rows": cap},
+                Admission(
+                    rows=cap,
+                    reason=f"{backlog} rows waiting: admission must keep up with the input (no model yet)",
+                    expected={"rows": cap},
                 )
             ]
         shrunk = self.last_shrink
@@ -448,13 +431,13 @@ class ModelBatchSizing(Policy):
                     "fixed_cost_ms": round(latest.duration_s * 1000, 1),
                 }
                 return [
-                    *self._escalate_or_counter(view, Action(ESCALATE, name or view.constraints[0].name, details, reason)),
-                    Action(
-                        ADMISSION,
-                        ALL_SOURCES,
-                        int(shrunk[0]),
-                        "back to the larger batch: smaller ones cost throughput and gain no latency",
-                        {"rows": int(shrunk[0])},
+                    *self._escalate_or_counter(
+                        view, Escalate(target=name or view.constraints[0].name, details=details, reason=reason)
+                    ),
+                    Admission(
+                        rows=int(shrunk[0]),
+                        reason="back to the larger batch: smaller ones cost throughput and gain no latency",
+                        expected={"rows": int(shrunk[0])},
                     ),
                 ]
         if pressure > 1.0:
@@ -462,16 +445,15 @@ class ModelBatchSizing(Policy):
                 name = name or view.constraints[0].name
                 return self._escalate_or_counter(
                     view,
-                    Action(
-                        ESCALATE,
-                        name,
-                        {
+                    Escalate(
+                        target=name,
+                        details={
                             "bottleneck": _bottleneck(view, name),
                             "max_rate": 0.0,
                             "offered_rate": view.offered_rate(),
                             "fixed_cost_ms": round(latest.duration_s * 1000, 1),
                         },
-                        f"{name}: smaller batches do not shorten a batch; its fixed cost is over the bound",
+                        reason=f"{name}: smaller batches do not shorten a batch; its fixed cost is over the bound",
                     ),
                 )
             excess_pct = 100 * (pressure - 1.0)
@@ -488,7 +470,7 @@ class ModelBatchSizing(Policy):
             return []
         if view.admission_total is not None and abs(cap - current) <= self.dead_band * current / 2:
             return []
-        return [Action(ADMISSION, ALL_SOURCES, cap, reason, {"rows": cap})]
+        return [Admission(rows=cap, reason=reason, expected={"rows": cap})]
 
 
 class FixedPointBatchSizing(Policy):
@@ -537,14 +519,12 @@ class FixedPointBatchSizing(Policy):
         if current is not None and abs(cap - current) <= 0.05 * current:
             return []
         return [
-            Action(
-                ADMISSION,
-                ALL_SOURCES,
-                cap,
-                f"fixed point: interval {self.interval * 1000:.0f} ms = (batch time "
+            Admission(
+                rows=cap,
+                reason=f"fixed point: interval {self.interval * 1000:.0f} ms = (batch time "
                 f"{latest.duration_s * 1000:.0f} ms + gap {gap * 1000:.0f} ms) / rho {self.rho} at "
                 f"{rate:,.0f} rows/s",
-                {"batch_ms": round(self.rho * self.interval * 1000 - gap * 1000, 1)},
+                expected={"batch_ms": round(self.rho * self.interval * 1000 - gap * 1000, 1)},
             )
         ]
 
@@ -561,4 +541,4 @@ class FixedAdmission(Policy):
         return {"policy": self.name, "rows": self.rows}
 
     def propose(self, view: ControlView) -> list[Action]:
-        return [Action(ADMISSION, ALL_SOURCES, self.rows, "fixed configuration")]
+        return [Admission(rows=self.rows, reason="fixed configuration")]

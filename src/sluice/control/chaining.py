@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.control.actions import CHAINS, Action
+from sluice.control.actions import Action, Chains
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
 from sluice.plan.chaining import RunCosts, best_cut, chainable_runs, run_layout, with_layout
@@ -121,11 +121,11 @@ class DynamicChaining(Policy):
                 continue
             self.trial = _Trial(layout, new, s_per_row)
             return [
-                Action(
-                    CHAINS,
-                    ALL,
-                    {"chains": chains, "rebalance": rebalance},
-                    _reason(run, best, costs, now, predicted),
+                Chains(
+                    target=ALL,
+                    chains=chains,
+                    rebalance=rebalance,
+                    reason=_reason(run, best, costs, now, predicted),
                     expected={"run_ms": round(predicted * 1000, 2), "run_ms_before": round(now * 1000, 2)},
                 )
             ]
@@ -167,11 +167,11 @@ class DynamicChaining(Policy):
             return None
         self.banned[trial.after] = view.batch_id + self.ban_batches
         chains, rebalance = trial.before
-        return Action(
-            CHAINS,
-            ALL,
-            {"chains": chains, "rebalance": dict(rebalance)},
-            f"undone: the new chains measured {s_per_row * 1e6:.2f} us a row against "
+        return Chains(
+            target=ALL,
+            chains=chains,
+            rebalance=dict(rebalance),
+            reason=f"undone: the new chains measured {s_per_row * 1e6:.2f} us a row against "
             f"{trial.before_s_per_row * 1e6:.2f} before the change; not tried again "
             f"for {self.ban_batches} batches",
             expected={"us_per_row": round(trial.before_s_per_row * 1e6, 3)},

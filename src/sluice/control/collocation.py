@@ -25,7 +25,7 @@ Pure: no Spark.
 
 from __future__ import annotations
 
-from sluice.control.actions import ROUTING, Action
+from sluice.control.actions import Action, Routing
 from sluice.control.keygroups import collocation_problem, key_group_stats, key_group_traffic, routings_of
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
@@ -131,11 +131,10 @@ class CollocationBalancing(Policy):
                 f"{result.load_distance:.1f} points)"
             )
             return [
-                Action(
-                    ROUTING,
-                    f"{traffic.upstream}+{op_id}",
-                    {traffic.upstream: routing_up, op_id: routing_down},
-                    reason,
+                Routing(
+                    target=f"{traffic.upstream}+{op_id}",
+                    tables={traffic.upstream: tuple(routing_up), op_id: tuple(routing_down)},
+                    reason=reason,
                     expected={
                         "collocation": round(after, 4),
                         "collocation_before": round(before, 4),

@@ -23,10 +23,22 @@ import logging
 import time
 import warnings
 from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sluice.control.actions import ADMISSION, ALL_SOURCES, ESCALATE, EXECUTORS, Action
-from sluice.control.actuators import MemoryAdmission, apply_admission, plan_change
+from sluice.control.actions import (
+    ALL_SOURCES,
+    Action,
+    Admission,
+    Chains,
+    Escalate,
+    Executors,
+    Partitions,
+    Routing,
+    SwitchAlternate,
+    Threads,
+)
+from sluice.control.actuators import MemoryAdmission, apply_admission
 from sluice.control.arbiter import Arbiter
 from sluice.control.decisions import DecisionLog
 from sluice.control.executors import ExecutorActuator, FixedExecutors
@@ -135,26 +147,26 @@ class Controller:
         new_plan = None
         escalating = set()
         for action in verdict.accepted:
-            if action.kind == ESCALATE:
+            if isinstance(action, Escalate):
                 escalating.add(action.target)
                 self._escalate(metrics.batch_id, action)
-            elif action.kind == ADMISSION:
+            elif isinstance(action, Admission):
                 apply_admission(self.admission, action, view.source_shares())
                 self._decided(metrics.batch_id, action, view)
-            elif action.kind == EXECUTORS:
+            elif isinstance(action, Executors):
                 try:
-                    self.executors.set_total(int(action.value))
+                    self.executors.set_total(action.count)
                 except ConfigError as exc:
                     self._reject(metrics.batch_id, action, str(exc))
                     continue
-                new_plan = plan_change(new_plan or plan, action, metrics.batch_id + 1)
+                new_plan = action.apply(new_plan or plan, metrics.batch_id + 1)
                 self._decided(metrics.batch_id, action, view)
             else:
                 problem = self._invalid(action)
                 if problem is not None:
                     self._reject(metrics.batch_id, action, problem)
                     continue
-                new_plan = plan_change(new_plan or plan, action, metrics.batch_id + 1)
+                new_plan = action.apply(new_plan or plan, metrics.batch_id + 1)
                 self._decided(metrics.batch_id, action, view)
         for name in list(self.escalated):
             if name not in escalating:  # the bound holds again, or can: say so once
@@ -229,18 +241,18 @@ class Controller:
     # ---- bookkeeping ---------------------------------------------------------------------------
     def _in_force(self, plan) -> dict:
         current = self.admission.current()
-        out: dict = {(ADMISSION, source): rows for source, rows in current.items()}
+        out: dict = {(Admission.kind, source): rows for source, rows in current.items()}
         if current and all(v is not None for v in current.values()):
-            out[(ADMISSION, ALL_SOURCES)] = sum(current.values())
-        out[("chains", "*")] = plan.chains
+            out[(Admission.kind, ALL_SOURCES)] = sum(current.values())
+        out[(Chains.kind, ALL_SOURCES)] = plan.chains
         for op, n in plan.threads.items():
-            out[("threads", op)] = n
+            out[(Threads.kind, op)] = n
         for op, stage in plan.keyed.items():
-            out[("partitions", op)] = stage.partitions
-            out[("routing", op)] = list(stage.routing)
+            out[(Partitions.kind, op)] = stage.partitions
+            out[(Routing.kind, op)] = list(stage.routing)
         for op, alternate in plan.alternates.items():
-            out[("alternate", op)] = alternate
-        out[(EXECUTORS, ALL_SOURCES)] = self.resources.target
+            out[(SwitchAlternate.kind, op)] = alternate
+        out[(Executors.kind, ALL_SOURCES)] = self.resources.target
         return out
 
     def _decided(self, batch_id: int, action: Action, view: ControlView) -> None:
@@ -264,12 +276,12 @@ class Controller:
     def _invalid(self, action: Action) -> str | None:
         """Why an accepted action cannot be applied to this job, checked before the next Plan
         is logged (a logged plan that cannot run would fail every replay of its batch)."""
-        if action.kind == "alternate":
+        if isinstance(action, SwitchAlternate):
             if action.target not in self.graph or not alternates_of(self.graph[action.target]):
                 return f"{action.target!r} is no operator with alternates"
-            if action.value not in alternates_of(self.graph[action.target]):
+            if action.alternate not in alternates_of(self.graph[action.target]):
                 return (
-                    f"{action.target!r} has no alternate {action.value!r}; its alternates: "
+                    f"{action.target!r} has no alternate {action.alternate!r}; its alternates: "
                     f"{sorted(alternates_of(self.graph[action.target]))}"
                 )
         return None
@@ -315,8 +327,8 @@ class Controller:
             )
         self.unmeasured = []
 
-    def _escalate(self, batch_id: int, action: Action) -> None:
-        details = dict(action.value) if isinstance(action.value, dict) else {"value": action.value}
+    def _escalate(self, batch_id: int, action: Escalate) -> None:
+        details = dict(action.details)
         previous = self.escalated.get(action.target)
         self.escalated[action.target] = details
         if previous is not None:
@@ -376,6 +388,6 @@ class Controller:
 
 
 def _signed(action: Action, policy: str) -> Action:
-    from dataclasses import replace
-
+    if not isinstance(action, Action):
+        raise TypeError(f"policy {policy!r} proposed {action!r}; a policy proposes sluice.control.actions.Action objects")
     return action if action.policy == policy else replace(action, policy=policy)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sluice.control.actions import EXECUTORS, Action
+from sluice.control.actions import Action, Executors, SwitchAlternate
 from sluice.control.forecast import make_forecaster
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
@@ -51,7 +51,6 @@ from sluice.plan.elastic.genetic import GeneticScheduler
 from sluice.plan.elastic.greedy import GreedyScheduler
 from sluice.plan.elastic.plasticc import PlasticcScheduler
 
-ALTERNATE = "alternate"  # the action kind of sluice.control.actions (kept local: a string is all it is)
 PLENTY_BANDWIDTH = 1e12  # bytes/s: executors on one cluster; the model's network limit does not bind
 
 Forecaster = Callable[[ControlView, float, int, float], np.ndarray]
@@ -370,17 +369,16 @@ class ElasticPolicy(Policy):
             name = pe.alternates[int(a)]
             if name != view.active_alternate(pe.op_id):
                 actions.append(
-                    Action(
-                        ALTERNATE,
-                        pe.op_id,
-                        name,
-                        f"{why}: alternate {name!r}",
+                    SwitchAlternate(
+                        target=pe.op_id,
+                        alternate=name,
+                        reason=f"{why}: alternate {name!r}",
                         expected={"value": float(view.alternates(pe.op_id)[name].value)},
                     )
                 )
         if executors != view.resources.target:
             actions.append(
-                Action(EXECUTORS, "*", executors, f"{why}: hold {executors} executors", expected={"executors": executors})
+                Executors(count=executors, reason=f"{why}: hold {executors} executors", expected={"executors": executors})
             )
         return actions
 

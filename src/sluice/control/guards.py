@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.control.actions import ALTERNATE, Action
+from sluice.control.actions import Action, SwitchAlternate
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
 from sluice.errors import ConfigError
@@ -160,16 +160,15 @@ class Guards(Policy):
                     decided.setdefault(op_id, (alternate, f"guard {rule.when!r} holds"))
         for op_id, alternate in self.otherwise.items():
             decided.setdefault(op_id, (alternate, "no guard holds (otherwise)"))
-        actions = []
+        actions: list[Action] = []
         for op_id, (alternate, why) in decided.items():
             if view.active_alternate(op_id) != alternate:
                 shown = {k: _rounded(v) for k, v in names.items() if v is not None}
                 actions.append(
-                    Action(
-                        ALTERNATE,
-                        op_id,
-                        alternate,
-                        f"{why}: {op_id} {view.active_alternate(op_id)} -> {alternate} ({shown})",
+                    SwitchAlternate(
+                        target=op_id,
+                        alternate=alternate,
+                        reason=f"{why}: {op_id} {view.active_alternate(op_id)} -> {alternate} ({shown})",
                         expected={"alternate": alternate},
                     )
                 )
@@ -197,8 +196,8 @@ def measurements(view: ControlView) -> dict[str, Any]:
         p95s = [s.p95_ms for s in statuses if s.p95_ms is not None]
         p95 = max(p95s) if p95s else None
     else:
-        sink_means = [float(v["latency_mean_ms"]) for v in latest.sinks.values() if v.get("latency_mean_ms") is not None]
-        sink_p95s = [float(v["latency_p95_ms"]) for v in latest.sinks.values() if v.get("latency_p95_ms") is not None]
+        sink_means = [float(v.latency_mean_ms) for v in latest.sinks.values() if v.latency_mean_ms is not None]
+        sink_p95s = [float(v.latency_p95_ms) for v in latest.sinks.values() if v.latency_p95_ms is not None]
         latency, p95 = (max(sink_means) if sink_means else None), (max(sink_p95s) if sink_p95s else None)
     bounds = [c.bound_s * 1000.0 for c in view.constraints]
     rate = view.offered_rate()

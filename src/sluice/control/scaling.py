@@ -37,7 +37,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from sluice.control.actions import EXECUTORS, PARTITIONS, Action, partitions_of
+from sluice.control.actions import Action, Executors, Partitions
 from sluice.control.keygroups import balancing_problem, key_group_stats
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView, Resources
@@ -145,13 +145,12 @@ class OneStepScaling(Policy):
                 f"{exact:.2f} partitions (capped at {ceiling} cores): scale {direction} {now} -> {need}, "
                 f"{placed}"
             )
-            value = need if routing is None else {"partitions": need, "routing": routing}
             actions.append(
-                Action(
-                    PARTITIONS,
-                    op_id,
-                    value,
-                    reason,
+                Partitions(
+                    target=op_id,
+                    count=need,
+                    routing=None if routing is None else tuple(routing),
+                    reason=reason,
                     expected={
                         "utilization": round(needed_rate / (true_rate * need), 3),
                         "partitions": need,
@@ -165,11 +164,9 @@ class OneStepScaling(Policy):
             executors = executors_for(max(partitions.values()), resources)
             if executors != resources.target:
                 actions.append(
-                    Action(
-                        EXECUTORS,
-                        "*",
-                        executors,
-                        f"{max(partitions.values())} partitions on {resources.cores_per_executor} "
+                    Executors(
+                        count=executors,
+                        reason=f"{max(partitions.values())} partitions on {resources.cores_per_executor} "
                         f"core(s) an executor: hold {executors} executors (held {resources.executors}, "
                         f"asked for {resources.target})",
                         expected={"executors": executors},
@@ -188,19 +185,17 @@ class OneStepScaling(Policy):
         need = self.job_executors(view)
         if need is None:
             return actions
-        partitions = [partitions_of(a.value) for a in actions if a.kind == PARTITIONS]
+        partitions = [a.count for a in actions if isinstance(a, Partitions)]
         most = resources.max_executors or resources.executors
         target = min(max([need] + [math.ceil(p / max(resources.cores_per_executor, 1)) for p in partitions]), most)
-        rest = [a for a in actions if a.kind != EXECUTORS]
+        rest = [a for a in actions if not isinstance(a, Executors)]
         now = resources.target
         if target > now:  # never fewer partitions while the job needs more executors
             rest = [
                 a
                 for a in rest
                 if not (
-                    a.kind == PARTITIONS
-                    and a.target in view.plan.keyed
-                    and partitions_of(a.value) < view.plan.keyed[a.target].partitions
+                    isinstance(a, Partitions) and a.target in view.plan.keyed and a.count < view.plan.keyed[a.target].partitions
                 )
             ]
         if target == now or (target < now and now - target <= self.tolerance * now and not rest):
@@ -209,7 +204,7 @@ class OneStepScaling(Policy):
             f"the job's work needs {need} executor(s) at {self.target_utilization:.0%} utilization (every "
             f"operator's useful time a row at the offered rate): hold {target} (asked for {now})"
         )
-        return [*rest, Action(EXECUTORS, "*", target, reason, expected={"executors": target})]
+        return [*rest, Executors(count=target, reason=reason, expected={"executors": target})]
 
     def job_executors(self, view: ControlView) -> int | None:
         batches = [m for m in view.batches() if m.plan_version == view.plan.version][-self.window :]
@@ -316,9 +311,9 @@ class FlinkLikeScaling(OneStepScaling):
         if now - quiet_since < self.stabilization_s:
             return []
         actions = super().propose(view)
-        resize = next((a for a in actions if a.kind == PARTITIONS), None)
+        resize = next((a for a in actions if isinstance(a, Partitions)), None)
         if resize is None:
-            return [a for a in actions if a.kind == EXECUTORS]
+            return [a for a in actions if isinstance(a, Executors)]
         need = int(resize.expected["partitions"])
         current = view.plan.keyed[resize.target].partitions
         utilization = float(resize.expected["utilization"]) * need / max(current, 1)
@@ -339,15 +334,14 @@ class FlinkLikeScaling(OneStepScaling):
         if need == self.down_need:
             return actions
         return [
-            Action(
-                PARTITIONS,
-                resize.target,
-                self.down_need,
-                f"{resize.target}: scale in {current} -> {self.down_need}, the largest need recommended over "
+            Partitions(
+                target=resize.target,
+                count=self.down_need,
+                reason=f"{resize.target}: scale in {current} -> {self.down_need}, the largest need recommended over "
                 f"{self.scale_down_interval_s:.0f} s",
                 expected={"partitions": self.down_need},
             )
-        ] + [replace(a, value=executors_for(self.down_need, view.resources)) for a in actions if a.kind == EXECUTORS]
+        ] + [replace(a, count=executors_for(self.down_need, view.resources)) for a in actions if isinstance(a, Executors)]
 
 
 RESCALE_SETTINGS = MilpSettings(time_limit=1.0)
