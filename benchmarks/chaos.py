@@ -25,7 +25,7 @@ Rows counted too few times are lost, too many times duplicated; both must be 0.
 
 Prints one JSON line: ``kills``, ``lost``, ``duplicated``, ``recovery_p50_s``,
 ``recovery_p95_s`` (and the per-operator counts); writes docs/results/chaos.json.
-``--quick``: 20 kills. Full mode: 100 kills.
+``--quick``: 6 kills. Full mode: 100 kills.
 
 Not covered here (see docs/operations.md, "Operations under failure"): a join and a Kafka
 sink in the job, a standalone cluster in network namespaces with a worker's network cut, a
@@ -182,8 +182,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="20 kills")
-    parser.add_argument("--kills", type=int, default=None, help="driver kills (default 20 quick, 100 full)")
+    parser.add_argument("--quick", action="store_true", help="6 kills")
+    parser.add_argument("--kills", type=int, default=None, help="driver kills (default 6 quick, 100 full)")
     parser.add_argument("--rate", type=float, default=5_000, help="source rows per second")
     parser.add_argument("--total-rows", type=int, default=None)
     parser.add_argument("--rows-per-batch", type=int, default=50_000)
@@ -199,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.kills = args.kills if args.kills is not None else (20 if args.quick else 100)
+    args.kills = args.kills if args.kills is not None else (6 if args.quick else 100)
     # enough input that the job outlives every kill (a restart takes some 10-20 s here)
-    args.total_rows = args.total_rows or int(args.rate * 30 * (args.kills + 1))
+    args.total_rows = args.total_rows or int(args.rate * (20 if args.quick else 30) * (args.kills + 1))
     if args.child:
         child(args.workdir, args.rate, args.total_rows, args.rows_per_batch)
         return 0

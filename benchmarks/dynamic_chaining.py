@@ -165,8 +165,9 @@ def _layout_of_plan(plan: Plan) -> tuple:
     return plan.chains, tuple(sorted(plan.rebalance.items()))
 
 
-def transfer_costs(spark, rows: int) -> dict:
-    """Microseconds a row of one more identity pass and of a rebalance exchange."""
+def transfer_costs(spark, rows: int, samples: int) -> dict:
+    """Microseconds a row of one more identity pass and of a rebalance exchange (the best of
+    ``samples`` runs of each)."""
     per_batch = rows // 6
     times = {}
     for label, n_ops, rebalance in (("one", 1, False), ("four", 4, False), ("rebalanced", 1, True)):
@@ -175,7 +176,7 @@ def transfer_costs(spark, rows: int) -> dict:
         if rebalance:
             plan = Plan(plan.version, plan.max_parallelism, plan.keyed, plan.chains, rebalance={"op0": 2})
         samples = []
-        for _ in range(2):
+        for _ in range(samples):
             m, _ = run(spark, pipeline([ident] * n_ops, rows, per_batch), plan, None, False)
             samples.append(median_batch(m))
         times[label] = min(samples)
@@ -209,7 +210,7 @@ def main() -> int:
     costly = workload(spark, "rebalance", heavy_ops, 60_000 * scale, 10_000, start_fused=True, target=heavy_target, runs=runs)
     print(json.dumps(costly), flush=True)
 
-    costs = transfer_costs(spark, 480_000)
+    costs = transfer_costs(spark, 240_000 if args.quick else 480_000, 1 if args.quick else 2)
     print(json.dumps(costs), flush=True)
     result = {
         "benchmark": "dynamic_chaining",

@@ -47,7 +47,7 @@ exchange, with the source, the map and the filter, is a Spark stage of its own; 
 read; kernel; delta write; output), summed over tasks. docs/runtime.md, section 5, reads it.
 
 The machine is shared: the runs alternate the two systems (A B B A A B; a Spark turn runs
-both state stores) and the best run of each is kept (3 each in full mode, 2 in quick).
+both state stores) and the best run of each is kept (3 each in full mode, 1 in quick).
 Writes docs/results/keyed_throughput.json and keyed_throughput.png (``_cluster`` in the
 names of a cluster run; the file's ``mode`` says quick or full), with the anchor's
 configuration, the load average, the cores and the versions; the last line printed is a JSON object with
@@ -395,11 +395,11 @@ PROFILE_PARTS = {  # keyed-stage task metrics -> what they are
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller batches, best of 2 alternating runs each (under 3 minutes)")
+    parser.add_argument("--quick", action="store_true", help="smaller batches, one run of each (about 2 minutes)")
     parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
     parser.add_argument("--rows-per-batch", type=int, default=None)
     parser.add_argument("--batches", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None, help="runs of each system, best kept (2 quick, 3 full)")
+    parser.add_argument("--repeats", type=int, default=None, help="runs of each system, best kept (1 quick, 3 full)")
     parser.add_argument("--latency-batches", type=int, default=None, help="batches of each half-rate run")
     parser.add_argument(
         "--cluster", action="store_true", help="run on a standalone cluster started here: 2 workers x 1 core (overrides --master)"
@@ -445,7 +445,7 @@ def benchmark(args: argparse.Namespace) -> int:
     record = Record("keyed_throughput", args.quick)
     per_batch = args.rows_per_batch or (200_000 if args.quick else 400_000)
     n_batches = args.batches or (7 if args.quick else 12)
-    repeats = args.repeats or (2 if args.quick else 3)  # one run each swung by a third
+    repeats = args.repeats or (1 if args.quick else 3)  # one run each swung by a third: quick is a smoke figure
     latency_batches = args.latency_batches or (8 if args.quick else 20)
     warmup = 2
     mode = "quick" if args.quick else "full"

@@ -404,10 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.kills = args.kills if args.kills is not None else (2 if args.quick else 6)
-    # enough rows that the job outlives every kill: 150 s of input a kill (a restart on this
-    # shared machine has taken over two minutes; a job that ends early is killed fewer times,
-    # and says so)
-    args.total_rows = args.total_rows or int(args.rate * 150 * (args.kills + 1))
+    # enough rows that the job outlives every kill: 150 s of input a kill in full mode (a
+    # restart on a loaded machine has taken over two minutes), 30 s in quick mode (a restart
+    # on a quiet one takes 10-20 s); a job that ends early is killed fewer times, and says so
+    args.total_rows = args.total_rows or int(args.rate * (30 if args.quick else 150) * (args.kills + 1))
     if args.child:
         child(args.child, args.workdir, args.rate, args.total_rows, args.rows_per_batch, args.as_standby)
         return 0

@@ -5,9 +5,9 @@ executors.
 
     .venv/bin/python benchmarks/rescaling.py [--quick]
 
-Each run lasts 25 s before the step and 180 s after it (60 s and 300 s without --quick):
-with 90 s, on a loaded machine (load 20), every run was still behind at the end (a lag of
-54-62 s of input), so its time to the target rate could not be measured.
+Each run lasts 60 s before the step and 300 s after it (with 90 s after it, on a loaded
+machine, every run was still behind at the end, so its time to the target rate could not be
+measured). ``--quick``: 15 s and 90 s, and only DS2 and the anchor (Spark's restart).
 
 Each run's input starts ``LEAD_S`` after it is launched (its session, executors and Python
 workers are up by then). Batches admit all the input waiting (no cap): while the job is
@@ -398,10 +398,10 @@ def plot(runs: dict, pre: float, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="shorter phases")
+    parser.add_argument("--quick", action="store_true", help="shorter phases, and only DS2 and the anchor (Spark's restart)")
     args = parser.parse_args()
     record = Record("rescaling", args.quick)
-    pre, post = (25.0, 180.0) if args.quick else (60.0, 300.0)  # after the step: time to catch up on a loaded machine
+    pre, post = (15.0, 90.0) if args.quick else (60.0, 300.0)  # after the step: time to catch up on a loaded machine
 
     from sluice.control import IncrementalScaling, OneStepScaling
     from sluice.runtime.cluster import LocalCluster
@@ -417,10 +417,10 @@ def main() -> None:
         spark = spark_session(cluster.master_url, conf={"spark.executor.memory": "512m"})
         pool = ExecutorPool(spark, max_executors=WORKERS)
         pool.settle()
-        for policy in (
-            OneStepScaling(target_utilization=TARGET_UTILIZATION, window=WINDOW),
-            IncrementalScaling(target_utilization=TARGET_UTILIZATION, window=WINDOW),
-        ):
+        policies = [OneStepScaling(target_utilization=TARGET_UTILIZATION, window=WINDOW)]
+        if not args.quick:
+            policies.append(IncrementalScaling(target_utilization=TARGET_UTILIZATION, window=WINDOW))
+        for policy in policies:
             print(f"running {policy.name} ...", flush=True)
             runs["ds2" if policy.name == "scaling" else "incremental"] = run_sluice(spark, pool, policy, workdir, pre, post)
         ds2_steps = [s for s in runs["ds2"]["steps"] if s["t"] >= 0]
@@ -428,40 +428,43 @@ def main() -> None:
         chosen = next((s["value"] for s in ds2_steps if s["kind"] == "executors"), needed_executors(R2))
         print(f"running spark_restart (restart {decide_after:.1f} s after the step, {chosen} executors) ...", flush=True)
         runs["spark_restart"] = run_spark_restart(spark, pool, workdir, pre, post, decide_after, chosen)
-        peak = needed_executors(R2)
-        print(f"running spark_static_peak ({peak} executors from the start) ...", flush=True)
-        runs["spark_static_peak"] = run_spark_query(spark, pool, workdir, pre, post, "spark_static_peak", executors=peak)
+        spark_extras = not args.quick  # static peak and dynamic allocation: full mode only
+        if spark_extras:
+            peak = needed_executors(R2)
+            print(f"running spark_static_peak ({peak} executors from the start) ...", flush=True)
+            runs["spark_static_peak"] = run_spark_query(spark, pool, workdir, pre, post, "spark_static_peak", executors=peak)
         spark.stop()
         # Spark's dynamic allocation on Spark's own query, in a session of its own (the
         # allocation manager is set when the context starts; shuffle tracking stands in for
         # the external shuffle service a standalone cluster here does not run)
-        print("running spark_dynamic_allocation ...", flush=True)
-        spark = spark_session(
-            cluster.master_url,
-            app_name="rescaling_dynamic_allocation",
-            conf={
-                "spark.executor.memory": "512m",
-                "spark.dynamicAllocation.enabled": "true",
-                "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-                "spark.dynamicAllocation.minExecutors": "1",
-                "spark.dynamicAllocation.initialExecutors": "1",
-                "spark.dynamicAllocation.maxExecutors": str(WORKERS),
-                "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
-                "spark.dynamicAllocation.executorIdleTimeout": "60s",
-            },
-        )
-        runs["spark_dynamic_allocation"] = run_spark_query(
-            spark, HeldBySpark(spark), workdir, pre, post, "spark_dynamic_allocation", executors=None
-        )
-        spark.stop()
+        if spark_extras:
+            print("running spark_dynamic_allocation ...", flush=True)
+            spark = spark_session(
+                cluster.master_url,
+                app_name="rescaling_dynamic_allocation",
+                conf={
+                    "spark.executor.memory": "512m",
+                    "spark.dynamicAllocation.enabled": "true",
+                    "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+                    "spark.dynamicAllocation.minExecutors": "1",
+                    "spark.dynamicAllocation.initialExecutors": "1",
+                    "spark.dynamicAllocation.maxExecutors": str(WORKERS),
+                    "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
+                    "spark.dynamicAllocation.executorIdleTimeout": "60s",
+                },
+            )
+            runs["spark_dynamic_allocation"] = run_spark_query(
+                spark, HeldBySpark(spark), workdir, pre, post, "spark_dynamic_allocation", executors=None
+            )
+            spark.stop()
 
     results = {name: figures(run, pre) for name, run in runs.items()}
     for name, fig in results.items():
         print(f"{name:14s} {fig}", flush=True)
     ds2, anchor = results["ds2"]["time_to_target_s"], results["spark_restart"]["time_to_target_s"]
     ratio = round(anchor / ds2, 3) if ds2 and anchor else None
-    da = results["spark_dynamic_allocation"]["time_to_target_s"]
-    peak_t = results["spark_static_peak"]["time_to_target_s"]
+    da = results.get("spark_dynamic_allocation", {}).get("time_to_target_s")
+    peak_t = results.get("spark_static_peak", {}).get("time_to_target_s")
     # the anchor still behind when the run ends: its time is at least the run's, so is the ratio
     at_least = round(post / ds2, 3) if ds2 and anchor is None else None
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -500,8 +503,8 @@ def main() -> None:
         },
         anchor=Anchor(
             ran="Spark's own stateful query (applyInPandasWithState, the same count and work), stopped and "
-            "restarted with the executors DS2 chose; beside it the same query with static peak executors and "
-            "with Spark's dynamic allocation",
+            "restarted with the executors DS2 chose; beside it (full mode) the same query with static peak "
+            "executors and with Spark's dynamic allocation",
             formulation=f"a standalone cluster of {WORKERS} workers x 1 core, the same two generator sources and "
             "rate step; state partitions fixed from the start",
             state_store="default (HDFS-backed)",

@@ -330,10 +330,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     record = Record("skew_balancing", args.quick)
-    per_batch = 6_000 if args.quick else 12_000
-    batches = 18 if args.quick else 30  # six (ten) batches per phase of the hot set
-    # quick: one run of each (under 5 minutes); two alternating runs of each took 6.4 minutes on a
-    # quiet machine, the hash runs alone about a minute each
+    per_batch = 4_000 if args.quick else 12_000
+    batches = 12 if args.quick else 30  # four (ten) batches per phase of the hot set
+    # quick: one run of each (about 2 minutes); two alternating runs of each at 6,000 rows in
+    # 18 batches took 6.4 minutes on a quiet machine
     repeats = args.repeats or (1 if args.quick else 3)
     total_rows = per_batch * batches
     spark = spark_session(args.master, app_name="skew_balancing")

@@ -264,9 +264,9 @@ def markdown_table(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="200,000 events, one run of each (under 20 minutes)")
-    parser.add_argument("--events", type=int, default=None, help="events (default: 200,000 quick, 2,000,000 full)")
-    parser.add_argument("--files", type=int, default=10, help="Parquet files = micro-batches")
+    parser.add_argument("--quick", action="store_true", help="100,000 events in 5 files, one run of each (a few minutes)")
+    parser.add_argument("--events", type=int, default=None, help="events (default: 100,000 quick, 2,000,000 full)")
+    parser.add_argument("--files", type=int, default=None, help="Parquet files = micro-batches (default: 5 quick, 10 full)")
     parser.add_argument("--queries", default=None, help="comma-separated, e.g. q0,q5 (default: all)")
     parser.add_argument("--engines", default="sluice,spark")
     parser.add_argument(
@@ -283,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(markdown_table(json.loads(Path(args.table).read_text())))
         return 0
-    events_n = args.events or (200_000 if args.quick else 2_000_000)
+    events_n = args.events or (100_000 if args.quick else 2_000_000)
     repeats = args.repeats or (1 if args.quick else 2)
-    cfg = Config(events=events_n, files=args.files)
+    cfg = Config(events=events_n, files=args.files or (5 if args.quick else 10))
     engines = args.engines.split(",")
     wanted = set(args.queries.split(",")) if args.queries else None
     # the Python workers Spark starts import the queries' functions from this checkout
