@@ -43,10 +43,6 @@ ALLOWED: dict[str, set[str]] = {
 _MODULE_LAYERS = {
     "sluice.errors": "core",
     "sluice.credentials": "core",
-    # the two run entry points (micro-batch and real-time) are the composition root; they
-    # live in runtime/ for now but sit above both runtime and control
-    "sluice.runtime.job": "job",
-    "sluice.runtime.realtime": "job",
     # what `import sluice` offers: facades over api, graph and the runtime's sinks and readers
     "sluice": "api",
     "sluice.agg": "api",

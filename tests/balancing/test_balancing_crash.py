@@ -42,11 +42,12 @@ def routing_decisions(checkpoint: str) -> list[int]:
 
 @pytest.mark.slow
 def test_crash_in_the_batch_after_a_migration_restarts_to_the_same_output(spark, tmp_path):
-    from sluice.runtime.job import run_pipeline
+    from sluice.job import RunOptions
+    from sluice.job.run import run_pipeline
 
     env = dict(SLUICE_TEST_ROWS=str(ROWS), SLUICE_TEST_PER_BATCH=str(PER_BATCH))
     fixed_out, fixed_checkpoint = str(tmp_path / "fixed_out"), str(tmp_path / "fixed")
-    run_pipeline(skewed_keys.build(fixed_out, ROWS, PER_BATCH), fixed_checkpoint, spark=spark)  # no controller
+    run_pipeline(skewed_keys.build(fixed_out, ROWS, PER_BATCH), fixed_checkpoint, RunOptions(spark=spark))  # no controller
     expected = final_per_key(fixed_out)
     assert sum(n for n, _ in expected.values()) == ROWS
     assert PlanLog(fixed_checkpoint).latest().version == 0  # the reference never moved anything

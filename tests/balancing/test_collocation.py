@@ -134,7 +134,8 @@ def exchanges(spark, pipeline, plan: Plan, tmp_path) -> int:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_collocated_run_has_one_exchange_fewer_and_the_same_output(spark, tmp_path):
-    from sluice.runtime.job import run_pipeline
+    from sluice.job import RunOptions
+    from sluice.job.run import run_pipeline
     from sluice.runtime.planlog import PlanLog
 
     pipeline = collocated_keys.build(str(tmp_path / "probe"), 100, 100)
@@ -146,7 +147,7 @@ def test_collocated_run_has_one_exchange_fewer_and_the_same_output(spark, tmp_pa
     outputs = {}
     for collocate in (False, True):
         out, checkpoint = str(tmp_path / f"out_{collocate}"), str(tmp_path / f"ck_{collocate}")
-        run_pipeline(collocated_keys.build(out, 8000, 4000), checkpoint, spark=spark, collocate=collocate)
+        run_pipeline(collocated_keys.build(out, 8000, 4000), checkpoint, RunOptions(spark=spark, collocate=collocate))
         assert bool(PlanLog(checkpoint).latest().collocated) == collocate
         outputs[collocate] = final_sums(out)
     assert outputs[True] == outputs[False]
@@ -158,11 +159,16 @@ def test_collocated_run_has_one_exchange_fewer_and_the_same_output(spark, tmp_pa
 def test_a_crash_inside_a_shared_stage_restarts_to_the_same_output(spark, tmp_path):
     """SIGKILL while the second batch runs (after a keyed operator wrote its state, before the
     batch is done); the restart's output equals a run with an exchange before each operator."""
-    from sluice.runtime.job import run_pipeline
+    from sluice.job import RunOptions
+    from sluice.job.run import run_pipeline
 
     rows, per_batch = 12000, 4000
     reference_out = str(tmp_path / "reference_out")
-    run_pipeline(collocated_keys.build(reference_out, rows, per_batch), str(tmp_path / "reference"), spark=spark, collocate=False)
+    run_pipeline(
+        collocated_keys.build(reference_out, rows, per_batch),
+        str(tmp_path / "reference"),
+        RunOptions(spark=spark, collocate=False),
+    )
     expected = final_sums(reference_out)
 
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "collocated")

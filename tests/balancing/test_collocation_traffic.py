@@ -197,17 +197,18 @@ def test_sparse_counts_add_code_by_code():
 @pytest.mark.slow  # two runs of four batches: about 20 s on a loaded 2-core machine
 def test_live_collocation_raises_the_factor_and_the_output_is_unchanged(spark, tmp_path):
     from sluice.control.decisions import read_decisions
+    from sluice.job import RunOptions
+    from sluice.job.run import run_pipeline
     from sluice.runtime import metrics as metrics_log
-    from sluice.runtime.job import run_pipeline
     from sluice.runtime.planlog import PlanLog
 
     reference, expected = _meters_then_groups()
-    run_pipeline(reference, str(tmp_path / "fixed"), spark=spark)
+    run_pipeline(reference, str(tmp_path / "fixed"), RunOptions(spark=spark))
 
     p, latest = _meters_then_groups()
     checkpoint = str(tmp_path / "collocated")
     controller = Controller(p.graph, [CollocationBalancing(window=1)], checkpoint=checkpoint, resources=Resources(cores=2))
-    run_pipeline(p, checkpoint, spark=spark, controller=controller)
+    run_pipeline(p, checkpoint, RunOptions(spark=spark, controller=controller))
     down = next(op.id for op in p.graph.operators if op.name == "per_group")
     measured = [m.traffic[down] for m in metrics_log.read(checkpoint) if down in m.traffic]
     factors = [t["local_rows"] / t["rows"] for t in measured]

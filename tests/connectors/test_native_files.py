@@ -10,7 +10,7 @@ import pytest
 
 from sluice import Pipeline, sinks, sources
 from sluice.core.checkpoint import Checkpoint
-from sluice.runtime.job import _reads_natively, _stream_reader
+from sluice.job.sources import read_natively, source_reader
 from sluice.runtime.sinks import clear_memory, memory_batches
 from sluice.runtime.sources.native_files import NATIVE_FILES_ENV, BatchFiles
 
@@ -65,12 +65,12 @@ def test_spark_reads_a_native_first_parquet_directory_as_the_directory_reader_do
     clear_memory()
     native = _pipeline(inbox, "native_files")
     source = native.graph.sources()[0]
-    assert _reads_natively(native.graph, source)
+    assert read_natively(native.graph, source)
     got, dead = _run_with_restart(native, str(tmp_path / "native"), spark)
     # the driver finds each batch's files in Spark's offset log and the source's file log
     checkpoint = Checkpoint(str(tmp_path / "native"))
     found = BatchFiles(
-        _stream_reader(spark, source.params["spec"], source.id, checkpoint),
+        source_reader(spark, source.params["spec"], source.id, checkpoint),
         lambda b: checkpoint.read_bytes(Checkpoint.spark_offsets(b)),
     )
     batches = [found.slices(b) for b in range(FILES + 2)]
@@ -82,7 +82,7 @@ def test_spark_reads_a_native_first_parquet_directory_as_the_directory_reader_do
 
     monkeypatch.setenv(NATIVE_FILES_ENV, "0")
     python = _pipeline(inbox, "python_files")
-    assert not _reads_natively(python.graph, python.graph.sources()[0])
+    assert not read_natively(python.graph, python.graph.sources()[0])
     expected, expected_dead = _run_with_restart(python, str(tmp_path / "python"), spark)
 
     n = FILES * PER_FILE

@@ -165,7 +165,8 @@ def _heavy(batch):
 
 
 def _live(spark, tmp_path, ops, fuse, rows=60_000, per_batch=6_000):
-    from sluice.runtime.job import run_pipeline
+    from sluice.job import RunOptions
+    from sluice.job.run import run_pipeline
 
     p = sluice.Pipeline("live_chaining")
     s = p.source(
@@ -185,7 +186,7 @@ def _live(spark, tmp_path, ops, fuse, rows=60_000, per_batch=6_000):
     controller = Controller(
         p.graph, [DynamicChaining(min_batches=2, worse_by=100.0)], checkpoint=checkpoint, resources=Resources(cores=2)
     )
-    run_pipeline(p, checkpoint, spark=spark, fuse=fuse, controller=controller)
+    run_pipeline(p, checkpoint, RunOptions(spark=spark, fuse=fuse, controller=controller))
     import pyarrow as pa
 
     table = pa.concat_tables(out)

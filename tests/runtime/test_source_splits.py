@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice import Pipeline, agg, sinks, sources
-from sluice.runtime import job as job_module
+from sluice.job import sources as job_sources
 from sluice.runtime.sources.datasource import reads_by_splits, stream_reader
 from sluice.runtime.sources.splits import SPLIT_SCHEMA, SplitStreamReader, read_splits
 
@@ -133,7 +133,7 @@ def _final_state(tag: str) -> dict:
 
 
 def _by_records(monkeypatch):
-    monkeypatch.setattr(job_module, "_opens_by_splits", lambda graph, source: False)
+    monkeypatch.setattr(job_sources, "opens_by_splits", lambda graph, source: False)
 
 
 @pytest.mark.parametrize("kind", ["generator", "replay"])
@@ -152,7 +152,7 @@ def test_a_chain_reading_its_source_by_splits_gives_what_the_records_through_spa
         tag = f"{kind}_{mode}"
         clear_memory(f"splits_{tag}")
         p = _pipeline(spec, tag)
-        assert job_module._opens_by_splits(p.graph, p.graph.sources()[0]) == (mode == "splits")
+        assert job_sources.opens_by_splits(p.graph, p.graph.sources()[0]) == (mode == "splits")
         with _InputRows(spark) as spark_rows:
             result = p.run(str(tmp_path / tag), spark=spark)
             time.sleep(0.5)  # the last progress event reaches the listener asynchronously

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sluice.api.stream import Stream, user_location
 from sluice.core.decisions import DecisionLog
@@ -12,10 +12,8 @@ from sluice.graph.constraints import make_constraint
 from sluice.graph.economics import Economics
 from sluice.graph.sinks import SinkSpec
 from sluice.graph.windows import parse_duration
+from sluice.job import JobResult, RunOptions
 from sluice.plan.mode import choose_mode
-
-if TYPE_CHECKING:
-    from sluice.runtime.job import JobResult
 
 
 class Pipeline:
@@ -228,9 +226,10 @@ class Pipeline:
         """
         return self.graph
 
-    def run(self, checkpoint: str, **options) -> JobResult:
+    def run(self, checkpoint: str, options: RunOptions | None = None, **changes: Any) -> JobResult:
         """Run on Spark until the sources are exhausted, ``duration`` passes, or Ctrl-C.
 
+        ``options``: a ``sluice.job.RunOptions``; ``changes``: options by name, on top of it.
         Options: ``master``, ``duration`` (s), ``trigger_interval`` (s), ``max_rows_per_batch``,
         ``on_batch`` (callback with each batch's metrics), ``spark`` (an existing session),
         ``ship`` (the pipeline's file: modules beside it are sent to the executors), ``ui``
@@ -255,27 +254,16 @@ class Pipeline:
         >>> _ = readings.key_by("meter").aggregate(total=sluice.agg.sum("kwh")).sink(sluice.sinks.memory("totals"))
         >>> result = p.run("/tmp/sluice-example", duration=20)  # doctest: +SKIP
         """
-        from sluice.runtime.job import run_pipeline
-
-        mode = options.pop("mode", "auto")
-        if mode not in ("auto", "micro-batch"):
-            raise PipelineError(f"run: mode must be 'auto' or 'micro-batch', got {mode!r}")
-        if self.graph.goals is not None and self.graph.goals.latency_s is not None and mode == "auto":
+        options = RunOptions.of(options, **changes)
+        if self.graph.goals is not None and self.graph.goals.latency_s is not None and options.mode == "auto":
             decision = self._mode_decision(checkpoint)
-            if decision.real_time and not options.get("standby"):
-                from sluice.runtime.realtime import run_realtime
+            if decision.real_time and not options.standby:
+                from sluice.job.realtime import run_realtime
 
-                return run_realtime(
-                    self,
-                    checkpoint,
-                    decision,
-                    spark=options.get("spark"),
-                    duration=options.get("duration"),
-                    stop_when=options.get("stop_when"),
-                    spark_conf=options.get("spark_conf"),
-                    master=options.get("master"),
-                )
-        return run_pipeline(self, checkpoint, **options)
+                return run_realtime(self, checkpoint, decision, options)
+        from sluice.job.run import run_pipeline  # Spark: imported when a job runs
+
+        return run_pipeline(self, checkpoint, options)
 
     def _mode_decision(self, checkpoint: str):
         """The mode a job with a latency goal runs in (``plan.mode``). A goal below the

@@ -28,7 +28,7 @@ class ProgressLine:
         self.escalations = EscalationLines()
 
     def control(self, state: dict) -> None:
-        """Receives the controller's state after each batch (``run_pipeline(on_control=)``)."""
+        """Receives the controller's state after each batch (``RunOptions.on_control``)."""
         self.control_state = state
         for line in self.escalations.new_lines(state):
             self.stream.write(("\n" if self.tty else "") + line + "\n")

@@ -150,7 +150,7 @@ class ProgressTable:
         self._show()
 
     def control(self, state: dict) -> None:
-        """Receives the controller's state after each batch (``run_pipeline(on_control=)``)."""
+        """Receives the controller's state after each batch (``RunOptions.on_control``)."""
         self.control_state = state
         for line in self.escalations.new_lines(state):
             self.console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)

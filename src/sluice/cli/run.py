@@ -9,6 +9,7 @@ import runpy
 import sys
 
 from sluice.errors import ConfigError
+from sluice.job import RunOptions
 
 
 def load_pipeline(path: str):
@@ -194,6 +195,28 @@ def progress_display():
     return ProgressLine()
 
 
+def run_options(args, master: str | None, plan, progress, spark_ui: bool | None) -> RunOptions:
+    """The run's options from ``sluice run``'s flags, the master and plan chosen, and the
+    progress display (None with ``--quiet``)."""
+    return RunOptions(
+        master=master,
+        duration=args.duration,
+        trigger_interval=args.trigger_interval,
+        max_rows_per_batch=args.max_rows_per_batch,
+        plan=plan,
+        on_batch=progress,
+        policies=args.policies,
+        dead_letter_budget=args.dead_letter_budget,
+        reset_state=tuple(args.reset_state),
+        standby=args.standby,
+        on_standby=(lambda line: print(line, flush=True)) if args.standby else None,
+        on_control=getattr(progress, "control", None),
+        ship=args.pipeline,
+        ui=spark_ui,
+        spark_conf=spark_conf_of(args),
+    )
+
+
 def main(args) -> int:
     from sluice.cli.check import check_pipeline
     from sluice.cli.summary import run_summary
@@ -209,9 +232,9 @@ def main(args) -> int:
         )
     check_pipeline(pipeline)  # a mistake is said now, not after Spark's start
     checkpoint = args.checkpoint or os.path.join(".sluice", pipeline.name)
-    master, options = args.master, {}
+    master, plan = args.master, None
     if args.plan:
-        options["plan"], planned_master = read_plan_file(args.plan)
+        plan, planned_master = read_plan_file(args.plan)
         if master is None and planned_master:
             master = planned_master
             print(f"master {master} (recommended by the plan {args.plan}; --master overrides it)", flush=True)
@@ -225,24 +248,7 @@ def main(args) -> int:
     _escalations_as_lines(quiet=progress is None)
     waiting = _broker_wait_lines(pipeline, checkpoint)
     try:
-        result = pipeline.run(
-            checkpoint,
-            master=master,
-            duration=args.duration,
-            trigger_interval=args.trigger_interval,
-            max_rows_per_batch=args.max_rows_per_batch,
-            on_batch=progress,
-            policies=args.policies,
-            dead_letter_budget=args.dead_letter_budget,
-            reset_state=args.reset_state,
-            standby=args.standby,
-            on_standby=(lambda line: print(line, flush=True)) if args.standby else None,
-            on_control=getattr(progress, "control", None),
-            ship=args.pipeline,
-            ui=spark_ui,
-            spark_conf=spark_conf_of(args),
-            **options,
-        )
+        result = pipeline.run(checkpoint, run_options(args, master, plan, progress, spark_ui))
     finally:
         if waiting is not None:
             waiting.stop()

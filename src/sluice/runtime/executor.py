@@ -44,6 +44,7 @@ from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.process import NEXT_TIMER_NEG
 from sluice.runtime.kernels.windows import LATE
+from sluice.runtime.listener import BatchListener
 from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST
@@ -72,20 +73,14 @@ class BatchExecutor:
         plan_log: PlanLog,
         sources: list[SourceInfo],
         dead_letter_sink: SinkSpec | None = None,
-        controller=None,
-        on_batch=None,
-        backlog=None,
         dead_letter_budget: float = DEFAULT_BUDGET,
         late_data_sink: SinkSpec | None = None,
-        fence=None,
-        after_first_commit=None,
+        listener: BatchListener | None = None,
     ):
         self.spark = spark
-        # called once, after the first batch this driver commits and before the controller
-        # sees it (the job restores a restart's reduced admission there, ``job._admit``)
-        self.after_first_commit = after_first_commit
-        # raises when this driver may no longer write to the checkpoint (runtime.lease)
-        self.fence = fence or (lambda: None)
+        # the job's side of each batch: the lease's fence, the sources' backlog, the control
+        # loop, the progress display (``runtime.listener``)
+        self.listener = listener or BatchListener()
         self.graph = graph
         self.checkpoint = Checkpoint.of(checkpoint)
         self.plan_log = plan_log
@@ -93,9 +88,6 @@ class BatchExecutor:
         self.dead_letter_sink = dead_letter_sink
         self.dead_letter_budget = dead_letter_budget
         self.late_data_sink = late_data_sink
-        self.controller = controller
-        self.on_batch = on_batch
-        self.backlog = backlog or (dict)
         self.order = graph.topological_order()
         self.accumulator = spark.sparkContext.accumulator({}, MetricsParam())
         self._kernels: dict[tuple, KeyedKernel] = {}  # (operator id, its active function) -> kernel
@@ -211,7 +203,7 @@ class BatchExecutor:
         """docs/runtime.md, section 3, step by step."""
         started = time.time()
         lap = PhaseClock(started)
-        self.fence()
+        self.listener.check_fence()
         # 1. the Plan for this batch, and its time and watermark (fixed for any replay)
         plan = self.plan_log.plan_for(batch_id)
         if plan is None:
@@ -237,7 +229,7 @@ class BatchExecutor:
         lap("build")
 
         # 3. every sink, idempotently for batch_id (this runs the batch's Spark job)
-        self.fence()  # a driver another has replaced writes nothing more
+        self.listener.check_fence()  # a driver another has replaced writes nothing more
         sink_stats = {op.id: self._write_sink(op, frames[op.inputs[0]], batch_id, started) for op in self.graph.sinks()}
         lap("spark_job_and_sinks")
         lineage.finish(self.accumulator)  # the stages' driver-side work: late records fetched
@@ -254,7 +246,7 @@ class BatchExecutor:
 
         lap("side_outputs")
         # 4. commit the key-group state, then record the batch as done with its metrics
-        self.fence()
+        self.listener.check_fence()
         state.commit()
         lap("state_commit")
         per_op = split_metrics(self.accumulator.value)
@@ -295,18 +287,15 @@ class BatchExecutor:
         lap("housekeeping")
         self.last_batch = m
         self.batches_done += 1
-        if self.after_first_commit is not None:
-            first, self.after_first_commit = self.after_first_commit, None
-            first()
+        self.listener.committed(m)
 
-        # 5. the controller reads the metrics and may plan a later batch
-        if self.controller:  # before on_batch, so a progress line shows this batch's decision
-            new_plan = self.controller(m, plan)
-            if new_plan is not None:
-                self.plan_log.write(_as_version(new_plan, batch_id + 1))
+        # 5. the controller reads the metrics and may plan a later batch; before batch_done,
+        # so a progress line shows this batch's decision
+        new_plan = self.listener.next_plan(m, plan)
+        if new_plan is not None:
+            self.plan_log.write(_as_version(new_plan, batch_id + 1))
         lap("controller")
-        if self.on_batch:
-            self.on_batch(m)
+        self.listener.batch_done(m)
         lap("on_batch")
         self.phases.append({"batch_id": batch_id, "rows": m.rows_in, **lap.seconds})
 
@@ -536,7 +525,7 @@ class BatchExecutor:
             if split is not None:
                 paths[constraint.name] = split
         executors = executor_infos(self.spark)
-        backlog: dict[str, int | None] = self.backlog()
+        backlog: dict[str, int | None] = self.listener.backlog()
         return BatchMetrics(
             batch_id=batch_id,
             plan_version=plan.version,

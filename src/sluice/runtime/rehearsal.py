@@ -4,7 +4,7 @@ checkpoint, so that the batch that counts finds Spark warm.
 The first batch of a fresh driver pays for work no later batch repeats: Spark loads and
 just-in-time compiles the classes of the batch's physical plan and generates its code, the
 Python workers import the stages' modules and the pipeline's functions, the keyed stages
-open their stores. A hot standby (``run_pipeline(standby=True)``) has time for all of it
+open their stores. A hot standby (``RunOptions(standby=True)``) has time for all of it
 while it waits: it rehearses the batch before it waits for the lease, and its first batch
 after a takeover is then a warm one.
 

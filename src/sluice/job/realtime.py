@@ -16,10 +16,15 @@ import os
 import time
 from typing import Any
 
+from sluice.core.decisions import DecisionLog
 from sluice.errors import ConfigError
 from sluice.graph import JobGraph
+from sluice.job.options import RunOptions
+from sluice.job.result import JobResult
 from sluice.plan.mode import REAL_TIME_BATCH, SPARK_KAFKA_PACKAGE, ModeDecision, real_time_misfits
 from sluice.runtime.checkpoint import Checkpoint
+from sluice.runtime.lease import Lease
+from sluice.runtime.session import spark_session
 
 REALTIME_DIR = "realtime"
 
@@ -128,33 +133,20 @@ def has_kafka_connector(spark) -> bool:
         return False
 
 
-def run_realtime(
-    pipeline,
-    checkpoint: str | Checkpoint,
-    decision: ModeDecision,
-    *,
-    spark=None,
-    duration: float | None = None,
-    stop_when=None,
-    spark_conf: dict[str, str] | None = None,
-    master: str | None = None,
-):
-    """Run ``pipeline`` in real-time mode until ``duration`` passes or ``stop_when(query)``
-    says so, holding the checkpoint's lease (``runtime.lease``) as a micro-batch run does.
+def run_realtime(pipeline, checkpoint: str | Checkpoint, decision: ModeDecision, options: RunOptions) -> JobResult:
+    """Run ``pipeline`` in real-time mode until ``options.duration`` passes or
+    ``options.stop_when(query)`` says so, holding the checkpoint's lease (``runtime.lease``)
+    as a micro-batch run does.
     The decision goes to the job's decision log first. Returns a ``JobResult`` (no
     per-batch metrics: real-time mode has no Sluice batches)."""
-    from sluice.core.decisions import DecisionLog
-    from sluice.runtime.job import JobResult
-    from sluice.runtime.lease import Lease
-    from sluice.runtime.session import spark_session
-
     checkpoint = Checkpoint.of(checkpoint)
     lease = Lease(checkpoint)
     lease.acquire(wait=True, timeout_s=lease.ttl + lease.grace + 1.0)
     lease.start_heartbeat()
+    spark, master, duration, stop_when = options.spark, options.master, options.duration, options.stop_when
     try:
         if spark is None:
-            conf = dict(spark_conf or {})
+            conf = dict(options.spark_conf or {})
             packages = [p for p in conf.get("spark.jars.packages", "").split(",") if p]
             conf["spark.jars.packages"] = ",".join(dict.fromkeys([*packages, *decision.packages]))
             # every source partition and every shuffle partition holds a task slot for the
