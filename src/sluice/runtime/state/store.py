@@ -9,6 +9,8 @@ path or any ``pyarrow.fs`` URI: ``file:///...``, ``s3://...``, ``hdfs://...``)::
     snapshots/<batch>/part-<n>.arrow        compacted state of all key groups as of <batch>
     snapshots/<batch>.json                  snapshot record: its parts as DeltaFiles
     history.json                            {"floor": b}: gc removed everything up to batch b
+    initial/part-<n>.arrow, initial.json    the operator's initial state (``write_initial``): the
+                                            base of every index until the first snapshot
 
 Batch ids are zero-padded to 12 digits so names sort in batch order.
 
@@ -72,6 +74,7 @@ from sluice.runtime.state.format import (
 from sluice.runtime.state.index import DeltaFile, StateIndex
 
 RECORD_FORMAT = 1
+INITIAL_RECORD, INITIAL_DIR, INITIAL_BATCH = "initial.json", "initial", -1  # the state before any batch
 DEFAULT_SNAPSHOT_TARGET_BYTES = 64 * 1024 * 1024
 
 
@@ -121,9 +124,10 @@ class KeyGroupStore:
         # far; the serial (unique per parse) tells index() whether a record changed
         self._commit_records: dict[int, tuple[tuple[Any, int], list[DeltaFile], int]] = {}
         self._snapshot_records: dict[int, tuple[tuple[Any, int], list[DeltaFile], int]] = {}
+        self._initial_record: tuple[tuple[Any, int], list[DeltaFile], int] | None = None
         self._serial = 0
         # the last index built, to extend it instead of rebuilding (see index())
-        self._last_index: tuple[int | None, list[tuple[int, int]], StateIndex] | None = None
+        self._last_index: tuple[tuple[int | None, int | None], list[tuple[int, int]], StateIndex] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -437,13 +441,15 @@ class KeyGroupStore:
             )
         snap_infos = self._list_records("snapshots")
         snapshot = max((b for b in snap_infos if b < before_batch), default=None)
+        initial = self._initial() if snapshot is None else None
+        base = (snapshot, initial[1] if initial is not None else None)
         commit_infos = self._list_records("commits")
         batches = sorted(b for b in commit_infos if b < before_batch and (snapshot is None or b > snapshot))
         commits = self._records("commits", self._commit_records, batches, commit_infos)
         signature = [(b, commits[b][1]) for b in batches]
 
         last = self._last_index
-        if last is not None and last[0] == snapshot and signature[: len(last[1])] == last[1]:
+        if last is not None and last[0] == base and signature[: len(last[1])] == last[1]:
             files_by_kg = {kg: list(fs) for kg, fs in last[2].files_by_kg.items()}
             new_batches = batches[len(last[1]) :]
         else:
@@ -451,6 +457,10 @@ class KeyGroupStore:
             if snapshot is not None:
                 parts = self._records("snapshots", self._snapshot_records, [snapshot], snap_infos)[snapshot][0]
                 for f in parts:
+                    for kg in f.key_groups:
+                        files_by_kg.setdefault(kg, []).append(f)
+            elif initial is not None:  # no snapshot yet: the initial state is the base
+                for f in initial[0]:
                     for kg in f.key_groups:
                         files_by_kg.setdefault(kg, []).append(f)
             new_batches = batches
@@ -464,8 +474,43 @@ class KeyGroupStore:
             files_by_kg={kg: tuple(fs) for kg, fs in sorted(files_by_kg.items())},
             snapshot_batch=snapshot,
         )
-        self._last_index = (snapshot, signature, index)
+        self._last_index = (base, signature, index)
         return index
+
+    # ------------------------------------------------------------------ initial state
+
+    def has_history(self) -> bool:
+        """Whether anything was ever committed, compacted or seeded for this operator."""
+        return bool(self._list_records("commits") or self._list_records("snapshots") or self._history_floor() is not None) or (
+            self.fs.get_file_info(self._abs(INITIAL_RECORD)).type == pafs.FileType.File
+        )
+
+    def write_initial(self, table: pa.Table) -> DeltaFile | None:
+        """Seed the operator's state before its first batch: ``table`` (``__kg``, the key
+        columns, the state columns) becomes the base every index starts from until the first
+        snapshot, which then holds it. Written once: the part first, the record last (a crash
+        in between leaves a part that the next call overwrites), and never over a store with
+        history. Returns the part, or None when nothing was written."""
+        if self.has_history():
+            return None
+        table = build_state_table(table, None, self.key_columns, f"initial state of operator {self.operator_id!r}")
+        parts = []
+        if table.num_rows:
+            parts.append(self._write_state_file(f"{INITIAL_DIR}/part-00000.arrow", INITIAL_BATCH, table, "snapshot", False))
+        self._write_record(INITIAL_RECORD, "initial", INITIAL_BATCH, parts)
+        self._initial_record = None
+        return parts[0] if parts else None
+
+    def _initial(self) -> tuple[list[DeltaFile], int] | None:
+        """The initial state's parts and the serial of their record, or None."""
+        info = self.fs.get_file_info(self._abs(INITIAL_RECORD))
+        if info.type != pafs.FileType.File:
+            return None
+        stamp = (info.mtime_ns, info.size)
+        if self._initial_record is None or self._initial_record[0] != stamp:
+            self._serial += 1
+            self._initial_record = (stamp, self._read_record(INITIAL_RECORD, INITIAL_BATCH), self._serial)
+        return self._initial_record[1], self._initial_record[2]
 
     def key_group_sizes(self, index: StateIndex) -> dict[int, int]:
         """Estimated bytes a load of each key group reads (its share of every file in its
@@ -573,8 +618,13 @@ class KeyGroupStore:
                 if b < before_batch and b not in snap_infos:
                     self._delete(f"snapshots/{info.base_name}", removed)
 
-        # 3. history below the latest snapshot
+        # 3. history below the latest snapshot (the initial state too: the snapshot holds it)
         keep = max((b for b in snap_infos if b < before_batch), default=None)
+        has_initial = self.fs.get_file_info(self._abs(INITIAL_RECORD)).type == pafs.FileType.File
+        if keep is not None or not has_initial:
+            self._delete(INITIAL_RECORD, removed)
+            self._delete(INITIAL_DIR, removed)
+            self._initial_record = None
         if keep is not None:
             floor = self._history_floor()
             if floor is None or keep > floor:
