@@ -2,7 +2,11 @@
 
 ``fn(key, rows, state)`` is called once per key and batch with all of the key's records of
 the batch as a ``pyarrow.Table`` (so it can be vectorized), and a :class:`KeyState`.
-State values are pickled into the key-group store.
+State values are pickled into the key-group store, or, with ``state_schema``, kept as typed
+columns: the value is then a dict of those fields, stored one column per field, so a
+restart whose state schema added nullable fields or removed fields reads the old state
+migrated (added fields null, removed ones gone; ``graph.state_schema`` says which changes
+are compatible).
 
 With ``on_timer(key, timestamp, state)``, ``fn`` (and ``on_timer`` itself) may register and
 delete timers on the key's state: event-time timers fire in the first batch whose watermark
@@ -20,6 +24,7 @@ at or before the current time fires in the next batch.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -126,15 +131,20 @@ def _due(lists: pa.ChunkedArray, now: int | None) -> tuple[np.ndarray, np.ndarra
 
 
 class ProcessKernel(KeyedKernel):
-    def __init__(self, key_columns: list[str], fn, schema: pa.Schema | None, on_timer=None):
+    def __init__(
+        self, key_columns: list[str], fn, schema: pa.Schema | None, on_timer=None, state_schema: pa.Schema | None = None
+    ):
         super().__init__(key_columns)
         self.fn = fn
         self.schema = schema
         self.on_timer = on_timer
         self.wants_timers = on_timer is not None  # a key's timer fires without its records
+        # typed state: one nullable column per field (a field added later reads as null)
+        self.typed = None if state_schema is None else pa.schema([f.with_nullable(True) for f in state_schema])
 
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        fields = [input_schema.field(k) for k in self.key_columns] + [pa.field(_STATE, pa.binary())]
+        fields = [input_schema.field(k) for k in self.key_columns]
+        fields += list(self.typed) if self.typed is not None else [pa.field(_STATE, pa.binary())]
         if self.on_timer is not None:
             fields += [pa.field(EVENT_TIMERS, pa.list_(pa.int64())), pa.field(PROCESSING_TIMERS, pa.list_(pa.int64()))]
         return pa.schema(fields)
@@ -145,7 +155,7 @@ class ProcessKernel(KeyedKernel):
     def _key_state(self, state: pa.Table, blobs: list, row: int | None) -> KeyState:
         if row is None:
             return KeyState(timers=self.on_timer is not None)
-        value = pickle.loads(blobs[row]) if blobs[row] is not None else None
+        value = self._value(blobs[row])
         if self.on_timer is None:
             return KeyState(value)
         return KeyState(
@@ -164,7 +174,7 @@ class ProcessKernel(KeyedKernel):
         again, and leaves the state as it was before it. Other keys go on.
         """
         out_schema = self.output_schema(rows.schema)
-        blobs = state.column(_STATE).to_pylist() if state.num_rows else []
+        blobs = self._stored(state)
         outputs: list[pa.Table] = []
         dead: list[DeadRecord] = []
         states: dict[int | tuple, tuple[tuple, int, KeyState]] = {}  # state row (or new key) -> its state now
@@ -180,7 +190,7 @@ class ProcessKernel(KeyedKernel):
             try:
                 out = _as_table(self.fn(key, records, key_state), out_schema)
                 if key_state.changed and not key_state.cleared:
-                    pickle.dumps(key_state.value)  # fails here, inside the unit, if it cannot be stored
+                    self._encode(key_state.value)  # fails here, inside the unit, if it cannot be stored
             except Exception as exc:  # the key's records are dead letters; its state is as before the call
                 dead += [DeadRecord(record, exc, key) for record in records.to_pylist()]
                 key_state = _restore(before, key_state)
@@ -197,8 +207,7 @@ class ProcessKernel(KeyedKernel):
             if key_state.empty or (key_state.cleared and self.on_timer is None):
                 deletes.append(record)
                 continue
-            blob = None if key_state.value is None else pickle.dumps(key_state.value)
-            row = {**record, _STATE: blob}
+            row = {**record, **self._encode(key_state.value)}
             if self.on_timer is not None:
                 row[EVENT_TIMERS] = sorted(key_state.event_timers)
                 row[PROCESSING_TIMERS] = sorted(key_state.processing_timers)
@@ -221,6 +230,38 @@ class ProcessKernel(KeyedKernel):
 
     def _fire(
         self, state: pa.Table, blobs: list, ctx: BatchContext, out_schema: pa.Schema, outputs: list, dead: list, states: dict
+    def _stored(self, state: pa.Table) -> list:
+        """Each state row's stored value: pickled bytes, or the typed fields as a dict."""
+        if not state.num_rows:
+            return []
+        if self.typed is None:
+            return state.column(_STATE).to_pylist()
+        return state.select(self.typed.names).to_pylist()
+
+    def _value(self, stored: Any) -> Any:
+        if self.typed is None:
+            return pickle.loads(stored) if stored is not None else None
+        # a typed state whose fields are all null is no state
+        return stored if any(v is not None for v in stored.values()) else None
+
+    def _encode(self, value: Any) -> dict[str, Any]:
+        """The state columns of ``value``; raises (inside the key's unit of failure) when it
+        cannot be stored: not picklable, or not a record of the state schema."""
+        if self.typed is None:
+            return {_STATE: None if value is None else pickle.dumps(value)}
+        if value is None:
+            return dict.fromkeys(self.typed.names)
+        if not isinstance(value, Mapping):
+            raise TypeError(f"process state with a state_schema must be a dict of its fields {self.typed.names}, got {value!r}")
+        unknown = [k for k in value if k not in self.typed.names]
+        if unknown:
+            raise TypeError(f"process state has fields {unknown} its state_schema lacks; its fields: {self.typed.names}")
+        try:
+            row = pa.Table.from_pylist([dict(value)], schema=self.typed).to_pylist()[0]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            raise TypeError(f"process state {value!r} does not fit its state_schema ({_describe(self.typed)}): {exc}") from exc
+        return row
+
     ) -> None:
         """Every due timer of the state, in time order per key (found in one numpy pass)."""
         event_rows, event_times = _due(state.column(EVENT_TIMERS), ctx.watermark)
@@ -246,7 +287,7 @@ class ProcessKernel(KeyedKernel):
             try:
                 out = _as_table(self.on_timer(key, _as_datetime(ts), key_state), out_schema)
                 if key_state.changed and not key_state.cleared:
-                    pickle.dumps(key_state.value)
+                    self._encode(key_state.value)
             except Exception as exc:
                 dead.append(DeadRecord({"timer": ts, "domain": "event" if kind == 0 else "processing"}, exc, key))
                 states[row] = (key, states[row][1], _restore(before, key_state))
@@ -256,6 +297,10 @@ class ProcessKernel(KeyedKernel):
 
 def _as_datetime(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
+def _describe(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
 
 
 def _snapshot(key_state: KeyState) -> tuple:

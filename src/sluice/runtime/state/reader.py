@@ -38,6 +38,8 @@ class StatefulOperator:
     name: str
     kind: str  # aggregate, window, process, reduce, join, ...
     keys: int  # how many key columns lead its state rows
+    # typed process state: its fields now (files written before a migration may hold others)
+    fields: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         named = f" ({self.name!r})" if self.name and self.name != self.id else ""
@@ -59,7 +61,11 @@ def stateful_operators(checkpoint: str | Checkpoint) -> list[StatefulOperator]:
         if op_id in present:
             out.append(
                 StatefulOperator(
-                    op_id, str(entry.get("name") or op_id), str(entry.get("kind", "?")), len(entry.get("keys") or [])
+                    op_id,
+                    str(entry.get("name") or op_id),
+                    str(entry.get("kind", "?")),
+                    len(entry.get("keys") or []),
+                    tuple(f.split(" ", 1)[0] for f in entry["state"]) if entry.get("state") else None,
                 )
             )
     return sorted(out, key=lambda op: op.id)
@@ -131,6 +137,9 @@ def _read(ckpt: Checkpoint, op: StatefulOperator, batch: int) -> pa.Table:
     keyed = KeyGroupStore(ckpt.uri, op.id, names[1 : 1 + op.keys])
     table = keyed.read(index, kgs)
     assert table is not None  # the index lists files
+    if op.fields is not None:  # fields a state migration removed are no longer the state
+        stale = [c for c in table.column_names[1 + op.keys :] if c not in op.fields and not c.startswith("__")]
+        table = table.drop_columns(stale)
     table = table.drop_columns([KEY_GROUP]).append_column("key_group", table.column(KEY_GROUP))
     # microseconds since the epoch, shown as what they are
     for name, to in [*((t, pa.list_(_TIMESTAMP)) for t in TIMERS), (STAMP, _TIMESTAMP)]:
