@@ -228,8 +228,6 @@ class ProcessKernel(KeyedKernel):
             metrics=metrics,
         )
 
-    def _fire(
-        self, state: pa.Table, blobs: list, ctx: BatchContext, out_schema: pa.Schema, outputs: list, dead: list, states: dict
     def _stored(self, state: pa.Table) -> list:
         """Each state row's stored value: pickled bytes, or the typed fields as a dict."""
         if not state.num_rows:
@@ -262,6 +260,8 @@ class ProcessKernel(KeyedKernel):
             raise TypeError(f"process state {value!r} does not fit its state_schema ({_describe(self.typed)}): {exc}") from exc
         return row
 
+    def _fire(
+        self, state: pa.Table, blobs: list, ctx: BatchContext, out_schema: pa.Schema, outputs: list, dead: list, states: dict
     ) -> None:
         """Every due timer of the state, in time order per key (found in one numpy pass)."""
         event_rows, event_times = _due(state.column(EVENT_TIMERS), ctx.watermark)
@@ -295,12 +295,12 @@ class ProcessKernel(KeyedKernel):
             outputs.append(out)
 
 
-def _as_datetime(micros: int) -> datetime:
-    return _EPOCH + timedelta(microseconds=micros)
 def _describe(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {f.type}" for f in schema)
 
 
+def _as_datetime(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 def _snapshot(key_state: KeyState) -> tuple:

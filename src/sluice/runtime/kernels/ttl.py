@@ -101,7 +101,6 @@ class TTLKernel(KeyedKernel):
             dead_letters=result.dead_letters,
         )
 
-    def _stamped(self, upserts: pa.Table, rows: pa.Table, live: pa.Table, now: int | None) -> pa.Table:
     def _expiry_records(self, expired: pa.Table, now: int | None) -> pa.Table:
         """One record per expired key: its key and last state (as the store holds it),
         ``last_write`` and ``expired_at`` on the TTL's clock."""
@@ -110,6 +109,7 @@ class TTLKernel(KeyedKernel):
         at = pa.array(np.full(expired.num_rows, now if now is not None else 0, np.int64)).cast(pa.timestamp("us", tz="UTC"))
         return table.append_column("last_write", stamps).append_column("expired_at", at)
 
+    def _stamped(self, upserts: pa.Table, rows: pa.Table, live: pa.Table, now: int | None) -> pa.Table:
         """The wrapped kernel's upserts with their stamps: now for keys a record of the batch
         wrote; the key's stamp before for keys written by time alone (windows)."""
         n = upserts.num_rows
