@@ -234,7 +234,7 @@ def main() -> None:
     deltas = delta_bytes(ckpt_dir)
     sizes = []
     for m in batches:
-        state = sum(kg["state_bytes"] for op in m.key_groups.values() for kg in op.values())
+        state = sum(load.total_state_bytes for load in m.key_groups.values())
         if m.batch_id in deltas and state:
             sizes.append(
                 {"batch": m.batch_id, "delta_bytes": deltas[m.batch_id], "full_snapshot_bytes": state, "rows": m.rows_in}

@@ -162,7 +162,7 @@ def run(spark, name: str, rows: int, per_batch: int, workdir: str) -> tuple[dict
     reads = exchange_reads(spark, before)
     batches = [m for m in result.metrics if m.rows_in]
     factors = [
-        round(m.traffic["per_building"]["local_rows"] / m.traffic["per_building"]["rows"], 4)
+        round(m.traffic["per_building"].local_rows / m.traffic["per_building"].rows, 4)
         for m in batches
         if "per_building" in m.traffic
     ]

@@ -137,8 +137,8 @@ def run_sink(spark, spec, n: int, per_batch: int) -> float:
     ).sink(spec, name="out")
     checkpoint = tempfile.mkdtemp(prefix="bench-connectors-")
     p.run(checkpoint, spark=spark)
-    batches = [m for m in metrics_log.read(checkpoint) if m.sinks.get("out", {}).get("rows")]
-    return sum(m.sinks["out"]["rows"] for m in batches) / sum(m.sinks["out"]["write_s"] for m in batches)
+    batches = [m for m in metrics_log.read(checkpoint) if "out" in m.sinks and m.sinks["out"].rows]
+    return sum(m.sinks["out"].rows for m in batches) / sum(m.sinks["out"].write_s for m in batches)
 
 
 def timed(work) -> float:

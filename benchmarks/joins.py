@@ -90,7 +90,7 @@ def run_sluice(spark, specs, workdir: str, warmup: int, n: int) -> dict:
     result = p.run(checkpoint, spark=spark)
     data = [m for m in result.metrics if m.rows_in]  # the end-of-input batch has no Spark twin
     batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in data]
-    state_bytes = max((sum(kg["state_bytes"] for kg in m.key_groups.get("join", {}).values()) for m in result.metrics), default=0)
+    state_bytes = max((m.key_groups["join"].total_state_bytes for m in result.metrics if "join" in m.key_groups), default=0)
     buffered = max((m.operators.get("join", {}).get("buffered", 0) for m in result.metrics), default=0)
     return {
         "throughput": sustained(batches, warmup),

@@ -147,13 +147,16 @@ def run_sluice(spark, spec, workdir: str, batches: int | None, how: Setup) -> di
     batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in, m.batch_id) for m in data]
     profile: dict[str, float] = {}
     for m in data:
-        for name, value in m.operators.get("per_meter", {}).items():
-            if name.endswith("_s"):
-                profile[name] = profile.get(name, 0.0) + value
+        if "per_meter" in m.operators:
+            for name, value in m.operators["per_meter"].figures().items():
+                if name.endswith("_s") and name != "slowest_task_s":
+                    profile[name] = profile.get(name, 0.0) + value
     chain: dict[str, dict[str, float]] = {}
     for m in data:
-        for op in ("to_wh", "valid", "per_meter.combine"):
-            for name, value in m.operators.get(op, {}).items():
+        stages = {op: m.operators.get(op) for op in ("to_wh", "valid")}
+        stages["per_meter.combine"] = m.operators["per_meter"].combine if "per_meter" in m.operators else None
+        for op, stage in stages.items():
+            for name, value in stage.figures().items() if stage is not None else ():
                 chain.setdefault(op, {})[name] = chain.get(op, {}).get(name, 0.0) + value
     return {
         "batches": batches,
@@ -161,7 +164,7 @@ def run_sluice(spark, spec, workdir: str, batches: int | None, how: Setup) -> di
         "offsets": os.path.join(checkpoint, "spark", "offsets"),
         "profile": profile,
         "chain": chain,
-        "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data),
+        "output_rows": sum(m.sinks["out"].rows for m in data if "out" in m.sinks),
         "final": final_values(outputs) if how.keep_output else None,
     }
 
@@ -290,7 +293,7 @@ def run_sluice_headroom(spark, spec, workdir: str, batches: int | None, how: Set
     data = [m for m in result.metrics if m.rows_in]
     return {
         "batches": [(m.started_at, m.started_at + m.duration_s, m.rows_in, m.batch_id) for m in data],
-        "output_rows": sum(m.sinks.get("out", {}).get("rows", 0) for m in data),
+        "output_rows": sum(m.sinks["out"].rows for m in data if "out" in m.sinks),
     }
 
 

@@ -188,10 +188,10 @@ def run(spark, system: str, total_rows: int, per_batch: int, table: np.ndarray, 
 
 
 def _rows_by_key_group(m, size: int) -> np.ndarray:
-    ((_, groups),) = m.key_groups.items()  # one keyed operator
+    ((_, load),) = m.key_groups.items()  # one keyed operator
     rows = np.zeros(size)
-    for kg, values in groups.items():
-        rows[int(kg)] = values.get("rows", 0)
+    for kg, n in load.rows.items():
+        rows[kg] = n
     return rows
 
 
@@ -239,7 +239,7 @@ def balance_bound(metrics: list, routing: list[int], phase_rows: int, per_batch:
         ((op_id, _),) = m.key_groups.items()
         rows = _rows_by_key_group(m, len(table))
         ops = m.operators[op_id]
-        busy = max(ops.get("time_s", 0.0) - ops.get("input_wait_s", 0.0), 0.0) * rows / max(rows.sum(), 1)
+        busy = max(ops.time_s - ops.input_wait_s, 0.0) * rows / max(rows.sum(), 1)
         per_partition = np.bincount(table, weights=busy, minlength=PARTITIONS)
         hottest = float(per_partition.max())
         balanced = max(float(busy.sum()) / PARTITIONS, float(busy.max()))

@@ -78,7 +78,7 @@ def run_sluice(spark, files: str, workdir: str, batches: int, per_batch: int, tt
     result = p.run(checkpoint, spark=spark, stop_when=lambda ex: ex.batches_done >= batches)
     data = [m for m in result.metrics if m.rows_in]
     rate = sustained([(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in data], warmup=2)
-    series = [sum(v["state_bytes"] for v in m.key_groups.get("counts", {}).values()) for m in data]
+    series = [m.key_groups["counts"].total_state_bytes if "counts" in m.key_groups else 0 for m in data]
     store = KeyGroupStore(checkpoint, "counts", ["user"])
     index = store.index(before_batch=max(m.batch_id for m in result.metrics) + 1)
     live = store.read(index, range(p.graph.max_parallelism))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sluice
 from sluice import sinks, sources
-from sluice.sim.microbatch import SimBatch
+from sluice.core.metrics import BatchMetrics
 
 
 def constrained_graph(latency="1s", *, p95=None, over="10s", rate=1000.0):
@@ -25,13 +25,14 @@ def batch(
     duration_s: float = 0.1,
     backlog: int | None = 0,
     name: str = "latency_1",
-) -> SimBatch:
+) -> BatchMetrics:
     """A batch that started at ``at`` and measured ``mean_ms`` on the path of ``name``."""
-    return SimBatch(
-        batch_id,
-        at,
-        duration_s,
-        rows,
+    return BatchMetrics(
+        batch_id=batch_id,
+        plan_version=0,
+        started_at=at,
+        duration_s=duration_s,
+        rows_in=rows,
         rows_by_source={"source_1": rows},
         backlog={"source_1": backlog},
         paths={

@@ -224,16 +224,17 @@ def test_live_collocation_raises_the_factor_and_the_output_is_unchanged(spark, t
 
 
 def test_a_batch_record_counts_local_rows_under_its_plan_and_keeps_the_heaviest_pairs():
-    from sluice.runtime.task_metrics import SparseCounts
+    from sluice.runtime.task_metrics import TRAFFIC, MetricKey, SparseCounts, collect
     from sluice.runtime.traffic import MAX_PAIRS_PER_K, traffic_metrics
 
     plan = _plan(down_routing=[1, 1, 0, 0, 0, 0, 0, 0])
     # (up 0 -> down 0): up 0 on partition 0, down 0 on 1: remote; (up 5 -> down 2): 1 and 0: remote;
     # (up 1 -> down 4): 0 and 0: local; plus many light pairs of up 7 -> every down, 1 row each
     codes = [0 * K + 0] * 50 + [5 * K + 2] * 30 + [1 * K + 4] * 20 + [7 * K + b for b in range(K)]
-    per_op = {"down#traffic": {"up": SparseCounts.of(np.array(codes), K * K)}, "down": {"rows_in": 1.0}}
-    record = traffic_metrics(per_op, plan)["down"]
-    assert "down#traffic" not in per_op and "down" in per_op  # taken out, the rest left
+    flat = {MetricKey("down", "up", TRAFFIC): SparseCounts.of(np.array(codes), K * K), MetricKey("down", "rows_in"): 1}
+    figures = collect(flat)
+    record = traffic_metrics(figures.traffic, plan)["down"]
+    assert figures.operators["down"].rows_in == 1 and "down" not in figures.operators["down"].counters  # apart
     assert record["upstream"] == "up" and record["rows"] == 100 + K
     local_light = sum(1 for b in range(K) if plan.keyed["up"].routing[7] == plan.keyed["down"].routing[b])
     assert record["local_rows"] == 20 + local_light

@@ -13,7 +13,8 @@ from sluice import sinks, sources
 from sluice.control import Controller, DynamicChaining, Resources, build_policies
 from sluice.plan.chaining import RunCosts, best_cut, chainable_runs, run_layout, with_layout
 from sluice.plan.physical import Plan, initial_plan
-from sluice.sim.chaining import ChainEngine, run_controlled
+from sluice.sim.chaining import ChainEngine
+from sluice.sim.loop import run_controlled
 
 
 def ident(batch):

@@ -11,7 +11,8 @@ from control_helpers import constrained_graph
 from sluice.control import Controller, EscalationWarning, FixedPointBatchSizing, ModelBatchSizing
 from sluice.control.batch_sizing import fit_batch_time
 from sluice.plan.physical import initial_plan
-from sluice.sim.microbatch import MicroBatchEngine, run_controlled
+from sluice.sim.loop import run_controlled
+from sluice.sim.microbatch import MicroBatchEngine
 
 A, B = 0.1, 20e-6  # 100 ms a batch plus 20 us a row: 50k rows/s at most
 
@@ -19,7 +20,7 @@ A, B = 0.1, 20e-6  # 100 ms a batch plus 20 us a row: 50k rows/s at most
 def _run(engine, bound="1s", p95=None, policy=None, batches=300):
     graph = constrained_graph(bound, p95=p95)
     controller = Controller(graph, [policy or ModelBatchSizing()])
-    out = run_controlled(engine, controller, initial_plan(graph, 2), batches)
+    out, _ = run_controlled(engine, controller, initial_plan(graph, 2), batches)
     return out, controller
 
 
@@ -128,7 +129,7 @@ def test_cost_step_resets_the_model_and_converges_within_five_batches():
     engine = MicroBatchEngine(A, B, pull=True, noise=0.02, seed=8)
     run_controlled(engine, controller, plan, 30)
     engine.b = 3 * B  # each row now costs three times as much
-    after = run_controlled(engine, controller, plan, 30)
+    after, _ = run_controlled(engine, controller, plan, 30)
     optimal = (0.8 - A) / (3 * B)
     settled = next(i for i, b in enumerate(after) if abs(b.rows_in - optimal) <= 0.1 * optimal)
     assert settled <= 5

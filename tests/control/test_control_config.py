@@ -7,6 +7,7 @@ import pytest
 import sluice
 from sluice import agg, sinks, sources
 from sluice.control import FixedPointBatchSizing, ModelBatchSizing, build_policies, load_policies
+from sluice.core.metrics import OperatorProgress, SinkProgress
 from sluice.errors import ConfigError, PipelineError
 from sluice.graph.constraints import measuring_sinks, parse_duration, path_operators
 from sluice.models.latency import split_path_latency
@@ -77,13 +78,11 @@ def test_policies_from_python_and_yaml(tmp_path):
 
 
 def test_latency_split_adds_up_and_moves_the_keyed_input_wait_to_the_exchange():
-    sinks_stats = {
-        "out": {"rows": 100, "write_s": 0.5, "committed_ms": 600.0, "latency_mean_ms": 900.0, "latency_p95_ms": 1200.0}
-    }
+    sinks_stats = {"out": SinkProgress(rows=100, write_s=0.5, committed_ms=600.0, latency_mean_ms=900.0, latency_p95_ms=1200.0)}
     operators = {
-        "clean": {"time_s": 0.4, "time_s_max": 0.2},
-        "counts": {"time_s": 0.6, "time_s_max": 0.3, "input_wait_s": 0.2},
-        "other": {"time_s": 9.0, "time_s_max": 9.0},
+        "clean": OperatorProgress(time_s=0.4, slowest_task_s=0.2),
+        "counts": OperatorProgress(time_s=0.6, slowest_task_s=0.3, input_wait_s=0.2),
+        "other": OperatorProgress(time_s=9.0, slowest_task_s=9.0),
     }  # not on the path
     split = split_path_latency(sinks_stats, operators, ["src", "clean", "counts"], ["out"])
     assert split["source_wait"] == 300.0  # 900 ms of latency, 600 of them inside the batch
@@ -92,15 +91,15 @@ def test_latency_split_adds_up_and_moves_the_keyed_input_wait_to_the_exchange():
     assert split["sink_commit"] == 0.0  # the write (500 ms) ran the lineage (500 ms) itself
     total = split["source_wait"] + sum(split["operators"].values()) + split["exchange"] + split["sink_commit"] + split["rest"]
     assert total == pytest.approx(split["mean_ms"]) and split["rest"] == 100.0
-    assert split_path_latency({"out": {"rows": 0}}, operators, ["clean"], ["out"]) is None
+    assert split_path_latency({"out": SinkProgress(rows=0)}, operators, ["clean"], ["out"]) is None
 
 
 def test_an_operators_slowest_task_is_its_whole_time_in_the_task_however_many_arrow_batches():
     """A task runs an operator once per Arrow batch (Spark cuts 10,000 records; a source read
-    by splits yields its own blocks): ``time_s_max`` is the task's sum of them, and the
+    by splits yields its own blocks): its slowest task's time is the task's sum of them, and the
     slowest task's over the tasks, or the latency split would give the operator's time to
     ``rest``."""
-    from sluice.runtime.task_metrics import MetricsParam, TaskMetrics, split_metrics
+    from sluice.runtime.task_metrics import MetricsParam, TaskMetrics, collect
 
     class Accumulator:  # what Spark's accumulator does with each task's values, on the driver
         value = MetricsParam().zero({})
@@ -114,5 +113,5 @@ def test_an_operators_slowest_task_is_its_whole_time_in_the_task_however_many_ar
         for seconds in calls:
             metrics.op_timing("costly", 100, 100, seconds)
         metrics.flush()
-    costly = split_metrics(accumulator.value)["costly"]
-    assert costly["time_s"] == 2.0 and costly["time_s_max"] == 1.25
+    costly = collect(accumulator.value).operators["costly"]
+    assert costly.time_s == 2.0 and costly.slowest_task_s == 1.25

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from sluice.control.forecast import HoltWinters, SeasonalMovingAverage, make_forecaster
+from sluice.core.metrics import BatchMetrics
 from sluice.errors import ConfigError
-from sluice.sim.microbatch import SimBatch
 
 
 class _View:
@@ -24,7 +24,7 @@ def _batches(rate, until_s, cycle_s=1.0, noise=0.0, seed=0):
     out, t, i = [], 0.0, 0
     while t < until_s:
         rows = int(rate(t + cycle_s / 2) * cycle_s * (1 + rng.normal(0, noise)))
-        out.append(SimBatch(i, t, cycle_s, rows, backlog={"s": 0}))
+        out.append(BatchMetrics(i, 0, t, cycle_s, rows, backlog={"s": 0}))
         t += cycle_s
         i += 1
     return out

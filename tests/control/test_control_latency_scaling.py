@@ -13,7 +13,8 @@ from sluice import agg, sinks, sources
 from sluice.control import Controller, EscalationWarning, ModelBatchSizing, Resources
 from sluice.control.actions import partitions_of
 from sluice.plan.physical import initial_plan
-from sluice.sim.microbatch import MicroBatchEngine, run_controlled
+from sluice.sim.loop import run_controlled
+from sluice.sim.microbatch import MicroBatchEngine
 
 A, B = 0.1, 3e-6  # a batch's fixed cost and its per-row cost outside the keyed stage
 KEYED_B = 30e-6  # the keyed stage's work a row: 33k rows/s on one partition
@@ -34,7 +35,7 @@ def run(rate: float, partitions: int, cores: int, batches: int = 200):
     engine = MicroBatchEngine(
         A, B, rate_steps=[(0, 5000), (10, rate)], noise=0.03, seed=11, keyed="agg", keyed_b=KEYED_B, cores=cores
     )
-    out = run_controlled(engine, controller, initial_plan(graph, partitions), batches)
+    out, _ = run_controlled(engine, controller, initial_plan(graph, partitions), batches)
     return out, controller
 
 

@@ -306,8 +306,8 @@ def test_a_fused_job_equals_the_reference_across_a_restart(spark, tmp_path):
     for record in metrics_log.read(checkpoint):
         ops = record.operators
         if "counts" in ops and ops["counts"].get("rows_in"):
-            assert ops["counts"]["rows_in"] == sum(v["rows"] for v in record.key_groups["counts"].values())
-            assert ops["counts"]["rows_in"] > ops["counts.combine"]["rows_out"]
+            assert ops["counts"]["rows_in"] == record.key_groups["counts"].total_rows
+            assert ops["counts"]["rows_in"] > ops["counts"].combine.rows_out
 
 
 def restartable(expression: str) -> sluice.Pipeline:

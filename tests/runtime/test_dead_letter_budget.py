@@ -14,6 +14,7 @@ import sluice
 from crash_harness import done_batches
 from sluice import sinks, sources
 from sluice.cli import main as cli_main
+from sluice.core.metrics import OperatorProgress, StageProgress
 from sluice.errors import ConfigError, DeadLetterBudgetExceeded
 from sluice.runtime import metrics as metrics_log
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
@@ -101,9 +102,9 @@ def test_the_budget_counts_each_operator_against_the_records_it_received():
     def dead(n: int, operator: str = "broken") -> list[dict]:
         return [{"operator": operator, "error": "ZeroDivisionError: division by zero"}] * n
 
-    per_op = {"broken": {"rows_in": 400}}
+    per_op = {"broken": OperatorProgress(rows_in=400)}
     check_budget(p.graph, 0, dead(399), per_op, 1.0, "x")  # one record got through: not all
-    check_budget(p.graph, 0, dead(99), {"broken": {"rows_in": 99}}, 1.0, "x")  # too few to judge
+    check_budget(p.graph, 0, dead(99), {"broken": OperatorProgress(rows_in=99)}, 1.0, "x")  # too few to judge
     check_budget(p.graph, 0, dead(1000, "numbers"), per_op, 0.01, "x")  # a source's rejects are bad data
     check_budget(p.graph, 0, dead(19), per_op, 0.05, "x")
     with pytest.raises(DeadLetterBudgetExceeded, match="'broken' .* 400 of the 400 records .* ZeroDivisionError"):
@@ -125,7 +126,7 @@ def test_a_window_is_judged_by_the_records_its_combine_received_not_the_combined
     )
     w = next(op for op in p.graph.operators if op.kind == "window")
     dead = [{"operator": w.name, "error": "ValueError: bad"}] * 300
-    per_op = {w.id: {"rows_in": 150}, f"{w.id}.combine": {"rows_in": 1000}}
+    per_op = {w.id: OperatorProgress(rows_in=150, combine=StageProgress(rows_in=1000))}
     check_budget(p.graph, 0, dead, per_op, 1.0, "x")
     with pytest.raises(DeadLetterBudgetExceeded, match="300 of the 1,000 records"):
         check_budget(p.graph, 0, dead, per_op, 0.25, "x")

@@ -218,5 +218,5 @@ def test_metrics_per_batch(run):
     assert last.operators["stats"]["rows_in"] == last.rows_in
     assert set(last.latency_ms) == {"p50", "p95", "p99"} and last.latency_ms["p99"] >= last.latency_ms["p50"] > 0
     kg = last.key_groups["stats"]
-    assert sum(v["rows"] for v in kg.values()) == last.rows_in and all(v["state_bytes"] > 0 for v in kg.values())
+    assert kg.total_rows == last.rows_in and all(kg.state_bytes[g] > 0 for g in kg.groups())
     assert sum(m.dead_letters for m in records) == int((raw.id % 500 == 7).sum())

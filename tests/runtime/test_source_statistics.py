@@ -88,7 +88,7 @@ def test_a_chain_run_twice_counts_its_source_rows_once():
     """A second job over the same partitions (a window's late records run the chain again)
     adds the same rows per partition: they count once; the latest event time is a maximum."""
     from sluice.runtime.exchange import SourceStats
-    from sluice.runtime.task_metrics import MetricsParam, TaskMetrics, split_metrics
+    from sluice.runtime.task_metrics import MetricsParam, TaskMetrics, collect
 
     ts = pa.timestamp("us", tz="UTC")
     stats = SourceStats("readings", "ts")
@@ -102,4 +102,4 @@ def test_a_chain_run_twice_counts_its_source_rows_once():
             metrics = TaskMetrics(None)
             assert len(list(stats.measuring(iter(batches), metrics, partition))) == len(batches)
             total = MetricsParam().addInPlace(total, metrics.values)
-    assert stats.take(split_metrics(total)) == {"rows": 4, "max_event_us": 9}
+    assert stats.take(collect(total)) == {"rows": 4, "max_event_us": 9}

@@ -28,14 +28,15 @@ def test_the_engine_reports_what_the_balancer_reads():
     )
     plan = Plan(version=0, max_parallelism=4, keyed={"op": KeyedStagePlan(2, (0, 0, 1, 1))})
     batch = engine.step(plan)
-    assert batch.partition_busy_s == pytest.approx([0.1, 0.3])
+    assert engine.partition_busy_s == pytest.approx([0.1, 0.3])
     assert batch.duration_s == pytest.approx(0.4)
-    assert batch.key_groups["op"]["3"] == {"rows": 3000, "state_bytes": 1_000_000}
-    assert batch.operators["op"]["time_s"] == pytest.approx(0.4) and batch.operators["op"]["state_read_s"] == 0
+    load = batch.key_groups["op"]
+    assert (load.rows[3], load.state_bytes[3]) == (3000, 1_000_000)
+    assert batch.operators["op"].time_s == pytest.approx(0.4) and batch.operators["op"].counters["state_read_s"] == 0
     moved = Plan(version=1, max_parallelism=4, keyed={"op": KeyedStagePlan(2, (0, 1, 1, 0))})
     after = engine.step(moved)  # key groups 1 and 3 moved: their state is loaded where they arrive
-    assert after.operators["op"]["state_read_bytes"] == 2e6
-    assert after.partition_busy_s == pytest.approx([0.1 + 0.3 + 0.02, 0.0 + 0.02])
+    assert after.operators["op"].counters["state_read_bytes"] == 2e6
+    assert engine.partition_busy_s == pytest.approx([0.1 + 0.3 + 0.02, 0.0 + 0.02])
 
 
 @pytest.mark.parametrize("policy", [KeyGroupBalancing, FluxBalancing, RingBalancing])

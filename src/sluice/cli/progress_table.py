@@ -47,12 +47,13 @@ class RunTotals:
         self.late += batch_late_records(m)
         for source, n in m.rows_by_source.items():
             self.by_source[source] = self.by_source.get(source, 0) + n
-        for op, stats in m.operators.items():
+        for op, progress in m.operators.items():
             mine = self.operators.setdefault(op, {"rows_in": 0, "rows_out": 0, "time_s": 0.0})
-            for k in mine:
-                mine[k] += stats.get(k, 0) or 0
-        for sink, stats in m.sinks.items():
-            self.sinks[sink] = self.sinks.get(sink, 0) + int(stats.get("rows", 0) or 0)
+            mine["rows_in"] += progress.rows_in
+            mine["rows_out"] += progress.rows_out
+            mine["time_s"] += progress.time_s
+        for sink, written in m.sinks.items():
+            self.sinks[sink] = self.sinks.get(sink, 0) + int(written.rows)
         self.last = m
 
     @property
@@ -71,7 +72,7 @@ def batch_late_records(m: BatchMetrics) -> int:
     own = getattr(m, "late_records", None)
     if isinstance(own, int):
         return own
-    return int(sum(stats.get("late_seen", 0) or 0 for stats in m.operators.values()))
+    return int(sum(progress.counters.get("late_seen", 0) or 0 for progress in m.operators.values()))
 
 
 def progress_table(t: RunTotals, control_state: dict | None = None) -> Group:
@@ -125,8 +126,7 @@ def progress_table(t: RunTotals, control_state: dict | None = None) -> Group:
             f"{per_batch:.3f} s/batch" + (f"  out/in {sel:.2f}" if sel is not None else ""),
         )
     for sink, rows in t.sinks.items():
-        s = m.sinks.get(sink, {}) if m else {}
-        p99 = s.get("latency_p99_ms")
+        p99 = m.sinks[sink].latency_p99_ms if m and sink in m.sinks else None
         table.add_row("sink", sink, f"{rows:,}", f"{t.rate(rows):,.0f}", f"latency p99 {p99:,.0f} ms" if p99 is not None else "")
     parts: list[RenderableType] = [head, table]
     summary = control_summary(control_state).strip() if control_state else ""

@@ -48,12 +48,7 @@ class AlternatesByLoad(Policy):
             return []
         wall = sum(m.duration_s for m in batches)
         cores = max(view.resources.cores, 1)
-        busy = sum(
-            max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
-            for m in batches
-            for v in m.operators.values()
-            if isinstance(v, dict)
-        )
+        busy = sum(v.busy_s for m in batches for v in m.operators.values())
         load = busy / (wall * cores) if wall > 0 else 0.0
         admitted = sum(m.rows_in for m in batches)
         if admitted <= 0 or wall <= 0:
@@ -71,7 +66,7 @@ class AlternatesByLoad(Policy):
             costs = {name: view.alternate_cost(op_id, name) for name in alternates}
             if costs.get(active) is None:
                 continue
-            share = sum(float((m.operators.get(op_id) or {}).get("rows_in", 0.0)) for m in batches) / admitted
+            share = sum(float(m.operators[op_id].rows_in) for m in batches if op_id in m.operators) / admitted
             # the work of everything else, per row admitted: what the active alternate did not do
             other = max(busy - share * admitted * costs[active], 0.0) / admitted
 

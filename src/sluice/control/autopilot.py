@@ -683,10 +683,9 @@ def _collocated_stages(view: ControlView) -> set[str]:
     those operators: the stages collocation owns."""
     latest = view.latest
     out: set[str] = set()
-    for op_id, traffic in (getattr(latest, "traffic", None) or {}).items() if latest is not None else ():
-        upstream = traffic.get("upstream") if isinstance(traffic, dict) else None
-        if upstream in view.plan.keyed and op_id in view.plan.keyed:
-            out.update((op_id, upstream))
+    for op_id, traffic in latest.traffic.items() if latest is not None else ():
+        if traffic.upstream in view.plan.keyed and op_id in view.plan.keyed:
+            out.update((op_id, traffic.upstream))
     return out
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from sluice.control.actions import Action, Chains
 from sluice.control.policy import Policy
 from sluice.control.view import ControlView
+from sluice.core.metrics import OperatorProgress
 from sluice.plan.chaining import RunCosts, best_cut, chainable_runs, run_layout, with_layout
 
 PASS_US_PER_ROW = 0.25
@@ -137,13 +138,13 @@ class DynamicChaining(Policy):
         Each pass reports its tasks under its first operator (``runtime.stages.python_chain``);
         the tasks of the run's first pass are its input's partitions unless a rebalance
         precedes it, in which case the partitions measured before are used."""
-        ops = [[m.operators.get(op, {}) for m in batches] for op in run]
-        work = tuple(sum(float(x.get("time_s", 0.0)) for x in per) / len(batches) for per in ops)
-        rows = tuple(sum(float(x.get("rows_in", 0.0)) for x in per) / len(batches) for per in ops)
+        ops = [[m.operators.get(op) or OperatorProgress() for m in batches] for op in run]
+        work = tuple(sum(float(x.time_s) for x in per) / len(batches) for per in ops)
+        rows = tuple(sum(float(x.rows_in) for x in per) / len(batches) for per in ops)
         if rows[0] <= 0:
             return None
         if run[0] not in plan.rebalance:
-            tasks = sum(float(x.get("tasks", 0.0)) for x in ops[0]) / len(batches)
+            tasks = sum(float(x.counters.get("tasks", 0.0)) for x in ops[0]) / len(batches)
             if tasks <= 0:
                 return None
             self.input_tasks[run[0]] = tasks

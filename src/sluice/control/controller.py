@@ -311,9 +311,9 @@ class Controller:
         p95s = [p["p95_ms"] for p in (metrics.paths or {}).values() if p.get("p95_ms") is not None]
         if p95s:
             measured["p95_ms"] = max(p95s)
-        traffic = {op: t for op, t in (getattr(metrics, "traffic", None) or {}).items() if t.get("rows")}
+        traffic = {op: t.collocation for op, t in metrics.traffic.items() if t.collocation is not None}
         if traffic:  # beside a collocation's expected factor: the one measured (runtime.traffic)
-            measured["collocation"] = {op: round(t["local_rows"] / t["rows"], 4) for op, t in traffic.items()}
+            measured["collocation"] = {op: round(factor, 4) for op, factor in traffic.items()}
         for decision_id, action in self.unmeasured:
             self.log.append(
                 {

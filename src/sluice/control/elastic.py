@@ -319,10 +319,11 @@ class ElasticPolicy(Policy):
         batches = view.batches(self.window)
         rows_in = rows_out = useful = 0.0
         for m in batches:
-            values = m.operators.get(op_id) or {}
-            rows_in += float(values.get("rows_in", 0.0))
-            rows_out += float(values.get("rows_out", values.get("rows_in", 0.0)))
-            useful += max(float(values.get("time_s", 0.0)) - float(values.get("input_wait_s", 0.0)), 0.0)
+            if op_id in m.operators:
+                progress = m.operators[op_id]
+                rows_in += float(progress.rows_in)
+                rows_out += float(progress.rows_out)
+                useful += progress.own_busy_s
         if rows_in <= 0:
             return 0.0, 1.0
         return useful / rows_in, rows_out / rows_in

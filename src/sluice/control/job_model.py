@@ -93,12 +93,7 @@ def build_model(view: ControlView, *, ahead: float | None = None, window: int = 
     violated = any(s.state == VIOLATED for s in view.status.values())
     measured = batches[-5:] if len(batches) >= 3 else view.batches(5)
     rows = sum(m.rows_in for m in measured)
-    useful = sum(
-        max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
-        for m in measured
-        for v in m.operators.values()
-        if isinstance(v, dict)
-    )
+    useful = sum(v.busy_s for m in measured for v in m.operators.values())
     return JobModel(
         busy_per_row=useful / rows if rows > 0 and useful > 0 else None,
         fit=fit,

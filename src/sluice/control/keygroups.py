@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sluice.core.metrics import KeyGroupLoad, OperatorProgress
 from sluice.plan.balancing import BalancePlan, BalancingProblem, Traffic
 from sluice.plan.physical import KeyedStagePlan
 
@@ -68,22 +69,21 @@ def key_group_stats(batches: Sequence, op_id: str | Sequence[str], max_paralleli
     for m in batches:
         wall += float(m.duration_s)
         for op in ops:
-            groups = (m.key_groups or {}).get(op) or {}
+            load = m.key_groups.get(op) or KeyGroupLoad()
             batch_rows = np.zeros(max_parallelism)
-            for kg, values in groups.items():
-                k = int(kg)
+            for k in load.groups():
                 if 0 <= k < max_parallelism:
-                    batch_rows[k] = float(values.get("rows", 0))
-                    state[op][k] = float(values.get("state_bytes", 0))
-            metrics = (m.operators or {}).get(op) or {}
-            time_s = float(metrics.get("time_s", 0.0)) - float(metrics.get("input_wait_s", 0.0))
+                    batch_rows[k] = float(load.rows.get(k, 0))
+                    state[op][k] = float(load.state_bytes.get(k, 0))
+            metrics = m.operators.get(op) or OperatorProgress()
+            time_s = float(metrics.time_s) - float(metrics.input_wait_s)
             total = batch_rows.sum()
             if total > 0:
                 busy += max(time_s, 0.0) * batch_rows / total
                 seen += 1
             rows += batch_rows
-            read_s += float(metrics.get("state_read_s", 0.0))
-            read_bytes += float(metrics.get("state_read_bytes", 0.0))
+            read_s += float(metrics.counters.get("state_read_s", 0.0))
+            read_bytes += float(metrics.counters.get("state_read_bytes", 0.0))
     if seen == 0:
         return None
     per_byte = read_s / read_bytes if read_bytes > 1e6 else DEFAULT_LOAD_S_PER_BYTE  # small reads are overhead
@@ -135,17 +135,17 @@ def key_group_traffic(batches: Sequence, op_id: str, max_parallelism: int) -> Ke
     k = max_parallelism
     codes: list[np.ndarray] = []
     counts: list[np.ndarray] = []
-    latest = [(getattr(m, "traffic", None) or {}).get(op_id) for m in batches]
-    upstream = next((t["upstream"] for t in reversed(latest) if t), None)
+    latest = [m.traffic.get(op_id) for m in batches]
+    upstream = next((t.upstream for t in reversed(latest) if t), None)
     rows = local = 0
     wall = 0.0
     for m, t in zip(batches, latest):
         wall += float(m.duration_s)
-        if not t or t["upstream"] != upstream:
+        if not t or t.upstream != upstream:
             continue
-        rows += int(t["rows"])
-        local += int(t["local_rows"])
-        pairs = np.asarray(t["pairs"], dtype=np.int64).reshape(-1, 3)
+        rows += int(t.rows)
+        local += int(t.local_rows)
+        pairs = np.asarray(t.pairs, dtype=np.int64).reshape(-1, 3)
         ok = (pairs[:, 0] >= 0) & (pairs[:, 0] < k) & (pairs[:, 1] >= 0) & (pairs[:, 1] < k)
         codes.append(pairs[ok, 0] * k + pairs[ok, 1])
         counts.append(pairs[ok, 2])

@@ -115,16 +115,9 @@ class OneStepScaling(Policy):
             # collocated operators share the stage's partitions: their rows and useful time add
             # up (the partitions needed are the sum of what each needs)
             op_id, stage = ops[0], plan.keyed[ops[0]]
-            rows = sum(float((m.operators.get(op) or {}).get("rows_in", 0.0)) for m in batches for op in ops)
-            useful = sum(
-                max(
-                    float((m.operators.get(op) or {}).get("time_s", 0.0))
-                    - float((m.operators.get(op) or {}).get("input_wait_s", 0.0)),
-                    0.0,
-                )
-                for m in batches
-                for op in ops
-            )
+            measured = [m.operators[op] for m in batches for op in ops if op in m.operators]
+            rows = sum(float(progress.rows_in) for progress in measured)
+            useful = sum(progress.own_busy_s for progress in measured)
             if rows <= 0 or useful <= 0:
                 continue
             true_rate = rows / useful  # rows a second one partition processes while it works
@@ -211,12 +204,7 @@ class OneStepScaling(Policy):
         if len(batches) < self.window:
             return None
         rows = sum(m.rows_in for m in batches)
-        useful = sum(
-            max(float(v.get("time_s", 0.0)) - float(v.get("input_wait_s", 0.0)), 0.0)
-            for m in batches
-            for v in m.operators.values()
-            if isinstance(v, dict)
-        )
+        useful = sum(v.busy_s for m in batches for v in m.operators.values())
         seconds = sum(m.duration_s for m in batches)
         rate = self.offered(view) or (rows / seconds if seconds > 0 else None)
         if rows <= 0 or useful <= 0 or not rate:

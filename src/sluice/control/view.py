@@ -86,7 +86,7 @@ class ControlView:
             entry = ((getattr(m, "dynamics", None) or {}).get("alternates") or {}).get(op_id) or {}
             name = entry.get("alternate")
             if name is not None and entry.get("cost") is not None:
-                n = float((m.operators.get(op_id) or {}).get("rows_in", 0.0))
+                n = float(m.operators[op_id].rows_in) if op_id in m.operators else 0.0
                 rows[name] = rows.get(name, 0.0) + n
                 seconds[name] = seconds.get(name, 0.0) + float(entry["cost"]) * n
         return {name: seconds[name] / n for name, n in rows.items() if n > 0}
@@ -128,9 +128,8 @@ class ControlView:
         busy, wall = 0.0, 0.0
         for m in self.batches(last):
             wall += m.duration_s
-            for stage, values in m.operators.items():
-                if stage == op_id or stage.startswith(op_id + "."):
-                    busy += float(values.get("time_s", 0.0)) - float(values.get("input_wait_s", 0.0))
+            if op_id in m.operators:
+                busy += m.operators[op_id].busy_s
         return busy / wall if wall > 0 else 0.0
 
     def source_shares(self, last: int = 10) -> dict[str, float]:

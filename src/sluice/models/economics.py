@@ -33,6 +33,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.core.metrics import OperatorProgress
 from sluice.graph.economics import Economics
 from sluice.models.dynamic import ProfitModel
 
@@ -165,19 +166,19 @@ def _rounded(x: float | None) -> float | None:
 
 
 def measured_costs(
-    operators: dict[str, dict[str, float]], alternates: dict[str, str], keyed: set[str]
+    operators: dict[str, OperatorProgress], alternates: dict[str, str], keyed: set[str]
 ) -> dict[str, dict[str, Any]]:
     """Per operator with alternates: the alternate that ran, and what it measured in this
     batch: ``cost`` (seconds of task time per input row; a keyed operator's kernel time, its
     state reads and writes left out) and ``selectivity`` (rows out per row in)."""
     out: dict[str, dict[str, Any]] = {}
     for op_id, alternate in alternates.items():
-        values = operators.get(op_id) or {}
-        rows = float(values.get("rows_in", 0.0))
+        values = operators.get(op_id) or OperatorProgress()
+        rows = float(values.rows_in)
         entry: dict[str, Any] = {"alternate": alternate}
         if rows > 0:
-            seconds = float(values.get("kernel_s" if op_id in keyed else "time_s", 0.0))
+            seconds = float(values.counters.get("kernel_s", 0.0) if op_id in keyed else values.time_s)
             entry["cost"] = seconds / rows
-            entry["selectivity"] = float(values.get("rows_out", 0.0)) / rows
+            entry["selectivity"] = float(values.rows_out) / rows
         out[op_id] = entry
     return out

@@ -4,8 +4,8 @@ The mean latency of the records a sink commits splits into:
 
 - ``source_wait``: from a record's ingest time to the start of the batch that admits it
   (Nephele's output-buffer latency: the micro-batch is the buffer);
-- ``operators``: each operator on the path, the wall time of its slowest task (``time_s_max``
-  from the tasks' metrics); a keyed operator's wait for its input is not its own work but
+- ``operators``: each operator on the path, the wall time of its slowest task
+  (``OperatorProgress.slowest_task_s``, of each of its stages); a keyed operator's wait for its input is not its own work but
   the exchange before it, so that share is moved to ``exchange``;
 - ``exchange``: the shuffles on the path (the keyed operators' input wait);
 - ``sink``: the sink's write, less the lineage Spark ran lazily inside it (the operators and
@@ -21,22 +21,25 @@ Pure: no Spark.
 
 from __future__ import annotations
 
+from sluice.core.metrics import OperatorProgress, SinkProgress
+
 PARTS = ("source_wait", "operators", "exchange", "sink", "rest")
 
 
-def _operator_times(operators: dict[str, dict[str, float]], path_ops: list[str]) -> tuple[dict[str, float], float]:
+def _operator_times(operators: dict[str, OperatorProgress], path_ops: list[str]) -> tuple[dict[str, float], float]:
     """(each path operator's own wall time, the exchanges' time), in milliseconds.
 
-    An operator's metrics may be split over several stages (``op`` and ``op.combine``)."""
+    An operator's time may be split over two stages (its own and its combine stage)."""
     own: dict[str, float] = {}
     exchange = 0.0
     for op_id in path_ops:
-        for stage, m in operators.items():
-            if stage != op_id and not stage.startswith(op_id + "."):
-                continue
-            wall = float(m.get("time_s_max", 0.0))
-            total = float(m.get("time_s", 0.0))
-            wait = float(m.get("input_wait_s", 0.0))
+        if op_id not in operators:
+            continue
+        progress = operators[op_id]
+        for stage in progress.stages():
+            wall = float(stage.slowest_task_s)
+            total = float(stage.time_s)
+            wait = float(progress.input_wait_s) if stage is progress else 0.0
             # the input wait is summed over tasks; scale it to the slowest task's share
             wait_wall = wait * (wall / total) if total > 0 else 0.0
             own[op_id] = own.get(op_id, 0.0) + (wall - wait_wall) * 1000
@@ -45,7 +48,7 @@ def _operator_times(operators: dict[str, dict[str, float]], path_ops: list[str])
 
 
 def split_path_latency(
-    sinks: dict[str, dict[str, float]], operators: dict[str, dict[str, float]], path_ops: list[str], measuring_sinks: list[str]
+    sinks: dict[str, SinkProgress], operators: dict[str, OperatorProgress], path_ops: list[str], measuring_sinks: list[str]
 ) -> dict | None:
     """The latency split of one batch along one path, from its ``BatchMetrics`` fields
     ``sinks`` and ``operators``; None if no measuring sink committed a row in the batch.
@@ -54,21 +57,17 @@ def split_path_latency(
     ``{"mean_ms", "p95_ms", "rows", "sink", "source_wait", "operators": {op: ms},
     "exchange", "sink_commit", "rest"}`` where source_wait + sum(operators) + exchange +
     sink_commit + rest == mean_ms (up to rounding)."""
-    measured = [
-        (s, sinks[s])
-        for s in measuring_sinks
-        if s in sinks and sinks[s].get("latency_mean_ms") is not None and sinks[s].get("rows")
-    ]
+    measured = [(s, sinks[s]) for s in measuring_sinks if s in sinks and sinks[s].latency_mean_ms is not None and sinks[s].rows]
     if not measured:
         return None
-    sink_id, stats = max(measured, key=lambda item: item[1]["latency_mean_ms"])
-    total = float(stats["latency_mean_ms"])
+    sink_id, stats = max(measured, key=lambda item: item[1].latency_mean_ms or 0.0)
+    total = float(stats.latency_mean_ms or 0.0)
     # from the batch's start to this sink's commit; records waited before that
-    in_batch = min(float(stats.get("committed_ms", total)), total)
+    in_batch = min(float(total if stats.committed_ms is None else stats.committed_ms), total)
     source_wait = total - in_batch
     own, exchange = _operator_times(operators, path_ops)
     processing = sum(own.values()) + exchange
-    sink_commit = max(float(stats.get("write_s", 0.0)) * 1000 - processing, 0.0)
+    sink_commit = max(float(stats.write_s) * 1000 - processing, 0.0)
     work = processing + sink_commit
     scale = in_batch / work if work > in_batch and work > 0 else 1.0
     own = {op: ms * scale for op, ms in own.items()}
@@ -77,8 +76,8 @@ def split_path_latency(
     rest = max(in_batch - sum(own.values()) - exchange - sink_commit, 0.0)
     return {
         "mean_ms": round(total, 3),
-        "p95_ms": stats.get("latency_p95_ms"),
-        "rows": int(stats.get("rows", 0)),
+        "p95_ms": stats.latency_p95_ms,
+        "rows": int(stats.rows),
         "sink": sink_id,
         "source_wait": round(source_wait, 3),
         "operators": {op: round(ms, 3) for op, ms in own.items()},

@@ -48,7 +48,7 @@ from sluice.runtime.sources.splits import records_of_splits
 from sluice.runtime.stages import chain_schemas, keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
-from sluice.runtime.task_metrics import MetricKey
+from sluice.runtime.task_metrics import MetricKey, TaskFigures
 
 BATCH_INPUT = "__batch__"  # the frames' entry of the batch's input DataFrame
 
@@ -142,11 +142,11 @@ class SourceStage(Stage):
             exprs.append(F.expr(f"max(unix_micros({quote(self.source.event_time)})) AS max_event_us"))
         return frame.observe(self.observation, *exprs)
 
-    def statistics(self, per_op: dict) -> dict:
-        """Rows and latest event time of the batch's records (taken out of ``per_op`` when a
-        keyed stage measured them)."""
+    def statistics(self, figures: TaskFigures) -> dict:
+        """Rows and latest event time of the batch's records (from the task metrics'
+        ``figures`` when a keyed stage measured them)."""
         if self.measured is not None:
-            return self.measured.take(per_op)
+            return self.measured.take(figures)
         return self.observation.get
 
 
@@ -320,9 +320,9 @@ class BatchLineage:
             metrics = stage.finish()
             accumulator.add({MetricKey(stage.op.id, metric): n for metric, n in metrics.items() if n})
 
-    def source_statistics(self, per_op: dict) -> dict[str, dict]:
+    def source_statistics(self, figures: TaskFigures) -> dict[str, dict]:
         """Source id -> its batch statistics (rows, max_event_us)."""
-        return {s.op.id: s.statistics(per_op) for s in self.stages if isinstance(s, SourceStage)}
+        return {s.op.id: s.statistics(figures) for s in self.stages if isinstance(s, SourceStage)}
 
     def release(self) -> None:
         for frame in self.persisted:

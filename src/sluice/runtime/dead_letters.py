@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from sluice.core.metrics import OperatorProgress
 from sluice.errors import ConfigError, DeadLetterBudgetExceeded
 from sluice.graph import JobGraph
 
@@ -32,12 +33,12 @@ def check_budget_value(budget: float) -> float:
 
 
 def check_budget(
-    graph: JobGraph, batch_id: int, dead: list[dict], per_op: dict[str, dict[str, float]], budget: float, where: str
+    graph: JobGraph, batch_id: int, dead: list[dict], operators: dict[str, OperatorProgress], budget: float, where: str
 ) -> None:
     """Raise ``DeadLetterBudgetExceeded`` for the first operator over budget in the batch.
 
     ``dead``: the batch's dead-letter records (``operator`` is an operator's name);
-    ``per_op``: the tasks' metrics by operator id (``rows_in``); ``where``: where the dead
+    ``operators``: the tasks' metrics by operator id (``rows_in``); ``where``: where the dead
     letters are, for the message."""
     by_name = Counter(record.get("operator") for record in dead)
     for op in graph.operators:
@@ -45,7 +46,8 @@ def check_budget(
             continue
         # a window combined in Python before its exchange receives its records there: its own
         # rows_in counts the combined rows, fewer than the records its dead letters count
-        received = int(max(per_op.get(op.id, {}).get("rows_in", 0), per_op.get(f"{op.id}.combine", {}).get("rows_in", 0)))
+        progress = operators.get(op.id) or OperatorProgress()
+        received = int(max(stage.rows_in for stage in progress.stages()))
         failed = by_name[op.name]
         if received >= BUDGET_MIN_ROWS and failed >= budget * received:
             first = next(r["error"] for r in dead if r.get("operator") == op.name)

@@ -45,14 +45,14 @@ from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.process import NEXT_TIMER_NEG
 from sluice.runtime.kernels.windows import LATE
 from sluice.runtime.listener import BatchListener
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.metrics import BatchMetrics, KeyGroupLoad, SinkProgress
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
 from sluice.runtime.stages import HOLDING
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
-from sluice.runtime.task_metrics import MetricsParam, split_metrics
+from sluice.runtime.task_metrics import MetricsParam, TaskFigures, collect
 from sluice.runtime.traffic import traffic_metrics
 from sluice.runtime.warmup import in_background
 
@@ -239,7 +239,7 @@ class BatchExecutor:
             self.graph,
             batch_id,
             dead,
-            split_metrics(self.accumulator.value),
+            collect(self.accumulator.value).operators,
             self.dead_letter_budget,
             self.checkpoint.location(DEAD_LETTER, f"batch={batch_id:09d}"),
         )
@@ -249,19 +249,20 @@ class BatchExecutor:
         self.listener.check_fence()
         state.commit()
         lap("state_commit")
-        per_op = split_metrics(self.accumulator.value)
-        observed = lineage.source_statistics(per_op)
-        m = self._metrics(batch_id, plan, started, per_op, observed, sink_stats, dead, context, state)
+        figures = collect(self.accumulator.value)
+        per_op = figures.operators
+        observed = lineage.source_statistics(figures)
+        m = self._metrics(batch_id, plan, started, figures, observed, sink_stats, dead, context, state)
         observed_event_us = self._observed_event_times(observed, m.rows_by_source, start["processing_time"])
         self.clock.watermark = start["watermark"]
         self._timers_due = {
-            op_id: -int(values[NEXT_TIMER_NEG])
+            op_id: -int(values.counters[NEXT_TIMER_NEG])
             for op_id, values in per_op.items()
-            if isinstance(values, dict) and values.get(NEXT_TIMER_NEG) is not None
+            if values.counters.get(NEXT_TIMER_NEG) is not None
         }
         # a partition that ran no task for such an operator held no state of it
         self._holding = {
-            op.id: bool((per_op.get(op.id) or {}).get(HOLDING))
+            op.id: bool(figures.operator(op.id).counters.get(HOLDING))
             for op in self.graph.operators
             if op.is_keyed and self.kernel(op).wants_timers
         }
@@ -362,7 +363,7 @@ class BatchExecutor:
             for op_id in compacted:
                 self.stores[op_id].gc()
 
-    def _write_sink(self, op: Operator, frame, batch_id: int, started: float) -> dict:
+    def _write_sink(self, op: Operator, frame, batch_id: int, started: float) -> SinkProgress:
         """Write one sink and measure it: rows, and latency from the ingest times of its rows.
 
         Rows that come to the driver are measured there, in Arrow; for a sink that writes in
@@ -404,7 +405,7 @@ class BatchExecutor:
             out["latency_p50_ms"] = round((now_us - q[2]) / 1000, 2)
             if mean_us is not None:  # Nephele Eq. 1 averages over records: the mean, not the median
                 out["latency_mean_ms"] = round((now_us - float(mean_us)) / 1000, 2)
-        return out
+        return SinkProgress.from_dict(out)
 
     def _forward_dead_letters(self, batch_id: int, replay: bool) -> list[dict]:
         records = read_side_output(self.checkpoint, DEAD_LETTER, batch_id)
@@ -503,19 +504,20 @@ class BatchExecutor:
             self._request_tick(done[-1])
 
     def _metrics(
-        self, batch_id, plan, started, per_op, observed, sink_stats, dead, context, state: StateTransaction
+        self, batch_id, plan, started, figures: TaskFigures, observed, sink_stats, dead, context, state: StateTransaction
     ) -> BatchMetrics:
-        """``per_op``: the tasks' metrics by operator; ``observed``: each source's rows and
-        latest event time."""
-        traffic = traffic_metrics(per_op, plan)
+        """``figures``: the tasks' metrics; ``observed``: each source's rows and latest event
+        time."""
+        per_op = figures.operators
+        traffic = traffic_metrics(figures.traffic, plan)
         key_groups = {}
         for op_id, store in self.stores.items():
-            rows = per_op.pop(f"{op_id}#kg", {})
+            rows = figures.key_group_rows.get(op_id, {})
             sizes = store.key_group_sizes(state.committed_index(op_id))
-            key_groups[op_id] = {
-                str(kg): {"rows": int(rows.get(str(kg), 0)), "state_bytes": int(sizes.get(kg, 0))}
-                for kg in sorted({int(k) for k in rows} | set(sizes))
-            }
+            key_groups[op_id] = KeyGroupLoad(
+                {kg: int(rows.get(kg, 0)) for kg in sorted(set(rows) | set(sizes))},
+                {kg: int(sizes.get(kg, 0)) for kg in sorted(set(rows) | set(sizes))},
+            )
         rows_by_source = {op_id: int(stats.get("rows") or 0) for op_id, stats in observed.items()}
         paths = {}
         for constraint in self.graph.constraints:  # the latency split of each constrained path
@@ -539,7 +541,7 @@ class BatchExecutor:
             key_groups=key_groups,
             traffic=traffic,
             dead_letters=len(dead),
-            late_records=int(sum(metrics.get("side_late", 0) for metrics in per_op.values())),
+            late_records=int(sum(progress.counters.get("side_late", 0) for progress in per_op.values())),
             watermark=context.watermark,
             paths=paths,
             executors=executors,

@@ -4,9 +4,30 @@ which also prunes the checkpoint's older records every so many batches."""
 from __future__ import annotations
 
 from sluice.core.checkpoint import METRICS, Checkpoint
-from sluice.core.metrics import RECENT_BYTES, BatchMetrics, read, read_recent
+from sluice.core.metrics import (
+    RECENT_BYTES,
+    BatchMetrics,
+    KeyGroupLoad,
+    OperatorProgress,
+    SinkProgress,
+    StageProgress,
+    Traffic,
+    read,
+    read_recent,
+)
 
-__all__ = ["RECENT_BYTES", "BatchMetrics", "append", "read", "read_recent"]
+__all__ = [
+    "RECENT_BYTES",
+    "BatchMetrics",
+    "KeyGroupLoad",
+    "OperatorProgress",
+    "SinkProgress",
+    "StageProgress",
+    "Traffic",
+    "append",
+    "read",
+    "read_recent",
+]
 
 
 def append(checkpoint: str | Checkpoint, metrics: BatchMetrics) -> None:

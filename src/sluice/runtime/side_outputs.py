@@ -25,6 +25,12 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def combine_stage_name(op_id: str) -> str:
+    """The stage name an operator's map-side combine writes its side-output files under
+    (one file per batch, stage and partition, so a replayed task replaces its own)."""
+    return f"{op_id}.combine"
+
+
 class SideOutputWriter:
     """Collects a task's side records and writes them as one JSON-lines file."""
 

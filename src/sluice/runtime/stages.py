@@ -29,7 +29,7 @@ from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, wit
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.sources.splits import read_splits
 from sluice.runtime.state import KeyGroupStore
-from sluice.runtime.task_metrics import SparseCounts, TaskMetrics
+from sluice.runtime.task_metrics import COMBINE, SparseCounts, TaskMetrics
 
 
 # ---- fused Python chains ---------------------------------------------------------------------
@@ -102,7 +102,7 @@ def _combined(batches, combine: tuple[str, AggregateKernel], out_schema: pa.Sche
     op_id, kernel = combine
     rows = pa.Table.from_batches(received)
     combined = kernel.combine(rows, partition_id())
-    metrics.op_timing(f"{op_id}.combine", rows.num_rows, combined.num_rows, time.perf_counter() - start)
+    metrics.op_timing(op_id, rows.num_rows, combined.num_rows, time.perf_counter() - start, COMBINE)
     yield from combined.select(out_schema.names).cast(out_schema).to_batches()
 
 
@@ -199,6 +199,8 @@ def keyed_stage(
         step = _timed(metrics, op.id, "delta_write_s", step)
         for name, n in result.metrics.items():
             metrics.add(op.id, name, n)
+        for name, n in result.peaks.items():
+            metrics.peak(op.id, name, n)
         for name, side in result.side_outputs.items():
             writer = SideOutputWriter(root, f"side/{op.id}/{name}", context.batch_id, op.id, partition)
             writer.add_table(op.name, side, name)
@@ -210,8 +212,7 @@ def keyed_stage(
         if result.dead_letters:
             metrics.add(op.id, "dead_letters", dead.flush())
         output = _attach_ingest(result.output, rows, keys, context.processing_time, result.key_ids)
-        for kg, n in zip(kg_values, kg_counts):
-            metrics.add(f"{op.id}#kg", f"{kg}", n)
+        metrics.key_group_rows(op.id, kg_values, kg_counts)
         output = output.select(out_schema.names).cast(out_schema)
         _timed(metrics, op.id, "output_s", step)
         # records in, also when they came combined into fewer rows
@@ -231,13 +232,13 @@ def _timed(metrics: TaskMetrics, op_id: str, metric: str, since: float) -> float
 
 def _count_traffic(rows: pa.Table, upstream: str, op_id: str, max_parallelism: int, metrics: TaskMetrics) -> pa.Table:
     """Count the rows per (upstream key group, key group) pair, coded ``up * K + kg`` as the
-    exchange packed them into the key group column, into the metric ``(op_id#traffic,
-    upstream)``; return the rows with the key group alone. One bincount over the task's rows
+    exchange packed them into the key group column, into the operator's traffic from
+    ``upstream``; return the rows with the key group alone. One bincount over the task's rows
     (K = 128: 16,384 bins, about 2 ms for 100,000 rows)."""
     if not rows.num_rows:
         return rows
     packed = rows.column(KEY_GROUP).to_numpy().astype(np.int64)
-    metrics.add(f"{op_id}#traffic", upstream, SparseCounts.of(packed, max_parallelism * max_parallelism))
+    metrics.traffic(op_id, upstream, SparseCounts.of(packed, max_parallelism * max_parallelism))
     index = rows.schema.get_field_index(KEY_GROUP)
     return rows.set_column(index, rows.schema.field(index), pa.array((packed % max_parallelism).astype(np.int32)))
 

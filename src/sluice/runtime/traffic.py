@@ -20,30 +20,30 @@ from __future__ import annotations
 
 import numpy as np
 
+from sluice.core.metrics import Traffic
 from sluice.plan.physical import Plan
+from sluice.runtime.task_metrics import SparseCounts
 
-TRAFFIC = "#traffic"  # suffix of the tasks' metric entries: (op#traffic, upstream op) -> SparseCounts
 MAX_PAIRS_PER_K = 8
 
 
-def traffic_metrics(per_op: dict, plan: Plan) -> dict[str, dict]:
-    """Take the traffic counts out of ``per_op`` (the tasks' metrics by operator): keyed
-    operator id -> its traffic from the keyed operator before, as recorded per batch."""
-    out: dict[str, dict] = {}
+def traffic_metrics(counted: dict[str, dict[str, SparseCounts]], plan: Plan) -> dict[str, Traffic]:
+    """Keyed operator id -> its traffic from the keyed operator before, as recorded per batch,
+    from the tasks' counts (``TaskFigures.traffic``: operator -> upstream -> counts)."""
+    out: dict[str, Traffic] = {}
     k = plan.max_parallelism
-    for name in [n for n in per_op if n.endswith(TRAFFIC)]:
-        op_id = name[: -len(TRAFFIC)]
-        for upstream, counts in per_op.pop(name).items():
+    for op_id, by_upstream in counted.items():
+        for upstream, counts in by_upstream.items():
             if upstream not in plan.keyed or op_id not in plan.keyed:
                 continue
             up, kg = counts.codes // k, counts.codes % k
             local = np.asarray(plan.keyed[upstream].routing)[up] == np.asarray(plan.keyed[op_id].routing)[kg]
             keep = np.argsort(-counts.counts, kind="stable")[: MAX_PAIRS_PER_K * k]
-            out[op_id] = {
-                "upstream": upstream,
-                "rows": counts.total(),
-                "local_rows": int(counts.counts[local].sum()),
-                "pairs": np.stack([up[keep], kg[keep], counts.counts[keep]], axis=1).tolist(),
-                "dropped_rows": int(counts.total() - counts.counts[keep].sum()),
-            }
+            out[op_id] = Traffic(
+                upstream=upstream,
+                rows=counts.total(),
+                local_rows=int(counts.counts[local].sum()),
+                pairs=np.stack([up[keep], kg[keep], counts.counts[keep]], axis=1).tolist(),
+                dropped_rows=int(counts.total() - counts.counts[keep].sum()),
+            )
     return out

@@ -35,7 +35,8 @@ from sluice.sim.balancing_workloads import (
     even_assignment,
     perturb_nodes,
 )
-from sluice.sim.keyed_stage import KeyedStageEngine, run_controlled
+from sluice.sim.keyed_stage import KeyedStageEngine
+from sluice.sim.loop import run_controlled
 
 OP = "per_key"
 
@@ -180,7 +181,7 @@ def run_scenario(scenario: ScaleScenario, policies: list | None) -> list[dict]:
 
     def record(batch, ran_with, controller_s: float) -> None:
         routing = np.asarray(ran_with.keyed[OP].routing)
-        busy = np.asarray(batch.partition_busy_s)
+        busy = np.asarray(engine.partition_busy_s)
         loads = 100.0 * busy / batch.duration_s
         mean = float(loads.mean())
         distance = float(np.abs(loads - mean).max())

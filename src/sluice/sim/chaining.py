@@ -6,15 +6,17 @@ and of an exchange (``pass_us``, ``exchange_us`` a row) need not be what the pol
 that is how a test shows the policy checking its predictions against what it measures.
 A batch's time follows ``sluice.plan.chaining.RunCosts`` with the true costs, times a noise
 factor, plus a fixed ``overhead_s``; its operator metrics are what the runtime reports
-(``time_s`` and ``rows_in`` per operator, ``tasks`` per pass under its first operator).
+(``time_s`` and ``rows_in`` per operator, ``tasks`` per pass under its first operator), in
+its metrics record (``sluice.core.metrics.BatchMetrics``); ``sluice.sim.loop.run_controlled``
+runs it under a controller.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from sluice.core.metrics import BatchMetrics, OperatorProgress
 from sluice.plan.chaining import RunCosts, run_layout
-from sluice.sim.microbatch import SimBatch
 
 
 class ChainEngine:
@@ -50,7 +52,8 @@ class ChainEngine:
             exchange_s_per_row=self.exchange_us * 1e-6,
         )
 
-    def step(self, plan) -> SimBatch:
+    def step(self, plan, cap: int | None = None) -> BatchMetrics:
+        """One batch of ``rows`` rows under ``plan`` (``cap`` is ignored)."""
         costs = self.costs()
         at = run_layout(self.run, plan.chains, plan.rebalance)
         heads = [chain[0] for chain in plan.chains if chain and chain[0] in self.run]
@@ -58,11 +61,11 @@ class ChainEngine:
         seconds = (costs.time(at) + extra) * float(self.rng.lognormal(0.0, self.noise)) + self.overhead_s
         operators = {}
         for op, w in zip(self.run, costs.work_s):
-            operators[op] = {"time_s": w, "rows_in": float(self.rows), "rows_out": float(self.rows)}
+            operators[op] = OperatorProgress(rows_in=self.rows, rows_out=self.rows, time_s=w)
         for head in heads:
             rebalanced = head in plan.rebalance
-            operators[head]["tasks"] = float(plan.rebalance[head] if rebalanced else self.tasks)
-        batch = SimBatch(
+            operators[head].counters["tasks"] = float(plan.rebalance[head] if rebalanced else self.tasks)
+        batch = BatchMetrics(
             batch_id=self.batch_id,
             started_at=self.clock,
             duration_s=seconds,
@@ -73,16 +76,3 @@ class ChainEngine:
         self.clock += seconds
         self.batch_id += 1
         return batch
-
-
-def run_controlled(engine: ChainEngine, controller, plan, batches: int) -> tuple[list[SimBatch], object]:
-    """Run ``batches`` batches, the controller choosing the next plan after each; returns the
-    batches and the last plan."""
-    out = []
-    for _ in range(batches):
-        batch = engine.step(plan)
-        out.append(batch)
-        new = controller(batch, plan)
-        if new is not None:
-            plan = new
-    return out, plan

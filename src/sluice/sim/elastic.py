@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sluice.core.metrics import BatchMetrics
+from sluice.core.metrics import BatchMetrics, OperatorProgress
 from sluice.core.resources import held_executors
 from sluice.graph.alternates import alternates_of, application_value, value_bounds
 from sluice.graph.economics import Economics
@@ -35,6 +35,7 @@ from sluice.models.economics import BatchFacts, EconomicsMeter
 from sluice.models.economics import profit as run_profit
 from sluice.plan.physical import Plan
 from sluice.sim.executors import SimulatedExecutors
+from sluice.sim.loop import run_controlled
 
 
 class ElasticEngine:
@@ -167,7 +168,7 @@ class ElasticEngine:
             rows_by_source={self.source: rows},
             backlog=backlog,
             operators={
-                op_id: {"rows_in": rows, "rows_out": rows, "time_s": rows * c * factor, "input_wait_s": 0.0}
+                op_id: OperatorProgress(rows_in=rows, rows_out=rows, time_s=rows * c * factor, input_wait_s=0.0)
                 for op_id, c in per_row.items()
             },
             executors=executors,
@@ -182,16 +183,24 @@ def run(engine: ElasticEngine, controller, plan: Plan, until_s: float, drain: bo
     """Batches until the clock passes ``until_s``, the controller deciding after each (as live),
     each as soon as a row waits; ``drain``: and on until no row waits (a live run with a finite
     input ends so)."""
-    out = []
-    while engine.clock < until_s or (drain and engine.waiting > 0):
-        engine.idle(until_s)
+    return run_controlled(_Until(engine, until_s, drain), controller, plan)[0]
+
+
+class _Until:
+    """The engine's batches, each as soon as a row waits, until its clock passes ``until_s``
+    (``drain``: and on until no row waits)."""
+
+    def __init__(self, engine: ElasticEngine, until_s: float, drain: bool):
+        self.engine, self.until_s, self.drain = engine, until_s, drain
+
+    def step(self, plan, cap: int | None = None) -> BatchMetrics | None:
+        engine = self.engine
+        if not (engine.clock < self.until_s or (self.drain and engine.waiting > 0)):
+            return None
+        engine.idle(self.until_s)
         if engine.waiting <= 0:
-            break  # the input has ended
-        m = engine.step(plan)
-        out.append(m)
-        if controller is not None:
-            plan = controller(m, plan) or plan
-    return out
+            return None  # the input has ended
+        return engine.step(plan)
 
 
 def figures(

@@ -19,9 +19,10 @@ partition it held, and Spark asks for a replacement (it joins after the executor
 ``startup_s``) while the job's executor target stays; ``outage``: (from, to) seconds during
 which no batch runs (the driver is down) while rows keep arriving.
 
-Each batch yields a ``SimBatch`` with the fields the controller and the policies read (rows,
+Each batch yields the runtime's metrics record (``sluice.core.metrics.BatchMetrics``: rows,
 backlog, per-operator rows and useful time, key-group rows, the constrained path's latency
-split), so ``control.Controller`` with the very same policy objects runs on it. Pure: no Spark.
+split), so ``control.Controller`` with the very same policy objects runs on it
+(``sluice.sim.loop.run_controlled``). Pure: no Spark.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sluice.core.metrics import BatchMetrics, KeyGroupLoad, OperatorProgress
 from sluice.sim.executors import SimulatedExecutors
-from sluice.sim.microbatch import SimBatch
+from sluice.sim.loop import run_controlled
 
 LATENCY_SAMPLES = 512
 
@@ -91,7 +93,7 @@ class JobSim:
         self.cost_s += max(until - self.now, 0.0) * self.executors.target
         self.now = until
 
-    def step(self, cap: int | None, plan) -> SimBatch | None:
+    def step(self, plan, cap: int | None = None) -> BatchMetrics | None:
         """One batch under ``plan`` admitting at most ``cap`` rows; None once the horizon is reached."""
         c = self.c
         start = self.now
@@ -130,28 +132,27 @@ class JobSim:
         self._advance(commit)
         backlog = self.arrived(commit) - self.admitted
         keyed_time = float(busy.sum()) * factor
-        batch = SimBatch(
-            self.batch_id,
-            start,
-            duration,
-            n,
+        groups = np.flatnonzero(rows_kg)
+        batch = BatchMetrics(
+            batch_id=self.batch_id,
             plan_version=plan.version,
+            started_at=start,
+            duration_s=duration,
+            rows_in=n,
             rows_by_source={c.source: n},
             backlog={c.source: backlog},
             operators={
-                c.python_op: {
-                    "time_s": n * c.python_s * factor,
-                    "input_wait_s": 0.0,
-                    "rows_in": n,
-                    "time_s_max": python * factor,
-                },
-                c.keyed_op: {"time_s": keyed_time, "input_wait_s": 0.0, "rows_in": n, "time_s_max": float(busy.max()) * factor},
+                c.python_op: OperatorProgress(
+                    rows_in=n, rows_out=n, time_s=n * c.python_s * factor, slowest_task_s=python * factor, input_wait_s=0.0
+                ),
+                c.keyed_op: OperatorProgress(
+                    rows_in=n, rows_out=n, time_s=keyed_time, slowest_task_s=float(busy.max()) * factor, input_wait_s=0.0
+                ),
+            },
+            key_groups={
+                c.keyed_op: KeyGroupLoad({int(kg): int(rows_kg[kg]) for kg in groups}, {int(kg): 1_000_000 for kg in groups})
             },
         )
-        batch.key_groups = {
-            c.keyed_op: {str(kg): {"rows": int(rows_kg[kg]), "state_bytes": 1_000_000} for kg in np.flatnonzero(rows_kg)}
-        }
-        batch.partition_busy_s = busy.tolist()
         if n and c.constraint:
             latency_ms = (commit - self._arrival_times(first, n)) * 1000
             mean = float(latency_ms.mean())
@@ -171,20 +172,9 @@ class JobSim:
         return batch
 
 
-def run(sim: JobSim, controller, plan) -> tuple[list[SimBatch], object]:
+def run(sim: JobSim, controller, plan) -> tuple[list[BatchMetrics], object]:
     """Batches until the horizon, the controller (None: a static job) deciding after each."""
-    out: list[SimBatch] = []
-    while True:
-        cap = None
-        if controller is not None:
-            limits = controller.admission.current()
-            cap = None if any(v is None for v in limits.values()) else sum(limits.values())
-        batch = sim.step(cap, plan)
-        if batch is None:
-            return out, plan
-        out.append(batch)
-        if controller is not None:
-            plan = controller(batch, plan) or plan
+    return run_controlled(sim, controller, plan)
 
 
 def make_job_sim(

@@ -9,11 +9,13 @@ backlog it reports is read at its end (the rows that arrived while it ran). A pa
 its key groups' rows plus, in the batch after a key group moved to it, the time to load the
 key group's state (``load_s_per_byte`` times its bytes): a migration's pause.
 
-Each batch yields a ``SimBatch`` with the fields of ``runtime.metrics.BatchMetrics`` that the
-balancing and scaling policies read (rows and state bytes per key group, the operator's
-time, its state reads, the backlog), so ``sluice.control.Controller`` drives the very policy
-objects (``KeyGroupBalancing``, ``FluxBalancing``, ``RingBalancing``, ``OneStepScaling``)
-the live job uses, through the same ``ControlView``.
+Each batch yields the runtime's metrics record (``sluice.core.metrics.BatchMetrics``: rows
+and state bytes per key group, the operator's time, its state reads, the backlog), so
+``sluice.control.Controller`` drives the very policy objects (``KeyGroupBalancing``,
+``FluxBalancing``, ``RingBalancing``, ``OneStepScaling``) the live job uses, through the same
+``ControlView`` (``sluice.sim.loop.run_controlled``).
+Each partition's busy seconds in the last batch, which no live record has, are the engine's
+``partition_busy_s``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from sluice.sim.microbatch import SimBatch
+from sluice.core.metrics import BatchMetrics, KeyGroupLoad, OperatorProgress
 
 
 class KeyedStageEngine:
@@ -52,10 +54,12 @@ class KeyedStageEngine:
         self.rng = np.random.default_rng(seed)
         self.now = 0.0
         self.batch_id = 0
+        self.partition_busy_s: list[float] = []  # each partition's busy seconds in the last batch
         self.routing: np.ndarray | None = None  # the routing the last batch ran with
         self.gap = interval_s  # seconds since the last batch started: its rows arrived in them
 
-    def step(self, plan) -> SimBatch:
+    def step(self, plan, cap: int | None = None) -> BatchMetrics:
+        """One batch under ``plan``; it admits every row that arrived (``cap`` is ignored)."""
         stage = plan.keyed[self.op_id]
         routing = np.asarray(stage.routing)
         rates = self.rates(self.batch_id)
@@ -70,7 +74,7 @@ class KeyedStageEngine:
         # each partition a core while there are enough; beyond that they queue for the cores
         span = busy.max() if stage.partitions <= self.cores else max(busy.max(), busy.sum() / self.cores)
         duration = self.overhead_s + float(span)
-        batch = SimBatch(
+        batch = BatchMetrics(
             batch_id=self.batch_id,
             started_at=self.now,
             duration_s=duration,
@@ -80,43 +84,28 @@ class KeyedStageEngine:
             # read at the batch's end, as the runtime does: what arrived while it ran
             backlog={self.source: int(rates.sum() * duration)},
             operators={
-                self.op_id: {
-                    "time_s": float(busy.sum()),
-                    "time_s_max": float(busy.max()),
-                    "input_wait_s": 0.0,
-                    "rows_in": float(rows.sum()),
-                    "state_read_s": float(loading.sum()),
-                    "state_read_bytes": float(self.state_bytes[moved].sum()),
-                }
+                self.op_id: OperatorProgress(
+                    rows_in=int(rows.sum()),
+                    rows_out=int(rows.sum()),
+                    time_s=float(busy.sum()),
+                    slowest_task_s=float(busy.max()),
+                    input_wait_s=0.0,
+                    counters={
+                        "state_read_s": float(loading.sum()),
+                        "state_read_bytes": float(self.state_bytes[moved].sum()),
+                    },
+                )
+            },
+            key_groups={
+                self.op_id: KeyGroupLoad(
+                    {kg: int(rows[kg]) for kg in range(len(routing))},
+                    {kg: int(self.state_bytes[kg]) for kg in range(len(routing))},
+                )
             },
         )
-        batch.key_groups = {
-            self.op_id: {str(kg): {"rows": int(rows[kg]), "state_bytes": int(self.state_bytes[kg])} for kg in range(len(routing))}
-        }
-        batch.partition_busy_s = busy.tolist()
+        self.partition_busy_s = busy.tolist()
         self.routing = routing
         self.gap = max(self.interval_s, duration)
         self.now += self.gap
         self.batch_id += 1
         return batch
-
-
-def run_controlled(
-    engine: KeyedStageEngine, controller, plan, batches: int, on_batch: Callable[[SimBatch, object, float], None] | None = None
-) -> tuple[list[SimBatch], object]:
-    """Run ``batches`` batches, the controller choosing the next plan after each (as on
-    Spark: from the next batch on); ``on_batch(batch, plan, controller_seconds)`` sees each
-    batch with the plan it ran with. Returns the batches and the last plan."""
-    import time
-
-    out = []
-    for _ in range(batches):
-        batch = engine.step(plan)
-        out.append(batch)
-        started = time.perf_counter()
-        new = controller(batch, plan) if controller is not None else None
-        if on_batch is not None:
-            on_batch(batch, plan, time.perf_counter() - started)
-        if new is not None:
-            plan = new
-    return out, plan

@@ -12,37 +12,21 @@ work is spread over the partitions the Plan gives it, at most ``cores`` at once,
 batch takes ``a + b * rows + keyed_b * rows / min(partitions, cores)``. That is what scaling
 the stage out changes (the latency controller's countermeasure before it escalates).
 
-Each batch yields a ``SimBatch`` with the fields of ``runtime.metrics.BatchMetrics`` the
-controller reads, so ``sluice.control.Controller`` runs on it unchanged.
+Each batch yields the runtime's metrics record (``sluice.core.metrics.BatchMetrics``), so
+``sluice.control.Controller`` runs on it unchanged; ``sluice.sim.loop.run_controlled`` runs
+the engine under a controller.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from sluice.core.metrics import BatchMetrics, OperatorProgress
 from sluice.graph.rates import RateSchedule
 
 PULL_BATCH_ROWS = 100_000  # what an uncapped pull source admits (runtime DEFAULT_MAX_ROWS_PER_BATCH)
-
-
-@dataclass
-class SimBatch:
-    batch_id: int
-    started_at: float
-    duration_s: float
-    rows_in: int
-    plan_version: int = 0
-    rows_by_source: dict = field(default_factory=dict)
-    backlog: dict = field(default_factory=dict)
-    operators: dict = field(default_factory=dict)
-    sinks: dict = field(default_factory=dict)
-    paths: dict = field(default_factory=dict)
-    skipped: bool = False
-    key_groups: dict = field(default_factory=dict)  # op -> key group -> {rows, state_bytes}
-    partition_busy_s: list = field(default_factory=list)  # sim only: each partition's busy seconds
 
 
 class MicroBatchEngine:
@@ -73,7 +57,7 @@ class MicroBatchEngine:
         self.admitted = 0
         self.batch_id = 0
 
-    def step(self, cap: int | None, plan=None) -> SimBatch:
+    def step(self, plan=None, cap: int | None = None) -> BatchMetrics:
         """Plan and run one batch admitting at most ``cap`` rows (None: no cap) under ``plan``
         (its keyed stage's partitions, if the engine has one)."""
         if not self.pull:  # Spark plans no batch before a row has arrived
@@ -94,20 +78,17 @@ class MicroBatchEngine:
         keyed_s = self.keyed_b * n  # the stage's work, summed over its tasks
         duration = (self.a + self.b * n + keyed_s / min(partitions, self.cores)) * factor
         commit = start + duration
-        operators = {self.operator: {"time_s": duration, "time_s_max": duration, "rows_in": n}}
+        operators = {self.operator: OperatorProgress(rows_in=n, rows_out=n, time_s=duration, slowest_task_s=duration)}
         if self.keyed:
-            operators[self.keyed] = {
-                "time_s": keyed_s * factor,
-                "time_s_max": keyed_s * factor / partitions,
-                "input_wait_s": 0.0,
-                "rows_in": n,
-            }
-        batch = SimBatch(
-            self.batch_id,
-            start,
-            duration,
-            n,
+            operators[self.keyed] = OperatorProgress(
+                rows_in=n, rows_out=n, time_s=keyed_s * factor, slowest_task_s=keyed_s * factor / partitions, input_wait_s=0.0
+            )
+        batch = BatchMetrics(
+            batch_id=self.batch_id,
             plan_version=0 if plan is None else plan.version,
+            started_at=start,
+            duration_s=duration,
+            rows_in=n,
             rows_by_source={self.source: n},
             backlog={self.source: backlog},
             operators=operators,
@@ -129,15 +110,3 @@ class MicroBatchEngine:
         self.now = commit + self.gap
         self.batch_id += 1
         return batch
-
-
-def run_controlled(engine: MicroBatchEngine, controller, plan, batches: int) -> list[SimBatch]:
-    """Run ``batches`` batches, the controller sizing each after the last (as on Spark)."""
-    out = []
-    for _ in range(batches):
-        limits = controller.admission.current()
-        cap = None if any(v is None for v in limits.values()) else sum(limits.values())
-        batch = engine.step(cap, plan)
-        out.append(batch)
-        plan = controller(batch, plan) or plan
-    return out

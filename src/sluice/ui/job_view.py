@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
-from sluice.core.decisions import Decision, Escalation, LoggedAction, LogRecord, Measured, OtherRecord, Rejected, parse_record
+from sluice.core.metrics import KeyGroupLoad, OperatorProgress, SinkProgress, operators_of
 from sluice.credentials import redact
 from sluice.runtime.files import filesystem
 from sluice.runtime.planlog import PlanLog
@@ -60,20 +59,36 @@ class JsonLinesFollower:
         return out
 
 
+def operators(m: dict) -> dict[str, OperatorProgress]:
+    """The record's operators, typed (as the record is written now, or as older ones were)."""
+    value = m.get("operators")
+    return operators_of({op: v for op, v in value.items() if isinstance(v, dict)}) if isinstance(value, dict) else {}
+
+
+def sinks(m: dict) -> dict[str, SinkProgress]:
+    value = m.get("sinks")
+    return {s: SinkProgress.from_dict(v) for s, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
+
+
+def key_groups(m: dict) -> dict[str, KeyGroupLoad]:
+    value = m.get("key_groups")
+    return {op: KeyGroupLoad.from_dict(v) for op, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
+
+
 def late_records(m: dict) -> int:
     """Late records of one batch: the runtime's own count if it reports one, else the window
     operators' ``late_seen``."""
     for name in ("late_records", "late"):
         if isinstance(m.get(name), (int, float)):
             return int(m[name])
-    return int(sum(op.get("late_seen", 0) or 0 for op in (m.get("operators") or {}).values()))
+    return int(sum(op.counters.get("late_seen", 0) or 0 for op in operators(m).values()))
 
 
 def sink_latencies(m: dict) -> dict[str, dict[str, float]]:
     """sink -> {p50, p95, p99} in ms, for sinks that measured latency this batch."""
     out = {}
-    for sink, stats in (m.get("sinks") or {}).items():
-        lat = {p: stats[f"latency_{p}_ms"] for p in PERCENTILES if stats.get(f"latency_{p}_ms") is not None}
+    for sink, progress in sinks(m).items():
+        lat = {p: getattr(progress, f"latency_{p}_ms") for p in PERCENTILES if getattr(progress, f"latency_{p}_ms") is not None}
         if lat:
             out[sink] = lat
     return out
@@ -81,61 +96,56 @@ def sink_latencies(m: dict) -> dict[str, dict[str, float]]:
 
 def action_text(action) -> str:
     """``admission * -> 4000`` for the controller's action dicts, the text itself otherwise."""
-    logged = LoggedAction.parse(action)
-    return "" if logged is None else logged.text()
+    if not isinstance(action, dict):
+        return "" if action is None else str(action)
+    kind, target, value = action.get("kind") or action.get("type"), action.get("target"), action.get("value")
+    if kind is None:
+        return json.dumps(action, default=str)
+    text = str(kind) + (f" {target}" if target not in (None, "") else "")
+    if isinstance(value, dict) and "partitions" in value:  # a rescale with its routing: the count
+        value = value["partitions"]
+    if value is not None and not isinstance(value, (dict, list)):
+        text += f" -> {value}"
+    return text
 
 
-@dataclass
-class DecisionRow:
-    """One row of the decisions table (the dashboard's, ``sluice status``'s)."""
-
-    type: str
-    batch_id: int | None
-    policy: str
-    action: str
-    reason: str
-    expected: Any = None
-    measured: Any = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def decision_rows(records: list[LogRecord]) -> list[DecisionRow]:
-    """The records of ``decisions.jsonl`` as rows to show, oldest first: each decision with
-    its reason, expected effect and (once a batch ran with it) measured effect; escalations
-    as rows of their own. Records of other types show their action and reason, if any."""
-    rows: list[DecisionRow] = []
-    by_id: dict[int, DecisionRow] = {}
+def decision_rows(records: list[dict]) -> list[dict]:
+    """The lines of ``decisions.jsonl`` as rows to show, oldest first: each decision with its
+    reason, expected effect and (once a batch ran with it) measured effect; escalations as
+    rows of their own. Lines of other shapes are shown as they are."""
+    rows: list[dict] = []
+    by_id: dict = {}
     for r in records:
-        if isinstance(r, Measured):
-            row = by_id.get(r.decision) if r.decision is not None else None
+        kind = r.get("type", "decision")
+        if kind == "measured":
+            row = by_id.get(r.get("decision"))
             if row is not None:
-                row.measured = dict(r.measured) or None
+                row["measured"] = r.get("measured")
             continue
-        if isinstance(r, Escalation):
-            row = DecisionRow(
-                type=r.type,
-                batch_id=r.batch_id,
-                policy=r.policy or "escalation",
-                action=f"escalation {r.state}: {r.constraint}".strip(),
-                reason=r.reason,
-                expected=r.details,
-            )
+        action = r.get("action")
+        nested = action if isinstance(action, dict) else {}
+        if kind == "escalation":
+            row = {
+                "batch_id": r.get("batch_id"),
+                "policy": r.get("policy") or "escalation",
+                "action": f"escalation {r.get('state', '')}: {r.get('constraint', '')}".strip(),
+                "reason": r.get("reason", ""),
+                "expected": r.get("details"),
+                "measured": None,
+            }
         else:
-            action = r.action if isinstance(r, (Decision, Rejected)) else LoggedAction.parse(r.raw.get("action"))
-            reason = r.reason or (action.reason if action is not None else "")
-            row = DecisionRow(
-                type=r.kind if isinstance(r, OtherRecord) else r.type,
-                batch_id=r.batch_id,
-                policy=r.policy,
-                action="" if action is None else action.text(),
-                reason=reason,
-                expected=r.expected if isinstance(r, Decision) else (None if action is None else action.expected),
-            )
+            row = {
+                "batch_id": r.get("batch_id", r.get("batch")),
+                "policy": r.get("policy", ""),
+                "action": action_text(action),
+                "reason": r.get("reason", nested.get("reason", "")),
+                "expected": r.get("expected", nested.get("expected")),
+                "measured": r.get("measured"),
+            }
+        row["type"] = kind
         rows.append(row)
-        if isinstance(r, Decision) and r.id is not None:
-            by_id[r.id] = row
+        if r.get("id") is not None:
+            by_id[r["id"]] = row
     return rows
 
 
@@ -205,9 +215,9 @@ def dead_letters_by_operator(m: dict) -> dict[str, int]:
     """Dead letters of the batch per operator that sent them; those no operator counted (a
     source that could not parse a record) under ``"sources"``."""
     out = {
-        op: int(stats.get("dead_letters") or 0)
-        for op, stats in (m.get("operators") or {}).items()
-        if isinstance(stats, dict) and stats.get("dead_letters")
+        op: int(progress.counters.get("dead_letters") or 0)
+        for op, progress in operators(m).items()
+        if progress.counters.get("dead_letters")
     }
     rest = int(m.get("dead_letters") or 0) - sum(out.values())
     if rest > 0:
@@ -223,20 +233,18 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
     # rows/s over the time since the previous batch started (the batch plus the wait before it)
     span = started - previous_start if previous_start is not None and started > previous_start else duration
     backlog = {k: v for k, v in (m.get("backlog") or {}).items() if isinstance(v, (int, float))}
-    operators = {
-        op: round(float(stats.get("time_s", 0) or 0), 4)
-        for op, stats in (m.get("operators") or {}).items()
-        if isinstance(stats, dict) and "time_s" in stats
-    }
-    key_groups, state_bytes = {}, {}
-    for op, groups in (m.get("key_groups") or {}).items():
-        state_bytes[op] = sum(int(stats.get("state_bytes", 0) or 0) for stats in groups.values())
+    by_operator = operators(m)
+    # an operator's time in all its stages (its map-side combine's too)
+    times = {op: round(float(sum(stage.time_s for stage in progress.stages())), 4) for op, progress in by_operator.items()}
+    rows_by_group, state_bytes = {}, {}
+    for op, load in key_groups(m).items():
+        state_bytes[op] = load.total_state_bytes
+        groups = load.groups()
         if groups:
-            size = max(int(kg) for kg in groups) + 1
-            rows_by_kg = [0] * size
-            for kg, stats in groups.items():
-                rows_by_kg[int(kg)] = int(stats.get("rows", 0) or 0)
-            key_groups[op] = rows_by_kg
+            rows_by_kg = [0] * (max(groups) + 1)
+            for kg, n in load.rows.items():
+                rows_by_kg[kg] = int(n)
+            rows_by_group[op] = rows_by_kg
     return {
         "batch_id": m.get("batch_id"),
         "t": started,
@@ -246,12 +254,10 @@ def batch_point(m: dict, previous_start: float | None) -> dict:
         "rows_by_source": m.get("rows_by_source") or {},
         "backlog": backlog,
         "latency": sink_latencies(m),
-        "operators": operators,
-        "operator_rows": {
-            op: int(stats.get("rows_out", 0) or 0) for op, stats in (m.get("operators") or {}).items() if isinstance(stats, dict)
-        },
-        "sink_rows": {sink: int(stats.get("rows", 0) or 0) for sink, stats in (m.get("sinks") or {}).items()},
-        "key_groups": key_groups,
+        "operators": times,
+        "operator_rows": {op: int(progress.rows_out or 0) for op, progress in by_operator.items()},
+        "sink_rows": {sink: int(progress.rows or 0) for sink, progress in sinks(m).items()},
+        "key_groups": rows_by_group,
         "state_bytes": state_bytes,
         "dead_letters": int(m.get("dead_letters") or 0),
         "dead_letters_by_operator": dead_letters_by_operator(m),
@@ -285,10 +291,10 @@ class JobView:
     declared: list[dict] = field(default_factory=list)
     batches: list[dict] = field(default_factory=list)  # batch_point()s, one per batch id
     raw_latest: dict | None = None  # the latest metrics record as written
-    records: list[LogRecord] = field(default_factory=list)  # decisions.jsonl, typed
+    records: list[dict] = field(default_factory=list)  # decisions.jsonl as written
 
     @property
-    def decisions(self) -> list[DecisionRow]:
+    def decisions(self) -> list[dict]:
         return decision_rows(self.records)
 
     def __post_init__(self) -> None:
@@ -314,7 +320,7 @@ class JobView:
             self.raw_latest = m
         if len(self.batches) > MAX_BATCHES:
             self._evict(len(self.batches) - MAX_BATCHES)
-        self.records.extend(parse_record(r) for r in self._decisions.new_records())
+        self.records.extend(self._decisions.new_records())
         if len(self.records) > MAX_RECORDS:
             del self.records[: len(self.records) - MAX_RECORDS]
 
@@ -330,9 +336,7 @@ class JobView:
         """Each constraint's bound and latest state: the declared bounds, updated by the latest
         record (metrics, else a decision) that reports constraints."""
         out = constraints_of({"constraints": self.declared})
-        decided = ({"constraints": r.constraints} for r in reversed(self.records) if isinstance(r, Decision))
-        reported = [self.raw_latest or {}, *decided]
-        latest = next((constraints_of(r) for r in reported if constraints_of(r)), {})
+        latest = next((constraints_of(r) for r in [self.raw_latest or {}, *reversed(self.records)] if constraints_of(r)), {})
         for name, c in latest.items():
             out[name] = {**out.get(name, c), **{k: v for k, v in c.items() if v is not None}}
         return out
@@ -432,7 +436,7 @@ class JobView:
         return {
             "checkpoint": redact(self.checkpoint),
             "batches": new,
-            "decisions": [d.to_dict() for d in self.decisions[-max_decisions:]],
+            "decisions": self.decisions[-max_decisions:],
             "constraints": self.constraints(),
             "plan": self.plan(),
             "executors": latest.get("executors"),

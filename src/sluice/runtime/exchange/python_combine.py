@@ -24,8 +24,8 @@ from sluice.graph.operators import Operator
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.kernels.keyed import BatchContext, CombiningKernel
 from sluice.runtime.schemas import INGEST, partition_id, to_spark, with_hidden
-from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
-from sluice.runtime.task_metrics import TaskMetrics
+from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter, combine_stage_name
+from sluice.runtime.task_metrics import COMBINE, TaskMetrics
 
 
 def combine_stage(
@@ -36,7 +36,7 @@ def combine_stage(
     combined_schema = kernel.combined_schema(in_schema)
     out_schema = with_hidden(combined_schema, INGEST)
     record_schema = with_hidden(in_schema, INGEST)
-    stage = f"{op.id}.combine"
+    stage = combine_stage_name(op.id)
 
     def run(batches):
         start = time.perf_counter()
@@ -58,7 +58,7 @@ def combine_stage(
             for letter in dead:
                 writer.dead(op.name, letter.record, letter.error, op.location, key=letter.key)
             metrics.add(op.id, "dead_letters", writer.flush())
-        metrics.op_timing(stage, rows.num_rows, combined.num_rows, time.perf_counter() - start)
+        metrics.op_timing(op.id, rows.num_rows, combined.num_rows, time.perf_counter() - start, COMBINE)
         metrics.flush()
         if combined.num_rows:
             yield from combined.select(out_schema.names).cast(out_schema).to_batches()

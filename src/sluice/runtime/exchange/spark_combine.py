@@ -58,10 +58,10 @@ from sluice.runtime.kernels.windows import (
 )
 from sluice.runtime.schemas import INGEST, PARTITION
 from sluice.runtime.schemas import quote as _q
-from sluice.runtime.side_outputs import SideOutputWriter
+from sluice.runtime.side_outputs import SideOutputWriter, combine_stage_name
+from sluice.runtime.task_metrics import SOURCE, TaskFigures
 
 _MAX_EVENT = "__max_event_us"  # per group, for the source's statistics
-_PARTITION_ROWS = "rows_of_partition_"  # SourceStats.measuring: a task's rows, by partition
 _KEY = "__combine_key"  # the key columns as Spark's combine groups them
 _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
@@ -130,8 +130,8 @@ class SourceStats:
     """A source's statistics, measured on the combined rows of its records by the keyed stage
     that receives them, or on the records by the Python chain that reads them first: ``rows``
     (the records) and ``max_event_us`` (their latest event time, when it has one). Each task
-    adds its share to the metrics accumulator under ``<source>#source``; the driver takes
-    them out as the source's observation (:meth:`take`).
+    adds its share to the metrics accumulator as the source's (``task_metrics.SOURCE``); the
+    driver reads them as the source's observation (:meth:`take`).
 
     An observation (``DataFrame.observe``) of the combined rows would do the same in Spark,
     but it is an operator outside the stage's generated code, evaluated row by row, and one
@@ -140,19 +140,15 @@ class SourceStats:
     source: str  # the source operator's id
     event_time: str | None
 
-    @property
-    def key(self) -> str:
-        return f"{self.source}#source"
-
     def measure(self, rows: pa.Table, metrics) -> None:
         """Add one task's combined rows to ``metrics`` (a ``TaskMetrics``)."""
         if rows.num_rows == 0:
             return
-        metrics.add(self.key, "rows", int(pc.sum(rows[RECORDS]).as_py() or 0))
+        metrics.add(self.source, "rows", int(pc.sum(rows[RECORDS]).as_py() or 0), SOURCE)
         if self.event_time is not None:
             latest = pc.max(rows[_MAX_EVENT]).as_py()
             if latest is not None:
-                metrics.add(self.key, "max_event_us_max", int(latest))
+                metrics.peak(self.source, "max_event_us", int(latest), SOURCE)
 
     def measuring(self, batches, metrics, partition: int):
         """Pass one task's batches of the source's records themselves through, measuring them
@@ -166,16 +162,16 @@ class SourceStats:
                 times = batch.column(self.event_time)
                 latest = pc.max(times.cast(pa.timestamp("us", tz=times.type.tz)).cast(pa.int64())).as_py()
                 if latest is not None:
-                    metrics.add(self.key, "max_event_us_max", int(latest))
+                    metrics.peak(self.source, "max_event_us", int(latest), SOURCE)
             yield batch
-        metrics.add(self.key, f"{_PARTITION_ROWS}{partition}_max", rows)
+        metrics.peak(self.source, partition, rows, SOURCE)  # by partition: its largest count
 
-    def take(self, per_op: dict) -> dict:
-        """The statistics, removed from the batch's metrics (``split_metrics``), as an
-        observation gives them."""
-        measured = per_op.pop(self.key, {})
-        rows = measured.get("rows", 0) + sum(n for name, n in measured.items() if name.startswith(_PARTITION_ROWS))
-        return {"rows": int(rows), "max_event_us": measured.get("max_event_us_max")}
+    def take(self, figures: TaskFigures) -> dict:
+        """The statistics, from the batch's task metrics, as an observation gives them."""
+        summed = figures.sources.get(self.source, {})
+        peaks = figures.source_peaks.get(self.source, {})
+        rows = summed.get("rows", 0) + sum(n for part, n in peaks.items() if isinstance(part, int))
+        return {"rows": int(rows), "max_event_us": peaks.get("max_event_us")}
 
 
 @dataclass
@@ -301,7 +297,7 @@ def late_records(combine: NativeCombine, context: BatchContext) -> list[pa.Table
 def write_late(combine: NativeCombine, op: Operator, context: BatchContext, root: str | Checkpoint) -> int:
     """Write the batch's late records to the ``late`` side output; returns how many were written
     (a record late for two queries counts twice, as in the Python combine)."""
-    writer = SideOutputWriter(root, f"side/{op.id}/{LATE}", context.batch_id, f"{op.id}.combine", 0)
+    writer = SideOutputWriter(root, f"side/{op.id}/{LATE}", context.batch_id, combine_stage_name(op.id), 0)
     for part in late_records(combine, context):
         writer.add_table(op.name, part, LATE)
     return writer.flush()

@@ -55,6 +55,8 @@ class KeyedResult:
     side_outputs: dict[str, pa.Table] = field(default_factory=dict)
     # counts the kernel reports for the batch (added to the operator's metrics)
     metrics: dict[str, int] = field(default_factory=dict)
+    # figures the kernel reports whose tasks' values combine by maximum, not by sum
+    peaks: dict[str, int] = field(default_factory=dict)
     # optional, when the kernel numbered the keys anyway: (key id of each output row, key id
     # of each input row) in one numbering; the runtime then finds the input rows of each
     # output row's key without matching the key columns again

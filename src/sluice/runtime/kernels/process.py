@@ -38,10 +38,10 @@ from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, Ke
 _STATE = "__state"
 EVENT_TIMERS = "__event_timers"
 PROCESSING_TIMERS = "__processing_timers"
-NEXT_TIMER_NEG = "next_processing_timer_neg_us_max"
-"""Metric: minus the earliest processing-time timer left in a partition (a ``_max`` metric
-combines by maximum, so the driver reads minus the earliest of all): the executor plans a
-batch for it on a quiet stream."""
+NEXT_TIMER_NEG = "next_processing_timer_neg_us"
+"""Peak figure (``KeyedResult.peaks``): minus the earliest processing-time timer left in a
+partition (combined by maximum, so the driver reads minus the earliest of all): the executor
+plans a batch for it on a quiet stream."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -179,6 +179,7 @@ class ProcessKernel(KeyedKernel):
         dead: list[DeadRecord] = []
         states: dict[int | tuple, tuple[tuple, int, KeyState]] = {}  # state row (or new key) -> its state now
         metrics: dict[str, int] = {}
+        peaks: dict[str, int] = {}
         if self.on_timer is not None and state.num_rows:
             self._fire(state, blobs, ctx, out_schema, outputs, dead, states)
         for key, state_row, key_rows in groups(state, rows, self.key_columns):
@@ -217,7 +218,7 @@ class ProcessKernel(KeyedKernel):
             untouched = _untouched_first_timer(state, states)
             first = min([*pending, *([untouched] if untouched is not None else [])], default=None)
             if first is not None:
-                metrics[NEXT_TIMER_NEG] = -first
+                peaks[NEXT_TIMER_NEG] = -first
         state_schema = self.state_schema(rows.schema).append(pa.field(KEY_GROUP, pa.int32()))
         delete_schema = pa.schema([rows.schema.field(k) for k in self.key_columns] + [pa.field(KEY_GROUP, pa.int32())])
         return KeyedResult(
@@ -226,6 +227,7 @@ class ProcessKernel(KeyedKernel):
             deletes=pa.Table.from_pylist(deletes, schema=delete_schema) if deletes else None,
             dead_letters=dead,
             metrics=metrics,
+            peaks=peaks,
         )
 
     def _stored(self, state: pa.Table) -> list:

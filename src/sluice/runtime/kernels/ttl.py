@@ -97,6 +97,7 @@ class TTLKernel(KeyedKernel):
             deletes=deletes,
             side_outputs=side_outputs,
             metrics=metrics,
+            peaks=result.peaks,
             key_ids=result.key_ids,
             dead_letters=result.dead_letters,
         )
