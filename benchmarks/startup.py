@@ -161,7 +161,7 @@ def child(system: str, workdir: str, launched: float, standby: bool = False) -> 
     from sluice.runtime.sources import open_stream, set_max_rows
 
     spark = spark_session("local[2]", "startup_anchor", conf={"spark.sql.shuffle.partitions": "2"})
-    spec = build_pipeline(out, rate=RATE).graph["readings"].params["spec"]
+    spec = build_pipeline(out, rate=RATE).graph["readings"].connector
     controls = os.path.join(workdir, "checkpoint", "sources")
     set_max_rows(controls, "readings", spec.max_rows_per_batch)
     stats = (

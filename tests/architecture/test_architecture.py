@@ -60,7 +60,7 @@ def test_pure_packages_do_not_import_pyspark():
 
 
 def test_the_api_builds_specs_and_never_imports_the_runtime():
-    """The fluent API makes operators (kind names and params); kernels are the runtime's. Only
+    """The fluent API makes operators (kinds and their typed specs); kernels are the runtime's. Only
     ``Pipeline.run`` (api/pipeline.py) reaches into the runtime, to run the job."""
     import ast
     from pathlib import Path

@@ -39,15 +39,15 @@ def pipeline(**alternates_of_forecast) -> sluice.Pipeline:
 
 def test_default_alternate_is_the_best_and_the_function_is_its():
     g = pipeline().graph
-    assert g["forecast"].params["active"] == "regression" and g["forecast"].params["fn"] is slow
-    assert g["state"].params["active"] == "b"  # a plain function is an alternate of value 1
+    assert g["forecast"].spec.active == "regression" and g["forecast"].spec.fn is slow
+    assert g["state"].spec.active == "b"  # a plain function is an alternate of value 1
     assert initial_plan(g, 2).alternates == {"forecast": "regression", "state": "b"}
 
 
 def test_with_alternate_swaps_only_the_function():
     op = pipeline().graph["forecast"]
-    assert with_alternate(op, "mean").params["fn"] is fast
-    assert with_alternate(op, "mean").id == op.id and op.params["fn"] is slow
+    assert with_alternate(op, "mean").spec.fn is fast
+    assert with_alternate(op, "mean").id == op.id and op.spec.fn is slow
     with pytest.raises(PlanError, match="no alternate 'arima'"):
         with_alternate(op, "arima")
 
@@ -163,8 +163,8 @@ def test_arrow_functions_of_alternates_run_as_the_plan_says():
         same=Alt(fast, value=0.5),
     ).graph
     batch = pa.RecordBatch.from_pydict({"k": ["a"], "x": [1.5]})
-    assert with_alternate(g["forecast"], "double").params["fn"](batch).column("x").to_pylist() == [3.0]
-    assert with_alternate(g["forecast"], "same").params["fn"](batch).column("x").to_pylist() == [1.5]
+    assert with_alternate(g["forecast"], "double").spec.fn(batch).column("x").to_pylist() == [3.0]
+    assert with_alternate(g["forecast"], "same").spec.fn(batch).column("x").to_pylist() == [1.5]
 
 
 def test_the_view_gives_an_alternates_measured_cost_else_the_declared_one():

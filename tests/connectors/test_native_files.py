@@ -70,7 +70,7 @@ def test_spark_reads_a_native_first_parquet_directory_as_the_directory_reader_do
     # the driver finds each batch's files in Spark's offset log and the source's file log
     checkpoint = Checkpoint(str(tmp_path / "native"))
     found = BatchFiles(
-        source_reader(spark, source.params["spec"], source.id, checkpoint),
+        source_reader(spark, source.connector, source.id, checkpoint),
         lambda b: checkpoint.read_bytes(Checkpoint.spark_offsets(b)),
     )
     batches = [found.slices(b) for b in range(FILES + 2)]

@@ -10,6 +10,7 @@ from sluice import agg, sinks, sources
 from sluice.errors import CycleError, PipelineError, SchemaError
 from sluice.graph import JobGraph, Operator
 from sluice.graph.expressions import output_name, referenced_columns
+from sluice.graph.specs import FilterExprOp, MapBatchesOp
 from sluice.plan.physical import fused_chains, initial_plan, range_routing
 
 
@@ -83,8 +84,8 @@ def test_misuse_is_caught_where_it_happens():
 def test_cycle_is_detected():
     g = JobGraph()
     g.add(Operator("a", "source", "a", schema=pa.schema([("x", pa.int64())])))
-    g.add(Operator("b", "filter_expr", "b", inputs=("a",), params={"expr": "x > 0"}))
-    g.add(Operator("c", "filter_expr", "c", inputs=("b",), params={"expr": "x > 1"}))
+    g.add(Operator("b", "filter_expr", "b", inputs=("a",), spec=FilterExprOp(expr="x > 0")))
+    g.add(Operator("c", "filter_expr", "c", inputs=("b",), spec=FilterExprOp(expr="x > 1")))
     g["b"].inputs = ("a", "c")  # close a loop b -> c -> b
     with pytest.raises(CycleError):
         g.topological_order()
@@ -157,7 +158,7 @@ def test_plan_threads_round_trip_and_run_a_kernel_on_a_pool():
         return batch
 
     schema = pa.schema([("x", pa.int64())])
-    op = Operator("io", "map_batches", "io", params={"fn": slow_identity, "format": "arrow"}, threads=4)
+    op = Operator("io", "map_batches", "io", spec=MapBatchesOp(fn=slow_identity, format="arrow"), threads=4)
     kernel = MapBatchesKernel(op, schema, schema)
     batch = pa.RecordBatch.from_pydict({"x": list(range(100))}, schema=schema)
     ingest = pa.array([0] * 100, pa.timestamp("us", tz="UTC"))

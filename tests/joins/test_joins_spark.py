@@ -60,7 +60,7 @@ def test_joins_on_spark_equal_brute_force(spark, tmp_path):
     p.run(checkpoint, spark=spark)
 
     for op, sink in (("wjoin", "j_window"), ("ijoin", "j_interval")):
-        spec = p.graph[op].params["spec"]
+        spec = p.graph[op].spec.join
         got = memory_table(sink)
         assert got is not None and got.num_rows > 0
         names = [n for n in got.column_names if not n.startswith("__")]

@@ -289,7 +289,7 @@ def test_a_keyed_stage_refuses_rows_of_key_groups_routed_elsewhere(spark, tmp_pa
     records = _records(seed=2)
     kernel = WindowAggregateKernel(["meter"], _queries()[:1])
     schema = pa.schema([f for f in records.schema if f.name != INGEST])
-    op = Operator(id="w", kind="window", name="w", params={"kernel": kernel})
+    op = Operator(id="w", kind="window", name="w", kernel=kernel)
     ctx = BatchContext(1, 0, None, T0 + 30 * S)
     df = spark.createDataFrame(records.to_pandas(), to_spark(records.schema)).repartition(2)
     combine = native_combine(df, op, kernel, schema, ctx, KeyedStagePlan(2, (0, 1, 1, 0)), max_parallelism=4)

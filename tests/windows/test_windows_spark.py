@@ -81,7 +81,7 @@ def test_windows_on_spark_equal_the_reference(spark, tmp_path):
     checkpoint = str(tmp_path / "ckpt")
     result = p.run(checkpoint, spark=spark)
 
-    expected = _expected(spec, list(p.graph["win"].params["queries"]), ["meter"])
+    expected = _expected(spec, list(p.graph["win"].spec.queries), ["meter"])
     got = _as_micros(memory_table("w_it"))
     assert got, "windows fired"
     assert_rows_equal(got, [r for rows, _ in expected for r in rows], "sliding window")
@@ -90,7 +90,7 @@ def test_windows_on_spark_equal_the_reference(spark, tmp_path):
     every_late = sum(len(read_side_output(checkpoint, f"side/{op}/late")) for op in ("win", "shared", "everything"))
     assert result.late_records == every_late  # the running total the summary and progress show
 
-    expected = _expected(spec, list(p.graph["shared"].params["queries"]), ["meter"])
+    expected = _expected(spec, list(p.graph["shared"].spec.queries), ["meter"])
     shared = _as_micros(memory_table("w_shared"))
     assert_rows_equal(shared, [r for rows, _ in expected for r in rows], "shared panes")
 
@@ -108,5 +108,5 @@ def test_window_time_must_be_the_sources_event_time():
     with pytest.raises(PipelineError, match="event_time"):
         keyed.window(W.tumbling("1s"), time="kwh").aggregate(n=agg.count())
     assert isinstance(
-        keyed.window(W.tumbling(1), time="processing").aggregate(n=agg.count()).op.params["queries"][0].time, W.ProcessingTime
+        keyed.window(W.tumbling(1), time="processing").aggregate(n=agg.count()).op.spec.queries[0].time, W.ProcessingTime
     )

@@ -22,6 +22,7 @@ from sluice.api.windows import resolve_time
 from sluice.core.location import user_location
 from sluice.errors import PipelineError
 from sluice.graph.joins import JoinSides, StreamJoin, TableLookup
+from sluice.graph.specs import JoinOp
 from sluice.graph.windows import Duration, EventTime, Sliding, parse_duration
 
 if TYPE_CHECKING:
@@ -123,6 +124,5 @@ def _add(left: KeyedStream, right: KeyedStream, spec: StreamJoin | TableLookup, 
     from sluice.api.stream import Stream
 
     # a spec: its schema rule and kernel factory are the join kind's (graph.kinds)
-    params: dict[str, Any] = {"keys": list(left.keys), "spec": spec}
-    op = Stream(left.pipeline, left.op)._then("join", name, inputs=(left.op.id, right.op.id), params=params)
+    op = Stream(left.pipeline, left.op)._then(JoinOp(keys=list(left.keys), join=spec), name, inputs=(left.op.id, right.op.id))
     return Stream(left.pipeline, op)

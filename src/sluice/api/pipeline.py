@@ -11,6 +11,7 @@ from sluice.graph import JobGraph, Operator
 from sluice.graph.constraints import make_constraint
 from sluice.graph.economics import Economics
 from sluice.graph.sinks import SinkSpec
+from sluice.graph.specs import SourceOp
 from sluice.graph.windows import parse_duration
 from sluice.job import JobResult, RunOptions
 from sluice.plan.mode import choose_mode
@@ -54,11 +55,10 @@ class Pipeline:
         if not hasattr(spec, "schema"):
             raise PipelineError(f"source needs a source spec (sluice.sources.*), got {spec!r}", name or "source", user_location())
         op_id = name or self.graph.new_id("source")
-        params: dict[str, Any] = {"spec": spec}
-        if idle_timeout is not None:
-            params["idle_timeout_us"] = parse_duration(idle_timeout, f"source {op_id!r}: idle_timeout")
+        idle_timeout_us = None if idle_timeout is None else parse_duration(idle_timeout, f"source {op_id!r}: idle_timeout")
+        source = SourceOp(connector=spec, idle_timeout_us=idle_timeout_us)
         op = self.graph.add(
-            Operator(id=op_id, kind="source", name=op_id, params=params, schema=spec.schema(), location=user_location())
+            Operator(id=op_id, kind=source.kind, name=op_id, spec=source, schema=spec.schema(), location=user_location())
         )
         return Stream(self, op)
 

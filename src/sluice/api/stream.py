@@ -17,9 +17,28 @@ from sluice.errors import PipelineError
 from sluice.graph import aggregates as agg_mod
 from sluice.graph.alternates import Alt, check_alternates
 from sluice.graph.identity import NAMED, auto_identity
-from sluice.graph.operators import KEYED_KINDS, Operator
+from sluice.graph.operators import Operator
 from sluice.graph.schemas import as_schema
 from sluice.graph.sinks import SinkSpec
+from sluice.graph.specs import (
+    AggregateOp,
+    DeduplicateOp,
+    FilterExprOp,
+    FilterFnOp,
+    FlatMapOp,
+    KeyByOp,
+    KeyedSpec,
+    MapBatchesOp,
+    MapOp,
+    OperatorSpec,
+    ProcessOp,
+    ReduceOp,
+    SelectOp,
+    SinkOp,
+    TopOp,
+    UnionOp,
+    WithColumnsOp,
+)
 from sluice.graph.ttl import parse_ttl
 from sluice.graph.windows import parse_duration
 
@@ -35,7 +54,8 @@ def _require_callable(fn: Any, what: str, name: str | None) -> None:
 def _function_params(
     fn: Callable | None, alternates: Mapping[str, Alt | Callable] | None, active: str | None, what: str, name: str | None
 ) -> dict[str, Any]:
-    """The params of an operator's function: ``{"fn": fn}``, or with ``alternates=`` (see
+    """The fields of an operator's function spec (``graph.specs.FunctionSpec``):
+    ``{"fn": fn}``, or with ``alternates=`` (see
     :mod:`sluice.graph.alternates`) the default alternate's function, the alternates and
     which one runs first."""
     fn, alts, default = check_alternates(fn, alternates, active, what, name, user_location())
@@ -53,22 +73,23 @@ class Stream:
     def schema(self):
         return self.op.schema
 
-    def _then(self, kind: str, name: str | None, inputs: tuple[str, ...] | None = None, **fields) -> Operator:
+    def _then(self, spec: OperatorSpec, name: str | None, inputs: tuple[str, ...] | None = None, **fields) -> Operator:
         graph = self.pipeline.graph
         inputs = inputs or (self.op.id,)
         identity = None
         if name is not None:
             op_id = name
-            identity = NAMED + name if kind in KEYED_KINDS else None
-        elif kind in KEYED_KINDS:  # state is kept under the id: one that survives unrelated changes
-            op_id, identity = auto_identity(graph, kind, inputs, fields["params"]["keys"])
+            identity = NAMED + name if isinstance(spec, KeyedSpec) else None
+        elif isinstance(spec, KeyedSpec):  # state is kept under the id: one that survives unrelated changes
+            op_id, identity = auto_identity(graph, spec.kind, inputs, spec.keys)
         else:
-            op_id = graph.new_id(kind)
+            op_id = graph.new_id(spec.kind)
         op = Operator(
             id=op_id,
-            kind=kind,
+            kind=spec.kind,
             name=name or op_id,
             inputs=inputs,
+            spec=spec,
             location=user_location(),
             identity=identity,
             **fields,
@@ -124,9 +145,8 @@ class Stream:
             raise PipelineError(f"format must be 'arrow' or 'pandas', not {format!r}", name or "map_batches", user_location())
         function = _function_params(fn, alternates, active, "map_batches", name)
         op = self._then(
-            "map_batches",
+            MapBatchesOp(**function, format=format),
             name,
-            params={**function, "format": format},
             schema=as_schema(schema),
             threads=threads,
             perf_model=perf_model,
@@ -166,9 +186,7 @@ class Stream:
         ['meter', 'wh']
         """
         function = _function_params(fn, alternates, active, "map", name)
-        op = self._then(
-            "map", name, params=function, schema=as_schema(schema), threads=threads, perf_model=perf_model, chain=chain
-        )
+        op = self._then(MapOp(**function), name, schema=as_schema(schema), threads=threads, perf_model=perf_model, chain=chain)
         return Stream(self.pipeline, op)
 
     def flat_map(
@@ -204,7 +222,7 @@ class Stream:
         'flat_map'
         """
         function = _function_params(fn, alternates, active, "flat_map", name)
-        op = self._then("flat_map", name, params=function, schema=as_schema(schema), perf_model=perf_model, chain=chain)
+        op = self._then(FlatMapOp(**function), name, schema=as_schema(schema), perf_model=perf_model, chain=chain)
         return Stream(self.pipeline, op)
 
     def filter(self, condition: str | Callable[[dict], bool], *, name: str | None = None, chain: bool = True) -> Stream:
@@ -219,10 +237,10 @@ class Stream:
         ('filter_expr', 'filter_fn')
         """
         if isinstance(condition, str):
-            op = self._then("filter_expr", name, params={"expr": condition})
+            op = self._then(FilterExprOp(expr=condition), name)
         else:
             _require_callable(condition, "filter", name)
-            op = self._then("filter_fn", name, params={"fn": condition}, chain=chain)
+            op = self._then(FilterFnOp(fn=condition), name, chain=chain)
         return Stream(self.pipeline, op)
 
     # ---- stateless, native Spark SQL -----------------------------------------------------
@@ -233,12 +251,12 @@ class Stream:
         >>> from sluice import sources as S
         >>> p = sluice.Pipeline("example")
         >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
-        >>> readings.select("meter", "kwh * 1000 AS wh").op.params["exprs"]
+        >>> readings.select("meter", "kwh * 1000 AS wh").op.spec.exprs
         ['meter', 'kwh * 1000 AS wh']
         """
         if not exprs or not all(isinstance(e, str) for e in exprs):
             raise PipelineError("select needs one or more SQL expression strings", name or "select", user_location())
-        return Stream(self.pipeline, self._then("select", name, params={"exprs": list(exprs)}))
+        return Stream(self.pipeline, self._then(SelectOp(exprs=list(exprs)), name))
 
     def with_columns(self, name: str | None = None, **columns: str) -> Stream:
         """Add or replace columns from Spark SQL expressions: ``with_columns(wh="kwh * 1000")``.
@@ -247,12 +265,12 @@ class Stream:
         >>> from sluice import sources as S
         >>> p = sluice.Pipeline("example")
         >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
-        >>> readings.with_columns(wh="kwh * 1000").op.params["columns"]
+        >>> readings.with_columns(wh="kwh * 1000").op.spec.columns
         {'wh': 'kwh * 1000'}
         """
         if not columns or not all(isinstance(e, str) for e in columns.values()):
             raise PipelineError("with_columns needs name=SQL-expression pairs", name or "with_columns", user_location())
-        return Stream(self.pipeline, self._then("with_columns", name, params={"columns": dict(columns)}))
+        return Stream(self.pipeline, self._then(WithColumnsOp(columns=dict(columns)), name))
 
     def union(self, *others: Stream, name: str | None = None) -> Stream:
         """Interleave this stream with others of the same schema.
@@ -269,7 +287,7 @@ class Stream:
             if not isinstance(other, Stream) or other.pipeline is not self.pipeline:
                 raise PipelineError("union needs streams of the same pipeline", name or "union", user_location())
         inputs = (self.op.id, *tuple(o.op.id for o in others))
-        return Stream(self.pipeline, self._then("union", name, inputs=inputs))
+        return Stream(self.pipeline, self._then(UnionOp(), name, inputs=inputs))
 
     # ---- keyed -----------------------------------------------------------------------------
     def key_by(self, *keys: str, name: str | None = None) -> KeyedStream:
@@ -284,7 +302,7 @@ class Stream:
         """
         if not keys or not all(isinstance(k, str) for k in keys):
             raise PipelineError("key_by needs one or more column names", name or "key_by", user_location())
-        op = self._then("key_by", name, params={"keys": list(keys)})
+        op = self._then(KeyByOp(keys=list(keys)), name)
         return KeyedStream(self.pipeline, op, list(keys))
 
     # ---- windows (see sluice.api.windows) ------------------------------------------------
@@ -317,7 +335,7 @@ class Stream:
         """
         if not isinstance(spec, SinkSpec):
             raise PipelineError(f"sink needs a sink spec (sluice.sinks.*), got {spec!r}", name or "sink", user_location())
-        self._then("sink", name, params={"spec": spec})
+        self._then(SinkOp(connector=spec), name)
         return self
 
     to = sink
@@ -331,8 +349,8 @@ class KeyedStream:
         self.op = op
         self.keys = keys
 
-    def _then(self, kind: str, name: str | None, **fields) -> Stream:
-        return Stream(self.pipeline, Stream(self.pipeline, self.op)._then(kind, name, **fields))
+    def _then(self, spec: OperatorSpec, name: str | None, **fields) -> Stream:
+        return Stream(self.pipeline, Stream(self.pipeline, self.op)._then(spec, name, **fields))
 
     def aggregate(self, name: str | None = None, ttl=None, ttl_time: str = "event", **aggregates) -> Stream:
         """Running aggregates per key; emits the updated row of every key a batch touched.
@@ -349,7 +367,7 @@ class KeyedStream:
         >>> p = sluice.Pipeline("example")
         >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
         >>> per_meter = readings.key_by("meter").aggregate(n=sluice.agg.count(), avg=sluice.agg.mean("kwh"))
-        >>> per_meter.op.kind, sorted(per_meter.op.params["aggregates"])
+        >>> per_meter.op.kind, sorted(per_meter.op.spec.aggregates)
         ('aggregate', ['avg', 'n'])
         """
         if not aggregates:
@@ -357,9 +375,7 @@ class KeyedStream:
                 "aggregate needs at least one aggregate, e.g. n=sluice.agg.count()", name or "aggregate", user_location()
             )
         parsed = {out: agg_mod.parse(spec, out) for out, spec in aggregates.items()}
-        return self._then(
-            "aggregate", name, params={"keys": self.keys, "aggregates": parsed, **_ttl_params(ttl, ttl_time, name or "aggregate")}
-        )
+        return self._then(AggregateOp(keys=self.keys, aggregates=parsed, **_ttl_params(ttl, ttl_time, name or "aggregate")), name)
 
     def reduce(
         self,
@@ -385,7 +401,7 @@ class KeyedStream:
         'reduce'
         """
         function = _function_params(fn, alternates, active, "reduce", name)
-        return self._then("reduce", name, params={"keys": self.keys, **function, **_ttl_params(ttl, ttl_time, name or "reduce")})
+        return self._then(ReduceOp(keys=self.keys, **function, **_ttl_params(ttl, ttl_time, name or "reduce")), name)
 
     def process(
         self,
@@ -445,13 +461,8 @@ class KeyedStream:
                 name or "process",
                 user_location(),
             )
-        timers = {"on_timer": on_timer} if on_timer is not None else {}
-        return self._then(
-            "process",
-            name,
-            params={"keys": self.keys, **function, **timers, **_ttl_params(ttl, ttl_time, name or "process")},
-            schema=as_schema(schema),
-        )
+        ttl_fields = _ttl_params(ttl, ttl_time, name or "process")
+        return self._then(ProcessOp(keys=self.keys, **function, on_timer=on_timer, **ttl_fields), name, schema=as_schema(schema))
 
     def deduplicate(self, within, *, time=None, name: str | None = None) -> Stream:
         """Drop the records of a key that follow its first one within ``within`` (seconds or
@@ -465,18 +476,16 @@ class KeyedStream:
         >>> from sluice import sources as S
         >>> p = sluice.Pipeline("example")
         >>> events = p.source(S.generator(fields={"id": S.Keys(100), "ts": S.EventTime()}, event_time="ts"))
-        >>> events.key_by("id").deduplicate(within="10m").op.params["within"]
+        >>> events.key_by("id").deduplicate(within="10m").op.spec.within
         600000000
         """
         try:
-            params = {
-                "keys": self.keys,
-                "within": parse_duration(within, "deduplicate: within"),
-                "time": resolve_time(self, time),
-            }
+            spec = DeduplicateOp(
+                keys=self.keys, within=parse_duration(within, "deduplicate: within"), time=resolve_time(self, time)
+            )
         except PipelineError as exc:
             raise PipelineError(str(exc), name or "deduplicate", user_location()) from None
-        return self._then("deduplicate", name, params=params)
+        return self._then(spec, name)
 
     def top(self, n: int, by, *, ascending: bool = False, name: str | None = None) -> Stream:
         """The ``n`` records with the largest ``by`` (a column or a list of columns;
@@ -488,7 +497,7 @@ class KeyedStream:
         >>> from sluice import sources as S
         >>> p = sluice.Pipeline("example")
         >>> bids = p.source(S.generator(fields={"item": S.Keys(10), "price": S.Uniform(1, 100)}))
-        >>> bids.key_by("item").top(3, by="price").op.params["by"]
+        >>> bids.key_by("item").top(3, by="price").op.spec.by
         ['price']
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -496,7 +505,7 @@ class KeyedStream:
         columns = [by] if isinstance(by, str) else list(by)
         if not columns or not all(isinstance(c, str) for c in columns):
             raise PipelineError(f"top: by must name a column or a list of columns, got {by!r}", name or "top", user_location())
-        return self._then("top", name, params={"keys": self.keys, "n": n, "by": columns, "ascending": bool(ascending)})
+        return self._then(TopOp(keys=self.keys, n=n, by=columns, ascending=bool(ascending)), name)
 
     def window(self, window, *, time=None, allowed_lateness=0, mode: str = "append", ttl=None, ttl_time: str = "event"):
         """Windows per key: ``.window(sluice.windows.sliding("15m", "1m")).aggregate(avg=agg.mean("kwh"))``.
@@ -514,7 +523,7 @@ class KeyedStream:
         >>> p = sluice.Pipeline("example")
         >>> readings = p.source(S.generator(fields={"meter": S.Keys(10), "kwh": S.Normal(0.4, 0.1), "ts": S.EventTime()}))
         >>> hourly = readings.key_by("meter").window(W.sliding("1h", "5m")).aggregate(avg=agg.mean("kwh"))
-        >>> hourly.op.params["queries"][0].window.label
+        >>> hourly.op.spec.queries[0].window.label
         'sliding(1h,5m)'
         """
         return WindowedStream(self, window, time, allowed_lateness, mode, ttl=_ttl_params(ttl, ttl_time, "window").get("ttl"))
@@ -530,7 +539,7 @@ class KeyedStream:
         >>> from sluice import agg, windows as W
         >>> both = readings.key_by("meter").windows(W.query(W.tumbling("1m"), n=agg.count()),
         ...                                         W.query(W.sliding("5m", "1m"), avg=agg.mean("kwh")))
-        >>> len(both.op.params["queries"])
+        >>> len(both.op.spec.queries)
         2
         """
         return add_window_operator(self, list(queries), time, name)
@@ -614,7 +623,7 @@ class KeyedStream:
 
 
 def _ttl_params(ttl, ttl_time: str, where: str) -> dict:
-    """``{"ttl": StateTTL}`` for a keyed operator's params, or {} without a TTL."""
+    """``{"ttl": StateTTL}`` for a keyed operator's spec, or {} without a TTL."""
     try:
         parsed = parse_ttl(ttl, ttl_time, where)
     except PipelineError as exc:

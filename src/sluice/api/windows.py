@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sluice.core.location import user_location
 from sluice.errors import PipelineError
 from sluice.graph import aggregates as agg_mod
+from sluice.graph.specs import SourceOp, WindowOp
 from sluice.graph.windows import (
     Duration,
     EventTime,
@@ -122,10 +123,7 @@ def add_window_operator(
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "window", location) from None
     # a spec: the runtime makes the kernel (graph.kinds names its factory)
-    params = {"keys": keyed.keys, "queries": queries, "emit_keys": emit_keys}
-    if ttl is not None:
-        params["ttl"] = ttl
-    return keyed._then("window", name, params=params)
+    return keyed._then(WindowOp(keys=keyed.keys, queries=queries, emit_keys=emit_keys, ttl=ttl), name)
 
 
 def resolve_time(keyed: KeyedStream, time: str | TimeDomain | None) -> TimeDomain:
@@ -157,8 +155,8 @@ def _source_event_times(keyed: KeyedStream) -> list[str | None]:
         if op.id in seen:
             continue
         seen.add(op.id)
-        if op.kind == "source":
-            found.append(getattr(op.params["spec"], "event_time", None))
+        if isinstance(op.spec, SourceOp):
+            found.append(getattr(op.spec.connector, "event_time", None))
         todo.extend(op.inputs)
     return found
 

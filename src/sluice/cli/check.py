@@ -73,10 +73,10 @@ def main(args) -> int:
     check_pipeline(pipeline, args.checkpoint)
     if not args.quiet:
         graph = pipeline.job_graph()
-        kinds = [op.kind for op in graph.operators]
+        sources, sinks = len(graph.sources()), len(graph.sinks())
         print(
-            f"{args.pipeline}: pipeline {pipeline.name!r} is valid: {kinds.count('source')} source(s), "
-            f"{len(kinds) - kinds.count('source') - kinds.count('sink')} operator(s), {kinds.count('sink')} sink(s)"
+            f"{args.pipeline}: pipeline {pipeline.name!r} is valid: {sources} source(s), "
+            f"{len(graph.operators) - sources - sinks} operator(s), {sinks} sink(s)"
             + (f"; its state fits the checkpoint {args.checkpoint}" if args.checkpoint else "")
         )
     return 0

@@ -18,29 +18,32 @@ import pyarrow as pa
 
 from sluice.errors import ConfigError
 from sluice.graph.sources import GeneratorSource
+from sluice.graph.specs import FilterExprOp, FilterFnOp, FlatMapOp, KeyByOp, MapBatchesOp, MapOp, SourceOp
 
-PROFILABLE = ("map", "flat_map", "filter_fn", "map_batches")
-SKIPPED = ("filter_expr", "key_by")  # rows pass unchanged in columns: the sample stays usable
+# the Python operators, which the profiler measures
+PROFILABLE = (MapOp, FlatMapOp, FilterFnOp, MapBatchesOp)
+SKIPPED = (FilterExprOp, KeyByOp)  # rows pass unchanged in columns: the sample stays usable
 
 
 def _find(graph, name: str):
     for op in graph.operators:
         if name in (op.name, op.id):
             return op
-    python = sorted(op.name for op in graph.operators if op.kind in PROFILABLE)
+    python = sorted(op.name for op in graph.operators if isinstance(op.spec, PROFILABLE))
     raise ConfigError(f"the pipeline has no operator {name!r}; its Python operators: {python}")
 
 
 def _apply(op, batch: pa.RecordBatch) -> pa.RecordBatch:
-    fn = op.params["fn"]
-    if op.kind == "map_batches":
-        if op.params.get("format") == "pandas":
+    spec = op.spec
+    fn = spec.fn
+    if isinstance(spec, MapBatchesOp):
+        if spec.format == "pandas":
             return pa.RecordBatch.from_pandas(fn(batch.to_pandas()), preserve_index=False)
         return fn(batch)
     records = batch.to_pylist()
-    if op.kind == "map":
+    if isinstance(spec, MapOp):
         out = [fn(r) for r in records]
-    elif op.kind == "flat_map":
+    elif isinstance(spec, FlatMapOp):
         out = [o for r in records for o in (fn(r) or ())]
     else:  # filter_fn
         out = [r for r in records if fn(r)]
@@ -54,7 +57,7 @@ def sample_input(pipeline, op, rows: int) -> pa.RecordBatch:
     graph.validate()
     path = []
     current = op
-    while current.kind != "source":
+    while not current.is_source:
         if len(current.inputs) != 1:
             raise ConfigError(
                 f"operator {op.name!r}: its input comes through {current.name!r}, which has "
@@ -63,7 +66,7 @@ def sample_input(pipeline, op, rows: int) -> pa.RecordBatch:
         current = graph[current.inputs[0]]
         path.append(current)
     source, between = path[-1], list(reversed(path[:-1]))
-    spec = source.params["spec"]
+    spec = source.spec_as(SourceOp).connector
     if not isinstance(spec, GeneratorSource):
         raise ConfigError(
             f"operator {op.name!r}: its source {source.name!r} is a {spec.kind}; profiling "
@@ -71,9 +74,9 @@ def sample_input(pipeline, op, rows: int) -> pa.RecordBatch:
         )
     batch = pa.Table.from_batches(spec.generate(0, rows, 0)).combine_chunks().to_batches()[0]
     for step in between:
-        if step.kind in PROFILABLE:
+        if isinstance(step.spec, PROFILABLE):
             batch = _apply(step, batch)
-        elif step.kind not in SKIPPED:
+        elif not isinstance(step.spec, SKIPPED):
             raise ConfigError(
                 f"operator {op.name!r}: its input passes through {step.name!r} ({step.kind}), "
                 "which the profiler cannot run without Spark"
@@ -97,16 +100,15 @@ class PipelineOperator:
 
         pipeline = load_pipeline(self.path)
         self.op = _find(pipeline.graph, self.name)
-        if self.op.kind not in PROFILABLE:
-            raise ConfigError(
-                f"operator {self.name!r} is a {self.op.kind}; the profiler measures Python operators ({', '.join(PROFILABLE)})"
-            )
+        if not isinstance(self.op.spec, PROFILABLE):
+            kinds = ", ".join(p.kind for p in PROFILABLE)
+            raise ConfigError(f"operator {self.name!r} is a {self.op.kind}; the profiler measures Python operators ({kinds})")
         self.batch = sample_input(pipeline, self.op, self.sample_rows)
         self.records = self.batch.to_pylist()
 
     def process(self, i: int):
         k = i % len(self.records)
-        if self.op.kind == "map_batches":
+        spec = self.op.spec
+        if isinstance(spec, MapBatchesOp):
             return _apply(self.op, self.batch.slice(k, 1))
-        fn = self.op.params["fn"]
-        return list(fn(self.records[k]) or ()) if self.op.kind == "flat_map" else fn(self.records[k])
+        return list(spec.fn(self.records[k]) or ()) if isinstance(spec, FlatMapOp) else spec.fn(self.records[k])

@@ -167,7 +167,7 @@ def _broker_wait_lines(pipeline, checkpoint: str):
     from sluice.graph.connectors import ConnectorSource
     from sluice.runtime.checkpoint import Checkpoint
 
-    names = [op.id for op in pipeline.job_graph().sources() if isinstance(op.params["spec"], ConnectorSource)]
+    names = [op.id for op in pipeline.job_graph().sources() if isinstance(op.connector, ConnectorSource)]
     if not names:
         return None
     return BrokerWaitLines(Checkpoint(checkpoint).sources, names).start()

@@ -6,9 +6,10 @@ or more *alternates* ``<gamma, c, s>``, each with its relative value ``gamma`` i
 per record) and its selectivity ``s`` (output records per input record). The controller
 picks the active alternate of each such operator between batches, trading value for cost.
 
-In Sluice an operator with alternates keeps them in ``params["alternates"]`` (name ->
-:class:`Alt`), and ``params["fn"]`` is the function of its default alternate, so code that
-knows nothing of alternates (the profiler, the pipeline operator) sees a plain operator.
+In Sluice an operator with alternates keeps them in its spec's ``alternates`` (name ->
+:class:`Alt`, ``graph.specs.FunctionSpec``), and its ``fn`` is the function of its default
+alternate, so code that knows nothing of alternates (the profiler, the pipeline operator)
+sees a plain operator.
 Which alternate runs is part of the Plan (``Plan.alternates``): it changes only at a batch
 boundary, is in the plan log, and a replayed batch runs the alternate it ran with.
 
@@ -22,12 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.errors import PipelineError, PlanError
-
-# kinds whose function may have alternates: the function is params["fn"] for all of them
-DYNAMIC_KINDS = frozenset({"map_batches", "map", "flat_map", "process", "reduce"})
-# operators that are no processing element of their own (they move records, they do not
-# process them): not counted in the application value
-NOT_PES = frozenset({"source", "sink", "key_by", "union"})
+from sluice.graph.specs import FunctionSpec
 
 
 @dataclass(frozen=True)
@@ -118,16 +114,16 @@ def check_alternates(
 
 def alternates_of(op) -> dict[str, Alt]:
     """An operator's alternates (name -> Alt); empty for one with a single implementation."""
-    return dict(op.params.get("alternates") or {})
+    return dict(op.spec.alternates) if isinstance(op.spec, FunctionSpec) else {}
 
 
 def default_alternate(op) -> str | None:
-    return op.params.get("active")
+    return op.spec.active if isinstance(op.spec, FunctionSpec) else None
 
 
 def initial_alternates(graph) -> dict[str, str]:
     """Operator id -> its default alternate, for every operator with alternates."""
-    return {op.id: op.params["active"] for op in graph.operators if op.params.get("alternates")}
+    return {op.id: op.spec.active for op in graph.operators if alternates_of(op)}
 
 
 def with_alternate(op, name: str | None):
@@ -137,16 +133,16 @@ def with_alternate(op, name: str | None):
         return op
     if name not in alts:
         raise PlanError(f"operator {op.name!r} has no alternate {name!r}; its alternates: {sorted(alts)}")
-    if alts[name].fn is op.params["fn"]:
+    if alts[name].fn is op.spec.fn:
         return op
-    return replace(op, params={**op.params, "fn": alts[name].fn})
+    return replace(op, spec=replace(op.spec, fn=alts[name].fn))
 
 
 def processing_elements(graph) -> list:
     """The operators the application value averages over (thesis Eq. 4.3, |P|): every
     operator but sources, sinks, key_by and union. One without alternates has one implementation,
     of value 1."""
-    return [op for op in graph.operators if op.kind not in NOT_PES]
+    return [op for op in graph.operators if op.definition.processing_element]
 
 
 def application_value(graph, active: Mapping[str, str]) -> float:
@@ -159,7 +155,7 @@ def application_value(graph, active: Mapping[str, str]) -> float:
     for op in pes:
         alts = alternates_of(op)
         if alts:
-            total += float(alts[active.get(op.id) or op.params["active"]].value)
+            total += float(alts[active.get(op.id) or op.spec.active].value)
         else:
             total += 1.0
     return total / len(pes)

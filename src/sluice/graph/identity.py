@@ -32,6 +32,9 @@ import pyarrow as pa
 
 from sluice.graph.aggregates import UserAggregate
 from sluice.graph.operators import Operator
+from sluice.graph.specs import AggregateOp, DeduplicateOp, JoinOp, KeyedSpec, ProcessOp, ReduceOp, TopOp, WindowOp
+from sluice.graph.state_schema import describe_fields, state_differences
+from sluice.graph.windows import EventTime
 
 NAMED = "name:"  # identity of an operator the user named
 
@@ -56,7 +59,7 @@ def stateful_upstream(graph, inputs: tuple[str, ...]) -> tuple[str, ...]:
         if op.id in seen:
             continue
         seen.add(op.id)
-        if op.kind == "source" or op.is_keyed:
+        if op.is_source or op.is_keyed:
             found.add(identity_of(op))
         else:
             todo.extend(op.inputs)
@@ -108,41 +111,45 @@ def with_ids(graph, ids: dict[str, str]):
 def state_record(graph, op: Operator) -> dict[str, Any]:
     """What ``op``'s state depends on, as JSON (after validation, when schemas are known)."""
     upstream = graph[op.inputs[0]].schema
-    keys = list(op.params.get("keys", []))
+    spec = op.spec_as(KeyedSpec)
     record: dict[str, Any] = {
         "kind": op.kind,
         "identity": identity_of(op),
         "name": op.name,
         "location": op.location,
-        "keys": [_typed(upstream, k) for k in keys],
+        "keys": [_typed(upstream, k) for k in spec.keys],
         "upstream": list(stateful_upstream(graph, op.inputs)),
     }
-    if op.kind == "aggregate":
-        record["aggregates"] = {out: describe_aggregate(a, upstream) for out, a in op.params["aggregates"].items()}
-    elif op.kind == "reduce":  # the state is a record of the input
-        record["record"] = [_typed(upstream, f.name) for f in upstream] if upstream is not None else None
-    elif op.kind == "window":
-        record["windows"] = [describe_query(q, upstream) for q in op.params["queries"]]
-    elif op.kind == "join":  # both sides' buffered records are the state: their columns count
-        spec = op.params["spec"]
-        sides = [graph[i].schema for i in op.inputs]
-        columns = ["; ".join(f"{f.name} {f.type}" for f in s) if s is not None else "?" for s in sides]
-        record["join"] = f"{spec.describe()}; left ({columns[0]}); right ({columns[1]})"
-    elif op.kind == "process" and op.params.get("on_timer") is not None:
-        record["timers"] = "event and processing time"  # the state rows carry the timer lists
-    elif op.kind == "deduplicate":
-        time = op.params["time"]
-        record["deduplicate"] = f"on {'event time ' + time.column if hasattr(time, 'column') else 'processing time'}"
-    elif op.kind == "top":  # the kept records are the state: their columns count
-        record["top"] = {
-            "n": op.params["n"],
-            "by": list(op.params["by"]),
-            "ascending": op.params.get("ascending", False),
-            "record": [_typed(upstream, f.name) for f in upstream] if upstream is not None else None,
-        }
-    if op.params.get("ttl") is not None:  # the state carries each key's last write, on this clock
-        record["ttl"] = f"last write in {op.params['ttl'].time} time"  # the duration may change
+    record.update(_state_detail(graph, op, spec, upstream))
+    if isinstance(spec, ProcessOp) and spec.state_schema is not None:  # typed state (graph.state_schema)
+        record["state"] = describe_fields(spec.state_schema)
+    if spec.ttl is not None:  # the state carries each key's last write, on this clock
+        record["ttl"] = f"last write in {spec.ttl.time} time"  # the duration may change
     return record
+
+
+def _state_detail(graph, op: Operator, spec: KeyedSpec, upstream: pa.Schema | None) -> dict[str, Any]:
+    """The entries of the state record that depend on the kind of the stateful operator."""
+    record = [_typed(upstream, f.name) for f in upstream] if upstream is not None else None
+    match spec:
+        case AggregateOp():
+            return {"aggregates": {out: describe_aggregate(a, upstream) for out, a in spec.aggregates.items()}}
+        case ReduceOp():  # the state is a record of the input
+            return {"record": record}
+        case WindowOp():
+            return {"windows": [describe_query(q, upstream) for q in spec.queries]}
+        case JoinOp():  # both sides' buffered records are the state: their columns count
+            sides = [graph[i].schema for i in op.inputs]
+            columns = ["; ".join(f"{f.name} {f.type}" for f in s) if s is not None else "?" for s in sides]
+            return {"join": f"{spec.join.describe()}; left ({columns[0]}); right ({columns[1]})"}
+        case ProcessOp() if spec.on_timer is not None:
+            return {"timers": "event and processing time"}  # the state rows carry the timer lists
+        case DeduplicateOp():
+            time = spec.time
+            return {"deduplicate": f"on {'event time ' + time.column if isinstance(time, EventTime) else 'processing time'}"}
+        case TopOp():  # the kept records are the state: their columns count
+            return {"top": {"n": spec.n, "by": list(spec.by), "ascending": spec.ascending, "record": record}}
+    return {}
 
 
 def describe_aggregate(agg, schema: pa.Schema | None) -> str:
@@ -202,6 +209,8 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         out.append(f"its record changed from {old.get('record')} to {new.get('record')}")
     if old.get("join") != new.get("join"):
         out.append(f"join changed from [{old.get('join')}] to [{new.get('join')}]")
+    if old["kind"] == "process":  # typed state migrates added and removed fields
+        out += state_differences(old.get("state"), new.get("state"))
     if old.get("windows") != new.get("windows"):
         was, now = old.get("windows") or [], new.get("windows") or []
         out.append(f"window changed from [{'; '.join(was)}] to [{'; '.join(now)}]")

@@ -82,10 +82,10 @@ class JobGraph:
         return [o for o in self._operators.values() if op_id in o.inputs]
 
     def sources(self) -> list[Operator]:
-        return [o for o in self._operators.values() if o.kind == "source"]
+        return [o for o in self._operators.values() if o.is_source]
 
     def sinks(self) -> list[Operator]:
-        return [o for o in self._operators.values() if o.kind == "sink"]
+        return [o for o in self._operators.values() if o.is_sink]
 
     def topological_order(self) -> list[Operator]:
         """Operators with every input before its consumers; raises CycleError on a cycle."""
@@ -121,9 +121,9 @@ class JobGraph:
         assumed: dict[str, Operator] = {}  # operator id -> the Python operator whose schema it assumes
         for op in order:
             inputs = [self._operators[i].schema for i in op.inputs]
-            if op.kind != "source" and not op.inputs:
+            if not op.is_source and not op.inputs:
                 raise PipelineError("operator has no input", op.name, op.location)
-            if op.kind not in ("sink",) and op.kind != "source" and not self.consumers(op.id):
+            if not op.is_sink and not op.is_source and not self.consumers(op.id):
                 raise PipelineError("this stream goes nowhere: add a sink or remove the operator", op.name, op.location)
             declared = op.schema
             culprit = next((assumed[i] for i in op.inputs if i in assumed), None)
@@ -133,7 +133,7 @@ class JobGraph:
                 if culprit is None:
                     raise
                 raise _schema_probably_missing(culprit, exc) from None
-            if op.kind in ("map_batches", "map", "flat_map") and declared is None:
+            if op.definition.assumes_input_columns and declared is None:
                 assumed[op.id] = op
             elif culprit is not None and op.definition.passes_schema:
                 assumed[op.id] = culprit

@@ -1,20 +1,22 @@
 """One definition per operator kind: its family, its parameters, its schema rule (which also
 validates the operator against its inputs) and where the runtime finds its kernel.
 
-An operator of the job graph is a kind name plus ``params`` (``graph.operators.Operator``).
-Everything that depends on the kind is registered here, once, in an :class:`OperatorKind`:
+An operator of the job graph is a kind name plus its typed spec (``graph.operators.Operator``,
+``graph.specs``). Everything that depends on the kind is registered here, once, in an
+:class:`OperatorKind`, so no code elsewhere compares kind names:
 
+* ``spec``: the frozen dataclass of the kind's parameters (``graph.specs``), which also names
+  the kind;
 * ``family``: how it runs. ``native`` (a Spark expression), ``python`` (fused into a
   ``mapInArrow`` chain), ``keyed`` (after an exchange by key group, with state), ``source``,
   ``sink``;
-* ``params``: the entries an operator of the kind must have in its ``params``;
 * ``output_schema``: the rule giving the output schema from the input schemas, raising a
   :class:`~sluice.errors.PipelineError` naming the operator when the inputs do not fit;
 * ``kernel``: for ``python`` and ``keyed`` kinds, the runtime's factory of the kernel, as
   ``"module:function"`` (the graph is pure and never imports the runtime; the runtime
   resolves the name, ``runtime.kernels.factory``).
 
-The fluent API (``sluice.api``) builds operators, that is kind names and params; it never
+The fluent API (``sluice.api``) builds operators, that is kinds and specs; it never
 builds kernels. Pure Python: no Spark.
 """
 
@@ -29,6 +31,27 @@ import pyarrow as pa
 from sluice.errors import PipelineError, SchemaError
 from sluice.graph.aggregates import NUMERIC_AGGREGATES, Aggregate, UserAggregate
 from sluice.graph.expressions import referenced_columns
+from sluice.graph.specs import (
+    AggregateOp,
+    DeduplicateOp,
+    FilterExprOp,
+    FilterFnOp,
+    FlatMapOp,
+    JoinOp,
+    KeyByOp,
+    MapBatchesOp,
+    MapOp,
+    OperatorSpec,
+    ProcessOp,
+    ReduceOp,
+    SelectOp,
+    SinkOp,
+    SourceOp,
+    TopOp,
+    UnionOp,
+    WindowOp,
+    WithColumnsOp,
+)
 from sluice.graph.windows import window_output_schema
 
 if TYPE_CHECKING:
@@ -47,9 +70,8 @@ FAMILIES = (SOURCE, SINK, NATIVE, PYTHON, KEYED)
 class OperatorKind:
     """What one kind of operator is, in one place."""
 
-    name: str
+    spec: type[OperatorSpec]  # the kind's parameters; ``spec.kind`` is the kind's name
     family: str  # one of FAMILIES
-    params: tuple[str, ...]  # entries every operator of this kind has in its params
     output_schema: SchemaRule
     # the runtime's kernel factory ("module:function") of a python or keyed kind: called with
     # (operator, input schema, output schema) for python kinds, (operator, input schemas) for
@@ -57,12 +79,29 @@ class OperatorKind:
     kernel: str | None = None
     # its output columns are its input's: a schema assumed upstream flows through it
     passes_schema: bool = False
+    # a Python operator whose output schema the user declares (schema=); without it, its output
+    # is assumed to have its input's columns (a later column error then points back at it)
+    assumes_input_columns: bool = False
+    # it processes records (the application value averages over these, graph.alternates);
+    # sources, sinks, key_by and union only move them
+    processing_element: bool = True
+    # Spark's real-time mode has an equivalent (plan.mode); the operator may still not fit
+    real_time: bool = False
+    # a keyed kind whose output rows carry the key values of the records they came from
+    # (plan.collocation: its key groups can feed the next keyed operator's without an exchange)
+    key_preserving: bool = False
+    # the performance model (sluice.models) the planner uses when the operator names none
+    default_model: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.kind
 
     def check(self, op: Operator, inputs: list[pa.Schema | None], typer: ExpressionTyper | None) -> pa.Schema | None:
         """Validate ``op`` against its input schemas; return its output schema."""
-        missing = [p for p in self.params if p not in op.params]
-        if missing:
-            raise fail(op, f"{self.name} operator without {', '.join(missing)} in its params", PipelineError)
+        if not isinstance(op.spec, self.spec):
+            got = "none" if op.spec is None else type(op.spec).__name__
+            raise fail(op, f"{self.name} operator without its parameters ({self.spec.__name__}, got {got})", PipelineError)
         return self.output_schema(op, inputs, typer)
 
 
@@ -80,6 +119,7 @@ def register(kind: OperatorKind) -> OperatorKind:
 
 
 def kind_of(name: str) -> OperatorKind:
+    """The definition of the kind called ``name``."""
     try:
         return KINDS[name]
     except KeyError:
@@ -198,7 +238,7 @@ def _union(op, inputs, typer):
 
 def _filter_expr(op, inputs, typer):
     schema = _first(inputs)
-    require_columns(op, schema, referenced_columns(op.params["expr"]), f"filter {op.params['expr']!r}")
+    require_columns(op, schema, referenced_columns(op.spec.expr), f"filter {op.spec.expr!r}")
     return typer(op, schema) if typer and schema is not None else schema
 
 
@@ -216,7 +256,7 @@ def _expressions(exprs_of: Callable[[Any], list[str]]) -> SchemaRule:
 
 def _key_by(op, inputs, typer):
     schema = _first(inputs)
-    require_columns(op, schema, op.params["keys"], "key_by")
+    require_columns(op, schema, op.spec.keys, "key_by")
     return schema
 
 
@@ -225,7 +265,7 @@ def _declared_or_input(op, inputs, typer):
 
 
 def _aggregate(op, inputs, typer):
-    return aggregate_output_schema(op.params["keys"], op.params["aggregates"], _first(inputs), op)
+    return aggregate_output_schema(op.spec.keys, op.spec.aggregates, _first(inputs), op)
 
 
 def _window(op, inputs, typer):
@@ -233,7 +273,7 @@ def _window(op, inputs, typer):
     if schema is None:
         return op.schema
     try:
-        return window_output_schema(op.params["keys"], op.params["queries"], schema, op.params.get("emit_keys", True))
+        return window_output_schema(op.spec.keys, op.spec.queries, schema, op.spec.emit_keys)
     except PipelineError as exc:
         raise fail(op, str(exc), type(exc)) from None
 
@@ -248,7 +288,7 @@ def _join(op, inputs, typer):
             PipelineError,
         )
     try:
-        return op.params["spec"].output_schema(left, right)
+        return op.spec.join.output_schema(left, right)
     except PipelineError as exc:
         raise fail(op, str(exc), type(exc)) from None
 
@@ -257,7 +297,7 @@ def _top(op, inputs, typer):
     schema = _first(inputs)
     if schema is None:
         return None
-    require_columns(op, schema, op.params["by"], "top(by=...)")
+    require_columns(op, schema, op.spec.by, "top(by=...)")
     if "rank" in schema.names:
         raise fail(op, "top: the input has a column 'rank', the name of the rank it emits; rename it first")
     return schema.append(pa.field("rank", pa.int32()))
@@ -267,31 +307,34 @@ _STATELESS = "sluice.runtime.kernels.stateless"
 _FACTORY = "sluice.runtime.kernels.factory"
 
 for _kind in (
-    OperatorKind("source", SOURCE, (), _source),
-    OperatorKind("sink", SINK, ("spec",), _same_as_input, passes_schema=True),
-    OperatorKind("union", NATIVE, (), _union, passes_schema=True),
-    OperatorKind("filter_expr", NATIVE, ("expr",), _filter_expr, passes_schema=True),
-    OperatorKind("select", NATIVE, ("exprs",), _expressions(lambda op: op.params["exprs"])),
-    OperatorKind("with_columns", NATIVE, ("columns",), _expressions(lambda op: list(op.params["columns"].values()))),
-    OperatorKind("key_by", NATIVE, ("keys",), _key_by, passes_schema=True),
-    OperatorKind("map_batches", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:MapBatchesKernel"),
-    OperatorKind("map", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:RecordKernel"),
-    OperatorKind("flat_map", PYTHON, ("fn",), _declared_or_input, kernel=f"{_STATELESS}:RecordKernel"),
-    OperatorKind("filter_fn", PYTHON, ("fn",), _same_as_input, kernel=f"{_STATELESS}:RecordKernel", passes_schema=True),
-    OperatorKind("aggregate", KEYED, ("keys", "aggregates"), _aggregate, kernel=f"{_FACTORY}:aggregate_kernel"),
-    OperatorKind("reduce", KEYED, ("keys", "fn"), _same_as_input, kernel=f"{_FACTORY}:reduce_kernel", passes_schema=True),
-    OperatorKind("process", KEYED, ("keys", "fn"), _declared_or_input, kernel=f"{_FACTORY}:process_kernel"),
-    OperatorKind("window", KEYED, ("keys", "queries"), _window, kernel=f"{_FACTORY}:window_kernel_of"),
+    OperatorKind(SourceOp, SOURCE, _source, processing_element=False, real_time=True),
+    OperatorKind(SinkOp, SINK, _same_as_input, passes_schema=True, processing_element=False, real_time=True),
+    OperatorKind(UnionOp, NATIVE, _union, passes_schema=True, processing_element=False, real_time=True),
+    OperatorKind(FilterExprOp, NATIVE, _filter_expr, passes_schema=True, real_time=True),
+    OperatorKind(SelectOp, NATIVE, _expressions(lambda op: op.spec.exprs), real_time=True),
+    OperatorKind(WithColumnsOp, NATIVE, _expressions(lambda op: list(op.spec.columns.values())), real_time=True),
+    OperatorKind(KeyByOp, NATIVE, _key_by, passes_schema=True, processing_element=False, real_time=True),
+    OperatorKind(MapBatchesOp, PYTHON, _declared_or_input, kernel=f"{_STATELESS}:MapBatchesKernel", assumes_input_columns=True),
+    OperatorKind(MapOp, PYTHON, _declared_or_input, kernel=f"{_STATELESS}:RecordKernel", assumes_input_columns=True),
+    OperatorKind(FlatMapOp, PYTHON, _declared_or_input, kernel=f"{_STATELESS}:RecordKernel", assumes_input_columns=True),
+    OperatorKind(FilterFnOp, PYTHON, _same_as_input, kernel=f"{_STATELESS}:RecordKernel", passes_schema=True),
     OperatorKind(
-        "deduplicate",
+        AggregateOp,
         KEYED,
-        ("keys", "within", "time"),
-        _same_as_input,
-        kernel=f"{_FACTORY}:deduplicate_kernel",
-        passes_schema=True,
+        _aggregate,
+        kernel=f"{_FACTORY}:aggregate_kernel",
+        real_time=True,
+        key_preserving=True,
+        default_model="builtin_aggregate",
     ),
-    OperatorKind("top", KEYED, ("keys", "n", "by"), _top, kernel=f"{_FACTORY}:top_kernel"),
+    OperatorKind(ReduceOp, KEYED, _same_as_input, kernel=f"{_FACTORY}:reduce_kernel", passes_schema=True, key_preserving=True),
+    OperatorKind(ProcessOp, KEYED, _declared_or_input, kernel=f"{_FACTORY}:process_kernel"),
+    OperatorKind(
+        WindowOp, KEYED, _window, kernel=f"{_FACTORY}:window_kernel_of", key_preserving=True, default_model="builtin_window"
+    ),
+    OperatorKind(DeduplicateOp, KEYED, _same_as_input, kernel=f"{_FACTORY}:deduplicate_kernel", passes_schema=True),
+    OperatorKind(TopOp, KEYED, _top, kernel=f"{_FACTORY}:top_kernel"),
     # two inputs, the keyed streams of its two sides (sluice.graph.joins)
-    OperatorKind("join", KEYED, ("keys", "spec"), _join, kernel=f"{_FACTORY}:join_kernel_of"),
+    OperatorKind(JoinOp, KEYED, _join, kernel=f"{_FACTORY}:join_kernel_of", default_model="builtin_join"),
 ):
     register(_kind)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from sluice.errors import PipelineError
-from sluice.graph.kinds import KEYED, KINDS, NATIVE, PYTHON, OperatorKind, kind_of, names_of
+from sluice.graph.kinds import KEYED, KINDS, NATIVE, PYTHON, SINK, SOURCE, OperatorKind, kind_of, names_of
+from sluice.graph.specs import OperatorSpec, SinkOp, SourceOp
+
+S = TypeVar("S", bound=OperatorSpec)
 
 # Operators Spark runs natively (no Python): they become DataFrame expressions.
 NATIVE_KINDS = names_of(NATIVE)
@@ -39,13 +42,16 @@ class Operator:
     ``schema`` is the schema of the operator's output (user columns only; hidden columns
     such as ``__ingest_ts`` and ``__kg`` are the runtime's business). It may be ``None``
     until resolved, e.g. for Spark SQL expressions whose result types only Spark knows.
+
+    ``spec`` holds the kind's parameters, an instance of the kind's class in ``graph.specs``
+    (checked when the graph is validated); read them typed with :meth:`spec_as`.
     """
 
     id: str
     kind: str
     name: str
     inputs: tuple[str, ...] = ()
-    params: dict[str, Any] = field(default_factory=dict)
+    spec: OperatorSpec | None = None
     schema: pa.Schema | None = None
     location: str | None = None  # "file.py:12", the user's line that created it
     selectivity: float = 1.0  # output rows per input row, measured or declared
@@ -54,18 +60,44 @@ class Operator:
     chain: bool = True  # False: a Python operator always runs in a pass of its own (never fused)
     # what a checkpoint knows a stateful operator by (sluice.graph.identity); None: its id
     identity: str | None = None
+    # a keyed kernel made by hand (a test or an extension): the runtime uses it as it is
+    kernel: Any = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown operator kind {self.kind!r}")
+        if self.spec is not None and self.spec.kind != self.kind:
+            raise ValueError(f"operator {self.id!r} of kind {self.kind!r} has the spec of a {self.spec.kind!r}")
         problem = id_problem(self.id)
         if problem:
             raise PipelineError(f"operator name {self.id!r} {problem}", self.name, self.location)
 
     @property
     def definition(self) -> OperatorKind:
-        """Its kind's definition (``graph.kinds``): params, schema rule, kernel factory."""
+        """Its kind's definition (``graph.kinds``): spec class, schema rule, kernel factory."""
         return kind_of(self.kind)
+
+    def spec_as(self, cls: type[S]) -> S:
+        """Its spec, which must be a ``cls``: the typed parameters of its kind."""
+        if not isinstance(self.spec, cls):
+            got = "no spec" if self.spec is None else f"a {type(self.spec).__name__}"
+            raise PipelineError(f"{self.kind} operator needs a {cls.__name__} spec, it has {got}", self.name, self.location)
+        return self.spec
+
+    @property
+    def connector(self) -> Any:
+        """A source's or sink's connector spec (``graph.sources``, ``graph.sinks``, a connector's)."""
+        if isinstance(self.spec, (SourceOp, SinkOp)):
+            return self.spec.connector
+        raise PipelineError(f"{self.kind} operator has no connector: only sources and sinks do", self.name, self.location)
+
+    @property
+    def is_source(self) -> bool:
+        return self.definition.family == SOURCE
+
+    @property
+    def is_sink(self) -> bool:
+        return self.definition.family == SINK
 
     @property
     def is_native(self) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from sluice.core.decisions import DecisionLog
 from sluice.errors import ConfigError
 from sluice.graph import JobGraph
+from sluice.graph.specs import AggregateOp, FilterExprOp, KeyByOp, SelectOp, SinkOp, SourceOp, UnionOp, WithColumnsOp
 from sluice.job.options import RunOptions
 from sluice.job.result import JobResult
 from sluice.plan.mode import REAL_TIME_BATCH, SPARK_KAFKA_PACKAGE, ModeDecision, real_time_misfits
@@ -75,30 +76,28 @@ def build_query(spark, graph: JobGraph, checkpoint: str | Checkpoint, batch: str
         raise ConfigError(f"real-time mode runs one query with one sink; the pipeline has {len(sinks)}")
     frames: dict[str, Any] = {}
     for op in graph.topological_order():
-        kind = op.kind
         inputs = [frames[i] for i in op.inputs]
-        if kind == "source":
-            frames[op.id] = _source_frame(spark, op.params["spec"])
-        elif kind == "filter_expr":
-            frames[op.id] = inputs[0].filter(op.params["expr"])
-        elif kind == "select":
-            frames[op.id] = inputs[0].selectExpr(*op.params["exprs"])
-        elif kind == "with_columns":
-            frames[op.id] = inputs[0].withColumns({n: F.expr(e) for n, e in op.params["columns"].items()})
-        elif kind == "key_by":
-            frames[op.id] = inputs[0]
-        elif kind == "union":
-            out = inputs[0]
-            for other in inputs[1:]:
-                out = out.unionByName(other)
-            frames[op.id] = out
-        elif kind == "aggregate":
-            aggs = [_aggregate(a, F).alias(name) for name, a in op.params["aggregates"].items()]
-            frames[op.id] = inputs[0].groupBy(*op.params["keys"]).agg(*aggs)
-        elif kind == "sink":
-            frames[op.id] = inputs[0]
+        match op.spec:
+            case SourceOp(connector=connector):
+                frames[op.id] = _source_frame(spark, connector)
+            case FilterExprOp(expr=expr):
+                frames[op.id] = inputs[0].filter(expr)
+            case SelectOp(exprs=exprs):
+                frames[op.id] = inputs[0].selectExpr(*exprs)
+            case WithColumnsOp(columns=columns):
+                frames[op.id] = inputs[0].withColumns({n: F.expr(e) for n, e in columns.items()})
+            case KeyByOp() | SinkOp():
+                frames[op.id] = inputs[0]
+            case UnionOp():
+                out = inputs[0]
+                for other in inputs[1:]:
+                    out = out.unionByName(other)
+                frames[op.id] = out
+            case AggregateOp(keys=keys, aggregates=aggregates):
+                aggs = [_aggregate(a, F).alias(name) for name, a in aggregates.items()]
+                frames[op.id] = inputs[0].groupBy(*keys).agg(*aggs)
     sink = sinks[0]
-    spec = sink.params["spec"]
+    spec = sink.connector
     frame = frames[sink.id]
     key = None
     if len(spec.key) == 1:

@@ -215,7 +215,7 @@ def _until_done(
 ) -> None:
     """Let the query run until it fails, Ctrl-C, the options' limits, or the end of finite
     input; then stop it between batches (raises what it failed with)."""
-    finite = all(getattr(op.params["spec"], "finite", False) for op in graph.sources())
+    finite = all(getattr(op.connector, "finite", False) for op in graph.sources())
     sigint = StopOnSigint()  # Ctrl-C: finish the running batch, then stop quietly
     try:
         while query.isActive:
@@ -260,7 +260,7 @@ def _controller(graph, checkpoint: Checkpoint, policies, spark, pool: ExecutorPo
     sources' admission files and (on a standalone cluster) the executor pool as actuators,
     the checkpoint's earlier batches to warm the policies' models up, and where new
     policies come from while it runs."""
-    admitting = [op.id for op in graph.sources() if not isinstance(op.params["spec"], SparkSource)]
+    admitting = [op.id for op in graph.sources() if not isinstance(op.connector, SparkSource)]
     executors = FixedExecutors(Resources(cores=spark.sparkContext.defaultParallelism)) if pool is None else SparkExecutors(pool)
     # a job given a policies file watches it; any job picks up `sluice control` requests
     swaps = PolicySwaps(checkpoint, watch=policies if isinstance(policies, str) else None)

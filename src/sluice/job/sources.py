@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from sluice.graph.sources import SparkSource
+from sluice.graph.specs import SourceOp
 from sluice.runtime import files
 from sluice.runtime import sources as streams
 from sluice.runtime.checkpoint import Checkpoint
@@ -25,14 +26,14 @@ def source_infos(graph, spark, checkpoint: Checkpoint) -> list[SourceInfo]:
     """What the executor must know about each source."""
     infos = []
     for i, op in enumerate(graph.sources()):
-        spec = op.params["spec"]
+        spec = op.connector
         delay = getattr(spec, "watermark_delay", 0) or 0
         info = SourceInfo(
             op,
             i,
             getattr(spec, "event_time", None),
             int(delay * MICROS),
-            idle_timeout_us=op.params.get("idle_timeout_us"),
+            idle_timeout_us=op.spec_as(SourceOp).idle_timeout_us,
             ticks=not isinstance(spec, SparkSource),
         )
         if opens_by_splits(graph, op):
@@ -50,7 +51,7 @@ def opens_by_splits(graph, source) -> bool:
     only a Python operator. Decided once per run, from the graph alone: the plans of the run
     may change its chains, never what the stream's rows are."""
     consumers = graph.consumers(source.id)
-    return len(graph.sources()) == 1 and len(consumers) == 1 and consumers[0].is_python and reads_by_splits(source.params["spec"])
+    return len(graph.sources()) == 1 and len(consumers) == 1 and consumers[0].is_python and reads_by_splits(source.connector)
 
 
 def read_natively(graph, source) -> bool:
@@ -63,7 +64,7 @@ def read_natively(graph, source) -> bool:
         len(graph.sources()) == 1
         and bool(consumers)
         and not any(c.is_python for c in consumers)
-        and reads_natively(source.params["spec"])
+        and reads_natively(source.connector)
     )
 
 
@@ -79,7 +80,7 @@ def open_sources(spark, graph, checkpoint: Checkpoint, infos: list[SourceInfo]) 
     driver runs)."""
     frames = []
     for i, op in enumerate(graph.sources()):
-        spec = op.params["spec"]
+        spec = op.connector
         frame = streams.open_stream(
             spark, spec, checkpoint.sources, op.id, dead_letters=checkpoint.location(), splits=infos[i].splits_reader is not None
         )
@@ -93,10 +94,10 @@ def known_schema(graph, infos: list[SourceInfo]):
     """The Spark schema of the job's stream before its source is opened, when it can be
     known: one source of Sluice's own (a Spark source's columns come from Spark)."""
     sources = graph.sources()
-    if len(sources) != 1 or isinstance(sources[0].params["spec"], SparkSource):
+    if len(sources) != 1 or isinstance(sources[0].connector, SparkSource):
         return None
     try:
-        return from_arrow_schema(stream_schema(sources[0].params["spec"], infos[0].splits_reader is not None))
+        return from_arrow_schema(stream_schema(sources[0].connector, infos[0].splits_reader is not None))
     except Exception:  # a spec that cannot say its schema: opening the source reports it
         return None
 
@@ -109,7 +110,7 @@ def admit(graph, checkpoint: Checkpoint, max_rows_per_batch: int | None) -> Call
     did: the backlog since the crash would otherwise make it a batch of the whole limit,
     run by a JVM that has not yet compiled any of the batch's code (``docs/results/startup.md``).
     Returns what sets the limits back once that batch is committed (None on a fresh start)."""
-    limits = {op.id: max_rows_per_batch or getattr(op.params["spec"], "max_rows_per_batch", None) for op in graph.sources()}
+    limits = {op.id: max_rows_per_batch or getattr(op.connector, "max_rows_per_batch", None) for op in graph.sources()}
     last = last_committed_rows(checkpoint)
     first = {op_id: min(limit or DEFAULT_MAX_ROWS_PER_BATCH, last[op_id]) for op_id, limit in limits.items() if last.get(op_id)}
     for op_id, limit in limits.items():  # also clears what a run that crashed left there

@@ -29,26 +29,30 @@ Pure: no Spark.
 from __future__ import annotations
 
 from sluice.graph import JobGraph
+from sluice.graph.operators import Operator
+from sluice.graph.specs import JoinOp, KeyByOp, KeyedSpec, ProcessOp, UnionOp
 
-KEY_PRESERVING = frozenset({"aggregate", "reduce", "window"})
-"""Keyed operator kinds whose output rows carry the key values of the records they came from."""
+
+def _keys(op: Operator) -> list[str]:
+    """A keyed operator's key columns ([] for any other)."""
+    return list(op.spec.keys) if isinstance(op.spec, KeyedSpec) else []
 
 
 def collocated_after(graph: JobGraph, op_id: str) -> str | None:
     """The keyed operator ``op_id`` can run in the same stage with, without an exchange
     between them, or None."""
     op = graph[op_id]
-    if not op.is_keyed or op.kind == "join" or len(op.inputs) != 1:
+    if not op.is_keyed or isinstance(op.spec, JoinOp) or len(op.inputs) != 1:
         return None
     key_by = graph[op.inputs[0]]
-    if key_by.kind != "key_by" or len(key_by.inputs) != 1:
+    if not isinstance(key_by.spec, KeyByOp) or len(key_by.inputs) != 1:
         return None
     up = graph[key_by.inputs[0]]
-    if up.kind not in KEY_PRESERVING or len(up.inputs) != 1:
+    if not up.definition.key_preserving or len(up.inputs) != 1:
         return None
     if [c.id for c in graph.consumers(up.id)] != [key_by.id] or [c.id for c in graph.consumers(key_by.id)] != [op.id]:
         return None
-    keys, up_keys = list(op.params.get("keys") or ()), list(up.params.get("keys") or ())
+    keys, up_keys = _keys(op), _keys(up)
     if not keys or keys != up_keys:
         return None
     up_input = graph[up.inputs[0]]
@@ -86,26 +90,26 @@ def traffic_source(graph: JobGraph, op_id: str) -> tuple[str, list[str]] | None:
 
     ALBIC collocates communicating key groups of consecutive keyed operators whose keys
     differ (section 4.3.2). The pair is ``up -> (forward row-wise operators) -> key_by ->
-    op_id``: ``up`` keeps its key values in its output rows (``KEY_PRESERVING``), every
+    op_id``: ``up`` keeps its key values in its output rows (its kind is ``key_preserving``), every
     operator between has one input (filters, selects, column additions, Python passes), and
     ``up``'s key columns reach ``op_id``'s key_by unchanged in name and type, so the hash that
     routed a row to ``up``'s key group can be computed again beside ``op_id``'s own. A
     ``process`` counts too: its rows are attributed to the key group of the key they carry,
     exact when it emits rows under the key of the records it processed (an enrichment)."""
     op = graph[op_id]
-    if not op.is_keyed or op.kind == "join" or len(op.inputs) != 1:
+    if not op.is_keyed or isinstance(op.spec, JoinOp) or len(op.inputs) != 1:
         return None
     key_by = graph[op.inputs[0]]
-    if key_by.kind != "key_by" or len(key_by.inputs) != 1 or key_by.schema is None:
+    if not isinstance(key_by.spec, KeyByOp) or len(key_by.inputs) != 1 or key_by.schema is None:
         return None
     up = graph[key_by.inputs[0]]
     while not up.is_keyed:
-        if up.kind in ("source", "key_by", "union") or len(up.inputs) != 1:
+        if up.is_source or isinstance(up.spec, (KeyByOp, UnionOp)) or len(up.inputs) != 1:
             return None
         up = graph[up.inputs[0]]
-    if up.kind not in KEY_PRESERVING | {"process"} or len(up.inputs) != 1:
+    if not (up.definition.key_preserving or isinstance(up.spec, ProcessOp)) or len(up.inputs) != 1:
         return None
-    up_keys = list(up.params.get("keys") or ())
+    up_keys = _keys(up)
     up_input = graph[up.inputs[0]].schema
     if not up_keys or up_input is None:
         return None

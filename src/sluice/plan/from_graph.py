@@ -23,9 +23,6 @@ from sluice.errors import ModelError
 from sluice.models.performance import load_model
 from sluice.plan.allocation import Dag, Task
 
-# built-in operators' measured default models (sluice/models/library/*.json)
-DEFAULT_MODELS = {"aggregate": "builtin_aggregate", "window": "builtin_window", "join": "builtin_join"}
-
 
 def dag_from_graph(
     graph,
@@ -36,12 +33,12 @@ def dag_from_graph(
     """Build the planner's DAG from a ``sluice.graph.JobGraph``."""
     tasks: list[Task] = []
     for op in graph.topological_order():
-        if op.kind in ("source", "sink"):
+        if op.is_source or op.is_sink:
             tasks.append(Task(op.id, None, op.selectivity, op.kind))
         elif op.perf_model:
             tasks.append(Task(op.id, load_model(_resolve(op.perf_model, base_dir)), op.selectivity, "task"))
-        elif op.kind in DEFAULT_MODELS:
-            tasks.append(Task(op.id, load_model(DEFAULT_MODELS[op.kind]), op.selectivity, "task"))
+        elif op.definition.default_model is not None:  # a built-in kind's measured model (models/library)
+            tasks.append(Task(op.id, load_model(op.definition.default_model), op.selectivity, "task"))
         elif getattr(op, "is_native", False) or unmodelled == "native":
             tasks.append(Task(op.id, None, op.selectivity, "native"))
         else:

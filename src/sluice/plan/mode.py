@@ -25,6 +25,7 @@ from sluice.graph import JobGraph
 from sluice.graph.aggregates import UserAggregate
 from sluice.graph.kafka import KafkaSink, KafkaSource
 from sluice.graph.kinds import KEYED, NATIVE, PYTHON, SINK, SOURCE
+from sluice.graph.specs import AggregateOp, SinkOp, SourceOp
 
 MICRO_BATCH = "micro-batch"
 REAL_TIME = "real-time"
@@ -42,7 +43,6 @@ SPARK_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 """Spark's JVM Kafka connector, which real-time mode reads and writes Kafka through (Maven
 Central has no 4.3 build; the 4.2.0 one runs on PySpark 4.3.0)."""
 
-NATIVE_KINDS = {"filter_expr", "select", "with_columns", "key_by", "union"}
 RT_AGGREGATES = {"count", "sum", "min", "max", "mean"}
 
 GUARANTEE_REAL_TIME = (
@@ -117,7 +117,7 @@ def real_time_misfits(graph: JobGraph) -> list[str]:
     for op in graph.operators:
         family = op.definition.family
         if family == SOURCE:
-            spec = op.params["spec"]
+            spec = op.spec_as(SourceOp).connector
             if not isinstance(spec, KafkaSource):
                 reasons.append(f"source {op.name!r} is {type(spec).__name__}: real-time mode reads only Kafka")
             elif spec.format not in ("json", "raw"):
@@ -125,7 +125,7 @@ def real_time_misfits(graph: JobGraph) -> list[str]:
             elif spec.event_time is not None:
                 reasons.append(f"source {op.name!r} has event time: Sluice's watermarks and windows run in micro-batches")
         elif family == SINK:
-            spec = op.params["spec"]
+            spec = op.spec_as(SinkOp).connector
             if not isinstance(spec, KafkaSink):
                 reasons.append(f"sink {op.name!r} is {type(spec).__name__}: real-time mode writes to Kafka or foreach sinks only")
             elif spec.format != "json" or spec.headers:
@@ -137,18 +137,18 @@ def real_time_misfits(graph: JobGraph) -> list[str]:
             reasons.append(
                 f"{op.kind} {op.name!r} is a Python operator: real-time mode runs Spark's own operators only (no mapInArrow)"
             )
-        elif family == NATIVE and op.kind not in NATIVE_KINDS:
+        elif family == NATIVE and not op.definition.real_time:
             reasons.append(f"{op.kind} {op.name!r} has no real-time equivalent")
         elif family == KEYED:
-            if op.kind != "aggregate":
+            if not isinstance(op.spec, AggregateOp):
                 reasons.append(
                     f"{op.kind} {op.name!r}: real-time mode runs Spark's aggregation only; "
                     f"{op.kind} needs Sluice's key-group state (micro-batches)"
                 )
                 continue
-            if op.params.get("ttl") is not None:
+            if op.spec.ttl is not None:
                 reasons.append(f"aggregate {op.name!r} has a ttl: Spark's aggregation keeps every key")
-            for out, agg in op.params["aggregates"].items():
+            for out, agg in op.spec.aggregates.items():
                 if isinstance(agg, UserAggregate) or agg.kind not in RT_AGGREGATES:
                     reasons.append(
                         f"aggregate {op.name!r}: {out} = {agg.kind} is not one of Spark's aggregates {sorted(RT_AGGREGATES)}"

@@ -31,6 +31,7 @@ from typing import Any
 from sluice.graph import JobGraph
 from sluice.graph.alternates import with_alternate
 from sluice.graph.operators import Operator
+from sluice.graph.specs import KeyByOp, UnionOp
 from sluice.plan.collocation import traffic_source
 from sluice.plan.physical import KeyedStagePlan, Plan
 from sluice.runtime.checkpoint import Checkpoint
@@ -157,9 +158,9 @@ class NativeStage(Stage):
     def build(self, frames: dict) -> Any:
         op = self.op
         frame = frames[op.inputs[0]]
-        if op.kind == "key_by":  # the exchange happens in the keyed stage
+        if isinstance(op.spec, KeyByOp):  # the exchange happens in the keyed stage
             return frame
-        if op.kind == "union":
+        if isinstance(op.spec, UnionOp):
             for other in op.inputs[1:]:
                 frame = frame.unionByName(frames[other])
             return frame
@@ -341,7 +342,7 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
     measured: dict[str, SourceStats] = {}
     splits_read_by: dict[str, Any] = {}  # chain (by its last operator's id) -> the reader of its splits
     for op in graph.topological_order():
-        if op.kind == "source":
+        if op.is_source:
             info = next(s for s in batch.sources if s.op.id == op.id)
             reading = chain_reading(graph, op, plan)
             measurer = combined_directly(graph, op, batch.kernel_of) or reading
@@ -357,7 +358,7 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
             ):
                 splits_read_by[reading] = info.splits_reader
             stages.append(SourceStage(op, info, len(batch.sources), batch.batch_id, stats, reading in splits_read_by))
-        elif op.kind == "sink":
+        elif op.is_sink:
             continue  # written by the executor, step 3
         elif op.id in absorbed:
             continue  # a filter run by the chain before it, in its pass
@@ -439,7 +440,7 @@ def _combine_after(graph: JobGraph, plan: Plan, end: str, schema, kernel_of) -> 
     """The running aggregate whose records ``end`` alone feeds through a key_by, and its
     kernel bound to ``schema``, when the records can be combined before its exchange."""
     consumers = graph.consumers(end)
-    if len(consumers) != 1 or consumers[0].kind != "key_by":
+    if len(consumers) != 1 or not isinstance(consumers[0].spec, KeyByOp):
         return None
     keyed = graph.consumers(consumers[0].id)
     if len(keyed) != 1 or not keyed[0].is_keyed or len(keyed[0].inputs) != 1:
@@ -476,7 +477,7 @@ def combined_directly(graph: JobGraph, source: Operator, kernel_of=None) -> str 
     rather than observed on every record: an observation is an operator Spark cannot
     compile into the stage's generated code, so it costs on every row it sees."""
     consumers = graph.consumers(source.id)
-    if len(consumers) != 1 or consumers[0].kind != "key_by":
+    if len(consumers) != 1 or not isinstance(consumers[0].spec, KeyByOp):
         return None
     keyed = graph.consumers(consumers[0].id)
     if len(keyed) != 1 or not keyed[0].is_keyed:

@@ -42,7 +42,7 @@ def check_budget(
     letters are, for the message."""
     by_name = Counter(record.get("operator") for record in dead)
     for op in graph.operators:
-        if op.kind == "source" or not by_name.get(op.name):
+        if op.is_source or not by_name.get(op.name):
             continue
         # a window combined in Python before its exchange receives its records there: its own
         # rows_in counts the combined rows, fewer than the records its dead letters count

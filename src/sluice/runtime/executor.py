@@ -28,6 +28,7 @@ from sluice.graph import JobGraph
 from sluice.graph.constraints import measuring_sinks, path_operators
 from sluice.graph.operators import Operator
 from sluice.graph.sinks import FileSink, SinkSpec
+from sluice.graph.specs import FunctionSpec
 from sluice.models.economics import EconomicsMeter
 from sluice.models.latency import split_path_latency
 from sluice.plan.physical import Plan
@@ -153,7 +154,7 @@ class BatchExecutor:
     def kernel(self, op: Operator) -> KeyedKernel:
         """The kernel of a keyed operator as planned (its active alternate's function): made
         once, here, and kept; the exchange and the keyed stage of every batch share it."""
-        key = (op.id, id(op.params.get("fn")))
+        key = (op.id, id(op.spec.fn if isinstance(op.spec, FunctionSpec) else None))
         kernel = self._kernels.get(key)
         if kernel is None:
             kernel = self._kernels[key] = keyed_kernel(op, [self.graph[i].schema for i in op.inputs])
@@ -351,7 +352,7 @@ class BatchExecutor:
         """File sinks with a target file size roll their small committed batches together
         (``runtime.file_rolling``), now that ``batch_id`` is recorded done."""
         for op in self.graph.sinks():
-            spec = op.params["spec"]
+            spec = op.connector
             if isinstance(spec, FileSink) and spec.target_file_bytes:
                 roll(spec.path, batch_id, spec.target_file_bytes)
 
@@ -372,7 +373,7 @@ class BatchExecutor:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        spec = op.params["spec"]
+        spec = op.connector
         obs = None
         if not sinks.collects_to_driver(spec):
             obs = Observation(f"sink_{op.id}_{batch_id}")

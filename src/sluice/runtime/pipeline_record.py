@@ -72,7 +72,7 @@ def open_checkpoint(
             f"asks for {graph.max_parallelism}: keys are hashed to key groups for the life of a checkpoint. "
             f"Nothing was run. Set max_parallelism={max_parallelism}, or run with a new checkpoint."
         )
-    sources = {op.id: type(op.params["spec"]).__name__ for op in graph.sources()}
+    sources = {op.id: type(op.connector).__name__ for op in graph.sources()}
     read_before = record.get("sources") if stored is not None else None
     if read_before is not None and read_before != sources:
         raise PipelineChangedError(

@@ -12,6 +12,7 @@ from pyspark.sql.utils import AnalysisException
 from sluice.core.columns import INGEST, KEY_GROUP, PARTITION, SOURCE_ID  # noqa: F401 (SOURCE_ID re-exported)
 from sluice.errors import SchemaError
 from sluice.graph.operators import Operator
+from sluice.graph.specs import FilterExprOp, SelectOp, WithColumnsOp
 
 
 def quote(name: str) -> str:
@@ -44,13 +45,14 @@ def apply_native(op: Operator, df):
     """The DataFrame transformation of a native operator (no Python involved)."""
     from pyspark.sql import functions as F
 
-    if op.kind == "filter_expr":
-        return df.filter(op.params["expr"])
-    if op.kind == "select":
+    spec = op.spec
+    if isinstance(spec, FilterExprOp):
+        return df.filter(spec.expr)
+    if isinstance(spec, SelectOp):
         hidden = [c for c in df.columns if c.startswith("__")]
-        return df.selectExpr(*op.params["exprs"], *hidden)
-    if op.kind == "with_columns":
-        return df.withColumns({name: F.expr(e) for name, e in op.params["columns"].items()})
+        return df.selectExpr(*spec.exprs, *hidden)
+    if isinstance(spec, WithColumnsOp):
+        return df.withColumns({name: F.expr(e) for name, e in spec.columns.items()})
     raise ValueError(f"{op.kind} is not a single-input native operator")
 
 

@@ -3,8 +3,8 @@
 
 A kind's definition says where its factory is (``"module:function"``), so the pure graph
 names the runtime's code without importing it. An operator may also carry a kernel of its
-own in ``params["kernel"]`` (a kernel made by hand, in a test or an extension); it is used
-as it is.
+own in ``Operator.kernel`` (a kernel made by hand, in a test or an extension); it is used
+as it is. Each factory reads the operator's typed spec (``graph.specs``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.graph.operators import Operator
+from sluice.graph.specs import AggregateOp, DeduplicateOp, JoinOp, KeyedSpec, ProcessOp, ReduceOp, TopOp, WindowOp
 from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.joins import join_kernel
 from sluice.runtime.kernels.keyed import KeyedKernel
@@ -39,13 +40,13 @@ def _resolve(path: str) -> Callable[..., Any]:
 def keyed_kernel(op: Operator, inputs: list[pa.Schema | None] | None = None) -> KeyedKernel:
     """The kernel of a keyed operator; ``inputs``: its input schemas (a join needs both
     sides'). Each call makes a new kernel: the caller keeps it for the batch."""
-    if "kernel" in op.params:
-        return op.params["kernel"]
+    if op.kernel is not None:
+        return op.kernel
     definition = op.definition
     if not op.is_keyed or definition.kernel is None:
         raise ValueError(f"no kernel for keyed operator kind {op.kind!r}")
     kernel = _resolve(definition.kernel)(op, inputs or [])
-    ttl = op.params.get("ttl")
+    ttl = op.spec_as(KeyedSpec).ttl
     return kernel if ttl is None else TTLKernel(kernel, ttl)  # state that expires (graph.ttl)
 
 
@@ -59,35 +60,41 @@ def python_kernel(op: Operator, in_schema: pa.Schema) -> Kernel:
 
 # ---- the keyed kinds' factories (named in graph.kinds) ----------------------------------------
 def aggregate_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
-    return AggregateKernel(op.params["keys"], op.params["aggregates"])
+    spec = op.spec_as(AggregateOp)
+    return AggregateKernel(spec.keys, spec.aggregates)
 
 
 def reduce_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
-    return ReduceKernel(op.params["keys"], op.params["fn"])
+    spec = op.spec_as(ReduceOp)
+    return ReduceKernel(spec.keys, spec.fn)
 
 
 def process_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
-    return ProcessKernel(op.params["keys"], op.params["fn"], op.schema, op.params.get("on_timer"))
+    spec = op.spec_as(ProcessOp)
+    return ProcessKernel(spec.keys, spec.fn, op.schema, spec.on_timer, spec.state_schema)
 
 
 def window_kernel_of(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
-    return window_kernel(op.params["keys"], op.params["queries"], op.params.get("emit_keys", True))
+    spec = op.spec_as(WindowOp)
+    return window_kernel(spec.keys, spec.queries, spec.emit_keys)
 
 
 def join_kernel_of(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
     left, right = [*inputs, None, None][:2]
     if left is None or right is None:
         raise ValueError(f"join {op.name!r}: the kernel needs both sides' schemas (validate the graph first)")
-    return join_kernel(op.params["spec"], left, right)
+    return join_kernel(op.spec_as(JoinOp).join, left, right)
 
 
 def deduplicate_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
     from sluice.runtime.kernels.selection import DeduplicateKernel
 
-    return DeduplicateKernel(op.params["keys"], op.params["within"], op.params["time"])
+    spec = op.spec_as(DeduplicateOp)
+    return DeduplicateKernel(spec.keys, spec.within, spec.time)
 
 
 def top_kernel(op: Operator, inputs: list[pa.Schema | None]) -> KeyedKernel:
     from sluice.runtime.kernels.selection import TopKernel
 
-    return TopKernel(op.params["keys"], op.params["n"], op.params["by"], op.params.get("ascending", False))
+    spec = op.spec_as(TopOp)
+    return TopKernel(spec.keys, spec.n, spec.by, spec.ascending)

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.graph.operators import Operator
+from sluice.graph.specs import FilterExprOp
 from sluice.runtime.kernels.stateless import Kernel
 
 Predicate = Callable[[pa.RecordBatch], pa.Array]  # a boolean array, NULL where SQL says unknown
@@ -310,7 +311,7 @@ class ArrowFilterKernel(Kernel):
 def fused_filter(op: Operator, in_schema: pa.Schema) -> ArrowFilterKernel | None:
     """The kernel of a native ``filter`` operator whose expression Arrow evaluates exactly as
     Spark does over records of ``in_schema``, or None (Spark runs it)."""
-    if op.kind != "filter_expr":
+    if not isinstance(op.spec, FilterExprOp):
         return None
-    predicate = arrow_predicate(op.params["expr"], in_schema)
+    predicate = arrow_predicate(op.spec.expr, in_schema)
     return None if predicate is None else ArrowFilterKernel(op, in_schema, predicate)

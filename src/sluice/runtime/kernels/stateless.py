@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from sluice.core.columns import INGEST
 from sluice.graph.operators import Operator
+from sluice.graph.specs import FilterFnOp, FlatMapOp, MapBatchesOp, MapOp
 from sluice.runtime.reporting import reporting_to
 from sluice.runtime.side_outputs import SideOutputWriter
 
@@ -69,10 +70,10 @@ class Kernel:
 
 class MapBatchesKernel(Kernel):
     def _call(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        fn = self.op.params["fn"]
-        if self.op.params.get("format") == "pandas":
-            return _conform(fn(batch.to_pandas()), self.out_schema)
-        return _conform(fn(batch), self.out_schema)
+        spec = self.op.spec_as(MapBatchesOp)
+        if spec.format == "pandas":
+            return _conform(spec.fn(batch.to_pandas()), self.out_schema)
+        return _conform(spec.fn(batch), self.out_schema)
 
     def _call_threaded(self, batch: pa.RecordBatch, pool: ThreadPoolExecutor | None) -> list[pa.RecordBatch]:
         if pool is None or batch.num_rows < 2:
@@ -128,7 +129,7 @@ class RecordKernel(Kernel):
 
     def _check(self, out) -> dict:
         if not isinstance(out, dict):
-            must = "map must return a dict" if self.op.kind == "map" else "flat_map must yield dicts"
+            must = "map must return a dict" if isinstance(self.op.spec, MapOp) else "flat_map must yield dicts"
             raise TypeError(f"{must}, got {type(out).__name__}")
         if not self.fields <= out.keys():
             missing = [n for n in self.out_schema.names if n not in out]
@@ -136,13 +137,12 @@ class RecordKernel(Kernel):
         return out
 
     def _one(self, record: dict):
-        fn = self.op.params["fn"]
-        kind = self.op.kind
-        if kind == "map":
-            return [self._check(fn(record))]
-        if kind == "flat_map":
-            return [self._check(out) for out in fn(record) or ()]
-        return [record] if fn(record) else []  # filter_fn
+        spec = self.op.spec
+        if isinstance(spec, MapOp):
+            return [self._check(spec.fn(record))]
+        if isinstance(spec, FlatMapOp):
+            return [self._check(out) for out in spec.fn(record) or ()]
+        return [record] if self.op.spec_as(FilterFnOp).fn(record) else []
 
     def apply(self, batch, ingest, ctx):
         records = batch.to_pylist()
