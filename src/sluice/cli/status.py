@@ -111,8 +111,8 @@ def status_text(checkpoint: str, decisions: int = 5, now: float | None = None) -
     if view.decisions:
         lines.append(f"  decisions          {len(view.decisions)}; the last {min(decisions, len(view.decisions))}:")
         for d in view.decisions[-decisions:]:
-            measured = f"; measured {d['measured']}" if d["measured"] else ""
-            lines.append(f"    batch {d['batch_id']}: {d['policy']} {d['action']} - {d['reason']}{measured}")
+            measured = f"; measured {d.measured}" if d.measured else ""
+            lines.append(f"    batch {d.batch_id}: {d.policy} {d.action} - {d.reason}{measured}")
     else:
         lines.append("  decisions          none logged")
     return "\n".join(lines)

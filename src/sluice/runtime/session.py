@@ -191,6 +191,19 @@ for it. Java Flight Recorder counted 0.5 s of collections in a restarted driver'
 batch, 0.15 s of them for metadata (docs/results/startup.md, session 9)."""
 
 
+def submitted_master() -> str | None:
+    """The master ``spark-submit`` (or the ``pyspark`` shell) was given, when this driver runs
+    under it: its JVM is already up (``PYSPARK_GATEWAY_PORT``), and a pipeline that names no
+    master must run where the submit said (``--master yarn``, ``k8s://...``), not locally."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    # connects to spark-submit's JVM (no new one); a SparkConf reads its settings only then
+    SparkContext._ensure_initialized()
+    return SparkConf().get("spark.master", None)
+
+
 def spark_session(master: str | None = None, app_name: str = "sluice", conf: dict | None = None, ui: bool | None = None):
     """Get (or create) the SparkSession, quiet and with workers on this interpreter.
 
@@ -208,7 +221,7 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("SLUICE_MASTER", "local[*]")
+    master = master or os.environ.get("SLUICE_MASTER") or submitted_master() or "local[*]"
     if is_local_master(master):
         # the UI binds this address (and only through the environment); set before the JVM starts
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import pyarrow.fs as pafs
 
+from sluice.core.decisions import Decision, Escalation, LoggedAction, LogRecord, Measured, OtherRecord, Rejected, parse_record
 from sluice.core.metrics import KeyGroupLoad, OperatorProgress, SinkProgress, operators_of
 from sluice.credentials import redact
 from sluice.runtime.files import filesystem
@@ -96,56 +98,61 @@ def sink_latencies(m: dict) -> dict[str, dict[str, float]]:
 
 def action_text(action) -> str:
     """``admission * -> 4000`` for the controller's action dicts, the text itself otherwise."""
-    if not isinstance(action, dict):
-        return "" if action is None else str(action)
-    kind, target, value = action.get("kind") or action.get("type"), action.get("target"), action.get("value")
-    if kind is None:
-        return json.dumps(action, default=str)
-    text = str(kind) + (f" {target}" if target not in (None, "") else "")
-    if isinstance(value, dict) and "partitions" in value:  # a rescale with its routing: the count
-        value = value["partitions"]
-    if value is not None and not isinstance(value, (dict, list)):
-        text += f" -> {value}"
-    return text
+    logged = LoggedAction.parse(action)
+    return "" if logged is None else logged.text()
 
 
-def decision_rows(records: list[dict]) -> list[dict]:
-    """The lines of ``decisions.jsonl`` as rows to show, oldest first: each decision with its
-    reason, expected effect and (once a batch ran with it) measured effect; escalations as
-    rows of their own. Lines of other shapes are shown as they are."""
-    rows: list[dict] = []
-    by_id: dict = {}
+@dataclass
+class DecisionRow:
+    """One row of the decisions table (the dashboard's, ``sluice status``'s)."""
+
+    type: str
+    batch_id: int | None
+    policy: str
+    action: str
+    reason: str
+    expected: Any = None
+    measured: Any = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def decision_rows(records: list[LogRecord]) -> list[DecisionRow]:
+    """The records of ``decisions.jsonl`` as rows to show, oldest first: each decision with
+    its reason, expected effect and (once a batch ran with it) measured effect; escalations
+    as rows of their own. Records of other types show their action and reason, if any."""
+    rows: list[DecisionRow] = []
+    by_id: dict[int, DecisionRow] = {}
     for r in records:
-        kind = r.get("type", "decision")
-        if kind == "measured":
-            row = by_id.get(r.get("decision"))
+        if isinstance(r, Measured):
+            row = by_id.get(r.decision) if r.decision is not None else None
             if row is not None:
-                row["measured"] = r.get("measured")
+                row.measured = dict(r.measured) or None
             continue
-        action = r.get("action")
-        nested = action if isinstance(action, dict) else {}
-        if kind == "escalation":
-            row = {
-                "batch_id": r.get("batch_id"),
-                "policy": r.get("policy") or "escalation",
-                "action": f"escalation {r.get('state', '')}: {r.get('constraint', '')}".strip(),
-                "reason": r.get("reason", ""),
-                "expected": r.get("details"),
-                "measured": None,
-            }
+        if isinstance(r, Escalation):
+            row = DecisionRow(
+                type=r.type,
+                batch_id=r.batch_id,
+                policy=r.policy or "escalation",
+                action=f"escalation {r.state}: {r.constraint}".strip(),
+                reason=r.reason,
+                expected=r.details,
+            )
         else:
-            row = {
-                "batch_id": r.get("batch_id", r.get("batch")),
-                "policy": r.get("policy", ""),
-                "action": action_text(action),
-                "reason": r.get("reason", nested.get("reason", "")),
-                "expected": r.get("expected", nested.get("expected")),
-                "measured": r.get("measured"),
-            }
-        row["type"] = kind
+            action = r.action if isinstance(r, (Decision, Rejected)) else LoggedAction.parse(r.raw.get("action"))
+            reason = r.reason or (action.reason if action is not None else "")
+            row = DecisionRow(
+                type=r.kind if isinstance(r, OtherRecord) else r.type,
+                batch_id=r.batch_id,
+                policy=r.policy,
+                action="" if action is None else action.text(),
+                reason=reason,
+                expected=r.expected if isinstance(r, Decision) else (None if action is None else action.expected),
+            )
         rows.append(row)
-        if r.get("id") is not None:
-            by_id[r["id"]] = row
+        if isinstance(r, Decision) and r.id is not None:
+            by_id[r.id] = row
     return rows
 
 
@@ -291,10 +298,10 @@ class JobView:
     declared: list[dict] = field(default_factory=list)
     batches: list[dict] = field(default_factory=list)  # batch_point()s, one per batch id
     raw_latest: dict | None = None  # the latest metrics record as written
-    records: list[dict] = field(default_factory=list)  # decisions.jsonl as written
+    records: list[LogRecord] = field(default_factory=list)  # decisions.jsonl, typed
 
     @property
-    def decisions(self) -> list[dict]:
+    def decisions(self) -> list[DecisionRow]:
         return decision_rows(self.records)
 
     def __post_init__(self) -> None:
@@ -320,7 +327,7 @@ class JobView:
             self.raw_latest = m
         if len(self.batches) > MAX_BATCHES:
             self._evict(len(self.batches) - MAX_BATCHES)
-        self.records.extend(self._decisions.new_records())
+        self.records.extend(parse_record(r) for r in self._decisions.new_records())
         if len(self.records) > MAX_RECORDS:
             del self.records[: len(self.records) - MAX_RECORDS]
 
@@ -336,7 +343,9 @@ class JobView:
         """Each constraint's bound and latest state: the declared bounds, updated by the latest
         record (metrics, else a decision) that reports constraints."""
         out = constraints_of({"constraints": self.declared})
-        latest = next((constraints_of(r) for r in [self.raw_latest or {}, *reversed(self.records)] if constraints_of(r)), {})
+        decided = ({"constraints": r.constraints} for r in reversed(self.records) if isinstance(r, Decision))
+        reported = [self.raw_latest or {}, *decided]
+        latest = next((constraints_of(r) for r in reported if constraints_of(r)), {})
         for name, c in latest.items():
             out[name] = {**out.get(name, c), **{k: v for k, v in c.items() if v is not None}}
         return out
@@ -436,7 +445,7 @@ class JobView:
         return {
             "checkpoint": redact(self.checkpoint),
             "batches": new,
-            "decisions": self.decisions[-max_decisions:],
+            "decisions": [d.to_dict() for d in self.decisions[-max_decisions:]],
             "constraints": self.constraints(),
             "plan": self.plan(),
             "executors": latest.get("executors"),

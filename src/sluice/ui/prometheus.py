@@ -39,9 +39,9 @@ class JobCollector(Collector):
         job = self.job
         policies: dict[str, int] = {}
         for d in self.view.decisions:
-            if d["type"] != "decision":
+            if d.type != "decision":
                 continue
-            policy = str(d.get("policy", "unknown"))
+            policy = d.policy
             policies[policy] = policies.get(policy, 0) + 1
 
         yield family("counter", "sluice_batches", "Micro-batches completed", job, len(batches))
