@@ -64,7 +64,7 @@ BENCHMARKS: dict[str, Bench] = {
         Bench("planning", 5),
         Bench("balancing", 45),
         Bench("balancing_scale", 60),
-        Bench("dynamic_scheduling", 150),
+        Bench("dynamic_scheduling", 90),
         Bench("autopilot", 90),
         Bench("chaining", 60),
         Bench("collocation", 60),
@@ -251,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         "elapsed_s": elapsed,
         "elapsed_is": "the benchmarks' seconds summed (with --only, those on file for the others)",
         "budget_s": BUDGET_S if args.quick else None,
-        "within_budget": elapsed <= BUDGET_S if args.quick else None,
+        # said only of a summary that holds every benchmark
+        "within_budget": elapsed <= BUDGET_S if args.quick and set(summary) >= set(BENCHMARKS) else None,
         "updated": names,
         "failed": [n for n, s in summary.items() if s["status"] != "ok"],
         "outputs_unequal": [n for n, s in summary.items() if s["outputs_equal"] is False],
