@@ -377,7 +377,8 @@ def run_simulated(
     time = (a + b*rows) x lognormal noise of 10 %), with the fitted a, b and gap."""
     from sluice.control import Controller
     from sluice.plan.physical import initial_plan
-    from sluice.sim.microbatch import MicroBatchEngine, run_controlled
+    from sluice.sim.loop import run_controlled
+    from sluice.sim.microbatch import MicroBatchEngine
 
     schedule = schedule_of(phases)
     graph = build(schedule, 0.0, bound_s).graph
@@ -390,7 +391,7 @@ def run_simulated(
     plan = initial_plan(graph, 2)
     total = sum(s for s, _ in phases)
     while engine.now < total:
-        batches.extend(run_controlled(engine, controller, plan, 1))
+        batches.extend(run_controlled(engine, controller, plan, 1)[0])
     return {"batches": [batch_record(m) for m in batches if m.rows_in], "decisions": controller.log.records}
 
 
