@@ -12,6 +12,7 @@ fails when a committed page differs from what this writes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import inspect
 import os
@@ -177,8 +178,16 @@ def members(cls) -> list[tuple[str, object]]:
     return found
 
 
+def class_doc(cls) -> str | None:
+    """The class's docstring; None for the signature a dataclass without one gets as its doc."""
+    doc = cls.__doc__
+    if doc and dataclasses.is_dataclass(cls) and doc.startswith(f"{cls.__name__}("):
+        return None
+    return doc
+
+
 def render_class(name: str, cls) -> list[str]:
-    out = [f'<a id="{name.lower()}"></a>', "", f"## `{name}{signature(cls)}`", "", markdown(cls.__doc__), ""]
+    out = [f'<a id="{name.lower()}"></a>', "", f"## `{name}{signature(cls)}`", "", markdown(class_doc(cls)), ""]
     for member, value in members(cls):
         if isinstance(value, property):
             out += [f"### `{name}.{member}` (property)", "", markdown(value.__doc__), ""]

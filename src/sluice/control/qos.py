@@ -39,6 +39,11 @@ class Sample:
 
 @dataclass(frozen=True)
 class ConstraintStatus:
+    """A latency constraint over its window, as policies see it after a batch: ``state``
+    (``met``, ``violated`` or ``unknown``), the row-weighted mean and p95 in ms against the
+    bounds, the worst batch's p95, the batches and rows in the window, and ``split``: the
+    mean's parts along the path (source wait, operators, exchanges, sink commit, rest)."""
+
     name: str
     bound_ms: float
     p95_bound_ms: float | None

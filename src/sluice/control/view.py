@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ControlView:
+    """What a policy sees after a batch (read-only): the job graph, the plan in force, each
+    constraint's status, recent batches' metrics (``history``), the admission in force and
+    the resources; helpers such as ``offered_rate()`` and ``backlog()`` derive the rest."""
+
     batch_id: int  # the batch just finished; actions apply from batch_id + 1
     graph: JobGraph
     plan: Plan

@@ -15,6 +15,9 @@ from sluice.errors import PipelineError
 
 @dataclass(frozen=True)
 class SinkSpec:
+    """What every sink specification is: give one to ``Stream.sink`` (made by the functions of
+    ``sluice.sinks``)."""
+
     kind: str = ""
 
 
@@ -40,6 +43,9 @@ class FileSink(SinkSpec):
 
 @dataclass(frozen=True)
 class ConsoleSink(SinkSpec):
+    """Prints each batch on the driver's console, at most ``rows`` rows of it (for trying things
+    out: not exactly once, a replayed batch prints again)."""
+
     rows: int = 20
     kind: str = "console"
 
