@@ -105,10 +105,10 @@ class Action:
             "expected": dict(data.get("expected") or {}),
             "policy": str(data.get("policy", "")),
         }
-        return cls.parse(data.get("value"), common)
+        return cls._parse(data.get("value"), common)
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> Action:
+    def _parse(cls, value: Any, common: dict) -> Action:
         raise NotImplementedError
 
     def apply(self, plan: Plan, version: int) -> Plan:
@@ -126,6 +126,9 @@ class Action:
 
 @dataclass(frozen=True, kw_only=True)
 class Admission(Action):
+    """Rows per micro-batch the sources may admit: ``target`` ``"*"`` is the whole job's
+    batch, split over the sources by their share of the input; else one source's id."""
+
     kind: ClassVar[str] = ADMISSION
     target: str = ALL_SOURCES
     rows: int
@@ -135,12 +138,15 @@ class Admission(Action):
         return self.rows
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> Admission:
+    def _parse(cls, value: Any, common: dict) -> Admission:
         return cls(rows=int(value), **common)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Chains(Action):
+    """The next Plan's fused Python chains (tuples of operator ids, covering the same
+    operators as now), and the rebalance exchanges before chains (None: the Plan's stay)."""
+
     kind: ClassVar[str] = CHAINS
     structural: ClassVar[bool] = True
     target: str = ALL_SOURCES
@@ -159,7 +165,7 @@ class Chains(Action):
         return {"chains": self.chains, "rebalance": dict(self.rebalance)}
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> Chains:
+    def _parse(cls, value: Any, common: dict) -> Chains:
         if isinstance(value, Mapping):
             return cls(chains=value["chains"], rebalance=dict(value.get("rebalance") or {}), **common)
         return cls(chains=value, **common)
@@ -181,6 +187,8 @@ class Chains(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class Threads(Action):
+    """Worker threads per task of the Python operator ``target``."""
+
     kind: ClassVar[str] = THREADS
     structural: ClassVar[bool] = True
     threads: int
@@ -190,7 +198,7 @@ class Threads(Action):
         return self.threads
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> Threads:
+    def _parse(cls, value: Any, common: dict) -> Threads:
         return cls(threads=int(value), **common)
 
     def apply(self, plan: Plan, version: int) -> Plan:
@@ -209,6 +217,9 @@ class Threads(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class Partitions(Action):
+    """The partition count of the keyed stage ``target``; key groups in contiguous ranges,
+    or by ``routing`` (the partition of each key group under the new count)."""
+
     kind: ClassVar[str] = PARTITIONS
     structural: ClassVar[bool] = True
     count: int
@@ -225,7 +236,7 @@ class Partitions(Action):
         return {"partitions": self.count, "routing": list(self.routing)}
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> Partitions:
+    def _parse(cls, value: Any, common: dict) -> Partitions:
         if isinstance(value, Mapping):
             routing = value.get("routing")
             return cls(count=int(value["partitions"]), routing=None if routing is None else tuple(routing), **common)
@@ -258,6 +269,9 @@ class Partitions(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class Routing(Action):
+    """New routing tables (op id -> the partition of each key group) of one keyed stage, or
+    of several moved in one step (collocation); the partition counts stay."""
+
     kind: ClassVar[str] = ROUTING
     structural: ClassVar[bool] = True
     tables: Mapping[str, tuple[int, ...]]  # op id -> the partition of each key group
@@ -281,7 +295,7 @@ class Routing(Action):
         return set(self.tables)
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> Routing:
+    def _parse(cls, value: Any, common: dict) -> Routing:
         tables = dict(value) if isinstance(value, Mapping) else {common["target"]: value}
         return cls(tables=tables, **common)
 
@@ -303,6 +317,8 @@ class Routing(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class SwitchAlternate(Action):
+    """Run ``alternate`` of the operator ``target`` (one of its alternates) from the next batch."""
+
     kind: ClassVar[str] = ALTERNATE
     alternate: str
 
@@ -311,7 +327,7 @@ class SwitchAlternate(Action):
         return self.alternate
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> SwitchAlternate:
+    def _parse(cls, value: Any, common: dict) -> SwitchAlternate:
         return cls(alternate=str(value), **common)
 
     def apply(self, plan: Plan, version: int) -> Plan:
@@ -324,6 +340,8 @@ class SwitchAlternate(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class Executors(Action):
+    """Hold ``count`` executors (a standalone cluster; local Spark rejects it)."""
+
     kind: ClassVar[str] = EXECUTORS
     structural: ClassVar[bool] = True
     target: str = ALL_SOURCES
@@ -334,7 +352,7 @@ class Executors(Action):
         return self.count
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> Executors:
+    def _parse(cls, value: Any, common: dict) -> Executors:
         return cls(count=int(value), **common)
 
     def apply(self, plan: Plan, version: int) -> Plan:
@@ -352,6 +370,9 @@ class Executors(Action):
 
 @dataclass(frozen=True, kw_only=True)
 class Escalate(Action):
+    """No countermeasure can meet the constraint ``target``: ``details`` say why
+    (bottleneck, max_rate, ...). Logged and warned about; nothing is actuated."""
+
     kind: ClassVar[str] = ESCALATE
     details: Mapping[str, Any]  # bottleneck, max_rate, offered_rate, ...
 
@@ -360,7 +381,7 @@ class Escalate(Action):
         return dict(self.details)
 
     @classmethod
-    def parse(cls, value: Any, common: dict) -> Escalate:
+    def _parse(cls, value: Any, common: dict) -> Escalate:
         return cls(details=dict(value) if isinstance(value, Mapping) else {"value": value}, **common)
 
 
