@@ -10,6 +10,8 @@ import shutil
 import time
 from dataclasses import dataclass
 
+from sluice.control.actions import SwitchAlternate
+from sluice.core.decisions import Decision, parse_record
 from sluice.examples import grid
 
 PRICE_PER_HOUR = 0.35  # an executor priced like the thesis's m1.xlarge (2014 on-demand)
@@ -158,10 +160,14 @@ def print_report(run: GridRun) -> None:
             f"{r['t']:>7.1f} {r['batch']:>5} {r['rows']:>7,} {r['backlog']:>8,} {r['forecaster'] or '-':>15} "
             f"{r['value']:>6.3f} {omega:>6} {r['executors']:>4} {r['cost']:>9.5f} {r['profit']:>7.3f}"
         )
-    switches = [d for d in run.decisions if d.get("type") == "decision" and d["action"]["kind"] == "alternate"]
+    switches = [
+        (record, record.action)
+        for record in map(parse_record, run.decisions)
+        if isinstance(record, Decision) and record.action is not None and record.action.kind == SwitchAlternate.kind
+    ]
     print(f"\n{len(switches)} forecaster switches:")
-    for d in switches:
-        print(f"  after batch {d['batch_id']}: {d['action']['value']}  ({d['action']['reason']})")
+    for record, action in switches:
+        print(f"  after batch {record.batch_id}: {action.value}  ({action.reason})")
     if rows:
         last = run.metrics[-1].dynamics
         print(
