@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from windows_harness import assert_rows_equal
 
 from sluice import agg
 from sluice.graph.operators import Operator
@@ -19,7 +20,6 @@ from sluice.runtime.exchange.spark_combine import late_records, native_combine, 
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.windows import WindowAggregateKernel
 from sluice.runtime.schemas import INGEST, to_spark
-from windows_harness import assert_rows_equal
 
 pytestmark = pytest.mark.spark
 
@@ -285,6 +285,7 @@ def test_a_keyed_stage_refuses_rows_of_key_groups_routed_elsewhere(spark, tmp_pa
     partition (here: combined for one routing table, run with another) fail the batch rather
     than split the key group's state."""
     from sluice.runtime.stages import keyed_stage
+    from sluice.runtime.task_env import TaskEnv
 
     records = _records(seed=2)
     kernel = WindowAggregateKernel(["meter"], _queries()[:1])
@@ -294,8 +295,7 @@ def test_a_keyed_stage_refuses_rows_of_key_groups_routed_elsewhere(spark, tmp_pa
     df = spark.createDataFrame(records.to_pandas(), to_spark(records.schema)).repartition(2)
     combine = native_combine(df, op, kernel, schema, ctx, KeyedStagePlan(2, (0, 1, 1, 0)), max_parallelism=4)
     other = KeyedStagePlan(2, (1, 0, 0, 1))
-    frame = keyed_stage(
-        combine.frame, op, combine.schema, other, (str(tmp_path), op.id, ["meter"]), None, ctx, str(tmp_path), None
-    )
+    env = TaskEnv(ctx, str(tmp_path), None, max_parallelism=4)
+    frame = keyed_stage(combine.frame, op, combine.schema, other, (str(tmp_path), op.id, ["meter"]), None, env)
     with pytest.raises(Exception, match="routed to other partitions"):
         frame.collect()

@@ -49,6 +49,7 @@ from sluice.runtime.sources.splits import records_of_splits
 from sluice.runtime.stages import chain_schemas, keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
+from sluice.runtime.task_env import TaskEnv
 from sluice.runtime.task_metrics import MetricKey, TaskFigures
 
 BATCH_INPUT = "__batch__"  # the frames' entry of the batch's input DataFrame
@@ -188,10 +189,7 @@ class ChainStage(Stage):
     chain: list[Operator]  # as planned (alternates, threads)
     upstream: Operator
     rebalance: int | None  # partitions a costly chain spreads its input over
-    batch_id: int
-    checkpoint: Checkpoint
-    accumulator: Any
-    source_stats: SourceStats | None = None  # of the source it reads directly, to measure
+    env: TaskEnv  # its tasks' batch (``env.source_stats``: of the source it reads directly, to measure)
     fusion: ChainFusion | None = None  # native operators and a combine run in the same pass
     splits_reader: Any = None  # its input is a source's splits: their reader (``sources.splits``)
 
@@ -204,10 +202,7 @@ class ChainStage(Stage):
             frame,
             self.chain,
             self.upstream.schema,
-            self.batch_id,
-            self.checkpoint,
-            self.accumulator,
-            self.source_stats,
+            self.env,
             fusion.filters,
             fusion.combine,
             self.splits_reader,
@@ -220,13 +215,9 @@ class KeyedStage(Stage):
     kernel: KeyedKernel
     key_by: Operator
     plan: KeyedStagePlan
-    max_parallelism: int
     store: KeyGroupStore
     state: StateTransaction
-    context: BatchContext
-    checkpoint: Checkpoint
-    accumulator: Any
-    source_stats: SourceStats | None = None
+    env: TaskEnv  # its tasks' batch (``env.source_stats``: of the source whose records it combines)
     # False when collocated with the keyed operator before it (plan.collocation): its rows
     # are in their key group's partition already, so no exchange
     exchanges: bool = True
@@ -253,11 +244,7 @@ class KeyedStage(Stage):
                 kernel,
                 keyed_schema,
                 self.plan,
-                self.context,
-                self.max_parallelism,
-                self.checkpoint,
-                self.accumulator,
-                self.source_stats,
+                self.env,
                 self.upstream[1] if self.upstream else None,
                 precombined=self.combined,
             )
@@ -265,17 +252,7 @@ class KeyedStage(Stage):
             traffic_from = self.upstream[0] if self.upstream and routed.traffic else None
         else:
             traffic_from = None
-            frame, schema = collocated_input(
-                keyed_input,
-                op,
-                kernel,
-                keyed_schema,
-                self.plan,
-                self.context,
-                self.max_parallelism,
-                self.checkpoint,
-                self.accumulator,
-            )
+            frame, schema = collocated_input(keyed_input, op, kernel, keyed_schema, self.plan, self.env)
         return keyed_stage(
             frame,
             op,
@@ -283,10 +260,7 @@ class KeyedStage(Stage):
             self.plan,
             (self.store.root, op.id, kernel.key_columns),
             self.state.index(op.id),
-            self.context,
-            self.checkpoint,
-            self.accumulator,
-            self.source_stats,
+            self.env,
             kernel=kernel,
             traffic_from=traffic_from,
         )
@@ -341,6 +315,7 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
     # keyed operator or chain (by its last operator's id) -> the source statistics it measures
     measured: dict[str, SourceStats] = {}
     splits_read_by: dict[str, Any] = {}  # chain (by its last operator's id) -> the reader of its splits
+    env = TaskEnv(batch.context, batch.checkpoint, batch.accumulator, plan.max_parallelism)
     for op in graph.topological_order():
         if op.is_source:
             info = next(s for s in batch.sources if s.op.id == op.id)
@@ -377,10 +352,7 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
                     chain,
                     graph[chain[0].inputs[0]],
                     plan.rebalance.get(chain[0].id),
-                    batch.batch_id,
-                    batch.checkpoint,
-                    batch.accumulator,
-                    measured.get(op.id),
+                    env.measuring(measured.get(op.id)),
                     fusion,
                     splits_read_by.get(op.id),
                 )
@@ -393,13 +365,9 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
                     batch.kernel_of(planned),
                     graph[op.inputs[0]],
                     plan.keyed[op.id],
-                    plan.max_parallelism,
                     batch.stores[op.id],
                     batch.state,
-                    batch.context,
-                    batch.checkpoint,
-                    batch.accumulator,
-                    measured.get(op.id),
+                    env.measuring(measured.get(op.id)),
                     exchanges=plan.exchanges_before(op.id),
                     upstream=traffic_source(graph, op.id),
                     combined=op.id in combined,

@@ -17,7 +17,6 @@ import pyarrow.compute as pc
 from sluice.errors import StateError
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
-from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.factory import keyed_kernel, python_kernel
 from sluice.runtime.kernels.grouping import dense_ids, exact_key_type
@@ -29,6 +28,7 @@ from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, wit
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.sources.splits import read_splits
 from sluice.runtime.state import KeyGroupStore
+from sluice.runtime.task_env import TaskEnv
 from sluice.runtime.task_metrics import COMBINE, SparseCounts, TaskMetrics
 
 
@@ -46,10 +46,7 @@ def python_chain(
     df,
     ops: list[Operator],
     in_schema: pa.Schema,
-    batch_id: int,
-    root: str | Checkpoint,
-    accumulator,
-    source_stats=None,
+    env: TaskEnv,
     fused: Sequence[Kernel] = (),
     combine: tuple[str, AggregateKernel] | None = None,
     splits_reader=None,
@@ -59,8 +56,8 @@ def python_chain(
     ``splits_reader``: ``df`` holds a source's splits, not its records: the pass reads them
     with this reader first (``sources.splits``).
 
-    ``source_stats``: the statistics of the source whose records are the chain's input, to
-    measure on them (``exchange.SourceStats``). ``fused``: kernels of native operators run
+    ``env.source_stats``: the statistics of the source whose records are the chain's input,
+    to measure on them (``exchange.SourceStats``). ``fused``: kernels of native operators run
     after the chain's own, in the same pass (a filter evaluated in Arrow). ``combine``: the
     keyed aggregate operator after the chain (its id and kernel, bound to the records'
     schema): each task's records leave combined into one row of partials per key
@@ -71,10 +68,11 @@ def python_chain(
     if combine is not None:
         out_schema = with_hidden(combine[1].combined_schema(schemas[-1]), INGEST)
     stage = ops[0].id
+    source_stats = env.source_stats
 
     def run(batches):
-        metrics = TaskMetrics(accumulator)
-        dead = SideOutputWriter(root, DEAD_LETTER, batch_id, stage, partition_id())
+        metrics = TaskMetrics(env.accumulator)
+        dead = SideOutputWriter(env.root, DEAD_LETTER, env.batch_id, stage, partition_id())
         ctx = KernelContext(dead=dead, metrics=metrics)
         if splits_reader is not None:
             batches = read_splits(splits_reader, batches)
@@ -120,107 +118,177 @@ def keyed_stage(
     stage: KeyedStagePlan,
     store_args: tuple,
     index,
-    context: BatchContext,
-    root: str | Checkpoint,
-    accumulator,
-    source_stats=None,
+    env: TaskEnv,
     kernel: KeyedKernel | None = None,
     traffic_from: str | None = None,
 ):
-    """Run a keyed operator over routed rows, reading and writing the key-group store.
+    """Run a keyed operator over routed rows, reading and writing the key-group store: one
+    :class:`KeyedTask` per partition.
 
-    ``source_stats``: the statistics of the source whose records Spark combined into these
-    rows, to measure here (``exchange.SourceStats``). ``kernel``: the operator's kernel, as
-    the exchange before saw it (default: made from the operator). ``traffic_from``: the keyed
-    operator before, when the rows' key group column also holds their key group there
-    (``exchange.routing.with_key_group``): the rows per (its key group, this one's) are
+    ``env.source_stats``: the statistics of the source whose records Spark combined into
+    these rows, to measure here (``exchange.SourceStats``). ``kernel``: the operator's
+    kernel, as the exchange before saw it (default: made from the operator). ``traffic_from``:
+    the keyed operator before, when the rows' key group column also holds their key group
+    there (``exchange.routing.with_key_group``): the rows per (its key group, this one's) are
     counted, ALBIC's traffic between key groups."""
-    if kernel is None:
-        kernel = keyed_kernel(op)
-    keys = kernel.key_columns
-    routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP)
-    out_schema = with_hidden(kernel.output_schema(in_schema.append(pa.field(KEY_GROUP, pa.int32()))), INGEST)
-    kernel_state = kernel.state_schema(in_schema)
-    state_schema = kernel_state.append(pa.field(KEY_GROUP, pa.int32()))
-    routing = stage.routing
-    with_state = set(index.key_groups_with_state()) if index is not None else set()
+    task = KeyedTask(op, kernel or keyed_kernel(op), in_schema, stage, store_args, index, env, traffic_from)
+    return df.mapInArrow(task, to_spark(task.out_schema))
 
-    def run(batches):
+
+class KeyedTask:
+    """One task of a keyed stage (the ``mapInArrow`` function, pickled to the executors): the
+    rows of the key groups routed to its partition, through the operator's kernel over
+    their state, in named steps:
+
+    1. ``receive`` the partition's rows (measuring the source's statistics if asked);
+    2. ``check_routing``: every row's key group is routed here (and count the traffic);
+    3. ``read_state`` of the key groups the task runs;
+    4. ``run_kernel`` on the rows and that state;
+    5. ``write_delta``: the changed state, one delta file for (batch, partition);
+    6. ``side_outputs``: the kernel's side outputs and dead letters, its metrics;
+    7. ``output``: each output row charged its ingest time, in the stage's schema.
+    """
+
+    def __init__(
+        self,
+        op: Operator,
+        kernel: KeyedKernel,
+        in_schema: pa.Schema,
+        stage: KeyedStagePlan,
+        store_args: tuple,
+        index,
+        env: TaskEnv,
+        traffic_from: str | None = None,
+    ):
+        self.op = op
+        self.kernel = kernel
+        self.store_args = store_args
+        self.index = index
+        self.env = env
+        self.traffic_from = traffic_from
+        self.routing = stage.routing
+        self.routed_schema = with_hidden(in_schema, INGEST, KEY_GROUP)
+        self.out_schema = with_hidden(kernel.output_schema(in_schema.append(pa.field(KEY_GROUP, pa.int32()))), INGEST)
+        self.kernel_state = kernel.state_schema(in_schema)
+        self.state_schema = self.kernel_state.append(pa.field(KEY_GROUP, pa.int32()))
+        self.with_state = set(index.key_groups_with_state()) if index is not None else set()
+
+    def __call__(self, batches):
         start = time.perf_counter()
         partition = partition_id()
-        metrics = TaskMetrics(accumulator)
-        received = list(batches)
-        # the wait for the input includes the upstream work Spark runs in the same task
-        metrics.add(op.id, "input_wait_s", time.perf_counter() - start)
-        # columns arrive in the DataFrame's order (a with_columns may put some after the
-        # hidden ones): select by name, then conform the types
-        rows = pa.Table.from_batches(received) if received else routed_schema.empty_table()
-        if source_stats is not None:
-            source_stats.measure(rows, metrics)
-        rows = rows.select(routed_schema.names).cast(routed_schema)
-        if traffic_from is not None:
-            rows = _count_traffic(rows, traffic_from, op.id, len(routing), metrics)
+        metrics = TaskMetrics(self.env.accumulator)
+        rows = self.receive(batches, metrics, start)
         kg_values, kg_counts = _counts(rows)
-        strays = [kg for kg in kg_values if routing[kg] != partition]
-        if strays:
-            # state is owned by one partition per key group: never merge rows routed elsewhere
-            raise StateError(
-                f"keyed operator {op.name!r}: partition {partition} received rows of key groups "
-                f"{strays[:5]} routed to other partitions; Spark re-partitioned them after the "
-                f"exchange by key group"
-            )
-        kgs = set(kg_values)
-        if kernel.wants_timers:
-            kgs |= {kg for kg in with_state if routing[kg] == partition}
+        self.check_routing(kg_values, partition)
+        kgs = self.key_groups(kg_values, partition)
         if not kgs:
             metrics.flush()
             return
-        store = KeyGroupStore(*store_args)
-        read_started = time.perf_counter()
-        state = store.read(index, sorted(kgs), schema=kernel_state) if index is not None else None
-        if state is None:
-            state = state_schema.empty_table()
-        # what loading state costs: the balancer's migration cost per byte
-        metrics.add(op.id, "state_read_s", time.perf_counter() - read_started)
-        if index is not None:  # in the unit the balancer sees: bytes of the key groups' files
-            metrics.add(op.id, "state_read_bytes", sum(f.kg_bytes(kg) for kg in kgs for f in index.files_by_kg.get(kg, ())))
+        store = KeyGroupStore(*self.store_args)
+        state = self.read_state(store, kgs, metrics)
         step = time.perf_counter()
         # where the rest of the stage's time goes, step by step (keyed_throughput's profile)
+        result = self.run_kernel(rows, state, partition, metrics)
+        step = _timed(metrics, self.op.id, "kernel_s", step)
+        self.write_delta(store, result, state, partition, metrics)
+        step = _timed(metrics, self.op.id, "delta_write_s", step)
+        self.side_outputs(result, partition, metrics)
+        output = self.output(result, rows, kg_values, kg_counts, metrics)
+        _timed(metrics, self.op.id, "output_s", step)
+        # records in, also when they came combined into fewer rows
+        metrics.op_timing(self.op.id, sum(kg_counts), output.num_rows, time.perf_counter() - start)
+        metrics.flush()
+        yield from output.to_batches()
+
+    def receive(self, batches, metrics: TaskMetrics, start: float) -> pa.Table:
+        """1. The partition's rows, all of them, in the routed schema (the traffic from the
+        keyed operator before counted and its key group unpacked)."""
+        received = list(batches)
+        # the wait for the input includes the upstream work Spark runs in the same task
+        metrics.add(self.op.id, "input_wait_s", time.perf_counter() - start)
+        # columns arrive in the DataFrame's order (a with_columns may put some after the
+        # hidden ones): select by name, then conform the types
+        rows = pa.Table.from_batches(received) if received else self.routed_schema.empty_table()
+        if self.env.source_stats is not None:
+            self.env.source_stats.measure(rows, metrics)
+        rows = rows.select(self.routed_schema.names).cast(self.routed_schema)
+        if self.traffic_from is not None:
+            rows = _count_traffic(rows, self.traffic_from, self.op.id, len(self.routing), metrics)
+        return rows
+
+    def check_routing(self, kg_values: list, partition: int) -> None:
+        """2. State is owned by one partition per key group: never merge rows routed elsewhere."""
+        strays = [kg for kg in kg_values if self.routing[kg] != partition]
+        if strays:
+            raise StateError(
+                f"keyed operator {self.op.name!r}: partition {partition} received rows of key groups "
+                f"{strays[:5]} routed to other partitions; Spark re-partitioned them after the "
+                f"exchange by key group"
+            )
+
+    def key_groups(self, kg_values: list, partition: int) -> set[int]:
+        """The key groups the task runs: those of its rows, and for a kernel with timers every
+        key group of the partition that holds state (time alone may change it)."""
+        kgs = set(kg_values)
+        if self.kernel.wants_timers:
+            kgs |= {kg for kg in self.with_state if self.routing[kg] == partition}
+        return kgs
+
+    def read_state(self, store: KeyGroupStore, kgs: set[int], metrics: TaskMetrics) -> pa.Table:
+        """3. The committed state of ``kgs`` as the batch reads it."""
+        read_started = time.perf_counter()
+        index = self.index
+        state = store.read(index, sorted(kgs), schema=self.kernel_state) if index is not None else None
+        if state is None:
+            state = self.state_schema.empty_table()
+        # what loading state costs: the balancer's migration cost per byte
+        metrics.add(self.op.id, "state_read_s", time.perf_counter() - read_started)
+        if index is not None:  # in the unit the balancer sees: bytes of the key groups' files
+            metrics.add(self.op.id, "state_read_bytes", sum(f.kg_bytes(kg) for kg in kgs for f in index.files_by_kg.get(kg, ())))
+        return state
+
+    def run_kernel(self, rows: pa.Table, state: pa.Table, partition: int, metrics: TaskMetrics) -> KeyedResult:
+        """4. The operator's kernel over the rows and their state."""
+        context = self.env.context
         ctx = BatchContext(context.batch_id, partition, context.watermark, context.processing_time)
         data = rows.drop_columns([INGEST])
-        with reporting_to(metrics, op.id):  # sluice.report inside the user's function
-            result: KeyedResult = kernel.process(data, state.select(state_schema.names), ctx)
-        step = _timed(metrics, op.id, "kernel_s", step)
-        if kernel.wants_timers:  # whether time alone may still change this partition's state
+        with reporting_to(metrics, self.op.id):  # sluice.report inside the user's function
+            return self.kernel.process(data, state.select(self.state_schema.names), ctx)
+
+    def write_delta(
+        self, store: KeyGroupStore, result: KeyedResult, state: pa.Table, partition: int, metrics: TaskMetrics
+    ) -> None:
+        """5. The changed state, as one delta file for (batch, partition)."""
+        if self.kernel.wants_timers:  # whether time alone may still change this partition's state
             deleted = result.deletes.num_rows if result.deletes is not None else 0
-            metrics.add(op.id, HOLDING, int(result.upserts.num_rows > 0 or state.num_rows > deleted))
+            metrics.add(self.op.id, HOLDING, int(result.upserts.num_rows > 0 or state.num_rows > deleted))
         if result.upserts.num_rows or (result.deletes is not None and result.deletes.num_rows):
-            store.write_delta(context.batch_id, partition, result.upserts, result.deletes)
-        step = _timed(metrics, op.id, "delta_write_s", step)
+            store.write_delta(self.env.batch_id, partition, result.upserts, result.deletes)
+
+    def side_outputs(self, result: KeyedResult, partition: int, metrics: TaskMetrics) -> None:
+        """6. The kernel's metrics, its side outputs and its dead letters."""
+        op, root, batch_id = self.op, self.env.root, self.env.batch_id
         for name, n in result.metrics.items():
             metrics.add(op.id, name, n)
         for name, n in result.peaks.items():
             metrics.peak(op.id, name, n)
         for name, side in result.side_outputs.items():
-            writer = SideOutputWriter(root, f"side/{op.id}/{name}", context.batch_id, op.id, partition)
+            writer = SideOutputWriter(root, f"side/{op.id}/{name}", batch_id, op.id, partition)
             writer.add_table(op.name, side, name)
             metrics.add(op.id, f"side_{name}", writer.flush())
         # one file per (batch, operator, partition): a replayed task replaces it, never adds to it
-        dead = SideOutputWriter(root, DEAD_LETTER, context.batch_id, op.id, partition)
+        dead = SideOutputWriter(root, DEAD_LETTER, batch_id, op.id, partition)
         for letter in result.dead_letters:
             dead.dead(op.name, letter.record, letter.error, op.location, key=letter.key)
         if result.dead_letters:
             metrics.add(op.id, "dead_letters", dead.flush())
-        output = _attach_ingest(result.output, rows, keys, context.processing_time, result.key_ids)
-        metrics.key_group_rows(op.id, kg_values, kg_counts)
-        output = output.select(out_schema.names).cast(out_schema)
-        _timed(metrics, op.id, "output_s", step)
-        # records in, also when they came combined into fewer rows
-        metrics.op_timing(op.id, sum(kg_counts), output.num_rows, time.perf_counter() - start)
-        metrics.flush()
-        yield from output.to_batches()
 
-    return df.mapInArrow(run, to_spark(out_schema))
+    def output(self, result: KeyedResult, rows: pa.Table, kg_values: list, kg_counts: list, metrics: TaskMetrics) -> pa.Table:
+        """7. The kernel's output, each row charged the ingest time of its key's oldest input
+        record, in the stage's schema; the records per key group counted."""
+        output = _attach_ingest(result.output, rows, self.kernel.key_columns, self.env.context.processing_time, result.key_ids)
+        metrics.key_group_rows(self.op.id, kg_values, kg_counts)
+        return output.select(self.out_schema.names).cast(self.out_schema)
 
 
 def _timed(metrics: TaskMetrics, op_id: str, metric: str, since: float) -> float:

@@ -30,7 +30,6 @@ import pyarrow as pa
 
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
-from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange.python_combine import combine_stage
 from sluice.runtime.exchange.routing import MAX_PACKED_PARALLELISM, route, with_key_group
 from sluice.runtime.exchange.spark_combine import (
@@ -40,7 +39,8 @@ from sluice.runtime.exchange.spark_combine import (
     supports_native_combine,
     write_late,
 )
-from sluice.runtime.kernels.keyed import BatchContext, CombiningKernel, KeyedKernel
+from sluice.runtime.kernels.keyed import CombiningKernel, KeyedKernel
+from sluice.runtime.task_env import TaskEnv
 from sluice.runtime.task_metrics import MetricKey
 
 __all__ = ["Exchanged", "SourceStats", "collocated_input", "combined_by_spark", "exchange", "prepare_hash_exchange"]
@@ -70,37 +70,34 @@ def exchange(
     kernel: KeyedKernel,
     in_schema: pa.Schema,
     stage: KeyedStagePlan,
-    context: BatchContext,
-    max_parallelism: int,
-    root: str | Checkpoint,
-    accumulator,
-    source_stats: SourceStats | None = None,
+    env: TaskEnv,
     upstream_keys: list[str] | None = None,
     precombined: bool = False,
 ) -> Exchanged:
     """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
 
-    ``source_stats``: the statistics of the source whose records ``df`` holds, to be measured
-    on Spark's combined rows (:class:`SourceStats`); only given when Spark combines.
+    ``env.source_stats``: the statistics of the source whose records ``df`` holds, to be
+    measured on Spark's combined rows (:class:`SourceStats`); only given when Spark combines.
     ``upstream_keys``: the key columns of the keyed operator before, whose key groups' traffic
     to this operator's is to be counted (``plan.collocation.traffic_source``): only where the
     records themselves cross the exchange (a combine sends partials, one per key and pane).
     ``precombined``: ``df`` holds rows the chain before combined already (``in_schema`` is theirs)."""
+    context, max_parallelism = env.context, env.max_parallelism
     if precombined:
         return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema, None)
     if supports_native_combine(kernel, in_schema):
-        combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism, source_stats)
+        combined = native_combine(df, op, kernel, in_schema, context, stage, max_parallelism, env.source_stats)
 
         def fetch_late() -> dict:
-            if not accumulator.value.get(MetricKey(op.id, "late_seen")):
+            if not env.accumulator.value.get(MetricKey(op.id, "late_seen")):
                 return {}
-            return {"side_late": write_late(combined, op, context, root)}
+            return {"side_late": write_late(combined, op, context, env.root)}
 
         return Exchanged(combined.frame, combined.schema, fetch_late)
-    if source_stats is not None:
+    if env.source_stats is not None:
         raise ValueError(f"operator {op.name!r}: source statistics can only be observed on Spark's combine")
     if isinstance(kernel, CombiningKernel):
-        df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
+        df, in_schema = combine_stage(df, op, kernel, in_schema, env)
         return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema, None)
     read = kernel.input_columns(in_schema)  # only these cross the exchange
     if max_parallelism > MAX_PACKED_PARALLELISM:
@@ -119,10 +116,7 @@ def collocated_input(
     kernel: KeyedKernel,
     in_schema: pa.Schema,
     stage: KeyedStagePlan,
-    context: BatchContext,
-    max_parallelism: int,
-    root: str | Checkpoint,
-    accumulator,
+    env: TaskEnv,
 ):
     """The input of a keyed operator that shares the stage of the keyed operator before it
     (``plan.collocation``): no exchange, since every row is in the partition of its key group
@@ -132,7 +126,7 @@ def collocated_input(
 
     Returns (frame, schema of its rows without the hidden columns)."""
     if isinstance(kernel, CombiningKernel):
-        df, in_schema = combine_stage(df, op, kernel, in_schema, context, root, accumulator)
+        df, in_schema = combine_stage(df, op, kernel, in_schema, env)
     else:  # as before an exchange: only the columns the kernel reads go on
         in_schema = pa.schema([in_schema.field(c) for c in kernel.input_columns(in_schema)])
-    return with_key_group(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema
+    return with_key_group(df, kernel.key_columns, stage, env.max_parallelism, in_schema.names), in_schema

@@ -21,17 +21,16 @@ import time
 import pyarrow as pa
 
 from sluice.graph.operators import Operator
-from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.kernels.keyed import BatchContext, CombiningKernel
 from sluice.runtime.schemas import INGEST, partition_id, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter, combine_stage_name
+from sluice.runtime.task_env import TaskEnv
 from sluice.runtime.task_metrics import COMBINE, TaskMetrics
 
 
-def combine_stage(
-    df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, context: BatchContext, root: str | Checkpoint, accumulator
-):
+def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, env: TaskEnv):
     """A mapInArrow pass combining each task's records; returns (frame, schema of its rows)."""
+    context, root = env.context, env.root
     kernel.bind(in_schema)
     combined_schema = kernel.combined_schema(in_schema)
     out_schema = with_hidden(combined_schema, INGEST)
@@ -41,7 +40,7 @@ def combine_stage(
     def run(batches):
         start = time.perf_counter()
         partition = partition_id()
-        metrics = TaskMetrics(accumulator)
+        metrics = TaskMetrics(env.accumulator)
         received = list(batches)
         if not received:
             metrics.flush()
