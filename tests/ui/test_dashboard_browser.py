@@ -3,8 +3,8 @@ Playwright) loads the page while the demo pipeline runs on Spark, and the charts
 the job's data and the controller's decision appears.
 
 `make test` installs Chromium when it is missing (scripts/check_browser.sh). Set
-SLUICE_DASHBOARD_SCREENSHOT=path.png to keep the screenshot (docs/results/dashboard.png was
-taken this way).
+SLUICE_DASHBOARD_SCREENSHOT=path.png to keep the screenshot (a run held at a fixed admission
+cap; the README's picture of a healthy run is taken by scripts/screenshot_dashboard.py).
 """
 
 from __future__ import annotations
