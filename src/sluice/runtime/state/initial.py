@@ -37,19 +37,20 @@ import pyarrow.parquet as pq
 from sluice.core.columns import KEY_GROUP
 from sluice.errors import PipelineError
 from sluice.graph.operators import Operator
+from sluice.graph.specs import AggregateOp, ProcessOp
 from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.process import EVENT_TIMERS, PROCESSING_TIMERS
 from sluice.runtime.kernels.ttl import STAMP
 from sluice.runtime.state.store import KeyGroupStore
 
-_KINDS = ("aggregate", "process")
+_KINDS = (AggregateOp, ProcessOp)  # the kinds whose spec takes an initial_state
 _FILLED = (STAMP, EVENT_TIMERS, PROCESSING_TIMERS)  # the runtime's own state columns: start empty
 _PICKLED = "__state"
 
 
 def initial_state_of(op: Operator):
     """The operator's ``initial_state`` (None: it starts from nothing)."""
-    return getattr(getattr(op, "spec", None), "initial_state", None)
+    return op.spec.initial_state if isinstance(op.spec, _KINDS) else None
 
 
 def seed_initial_state(spark, graph, checkpoint) -> list[str]:
@@ -90,8 +91,9 @@ def load_table(value, where: str) -> pa.Table:
 def state_rows(op: Operator, kernel, in_schema: pa.Schema) -> pa.Table:
     """The initial table as state rows of ``kernel`` (key columns, then its state columns)."""
     where = f"{op.kind} {op.name!r}"
-    if op.kind not in _KINDS:
-        raise PipelineError(f"{where}: initial_state is available for {' and '.join(_KINDS)}, not for {op.kind}")
+    if not isinstance(op.spec, _KINDS):
+        kinds = " and ".join(k.kind for k in _KINDS)
+        raise PipelineError(f"{where}: initial_state is available for {kinds}, not for {op.kind}")
     table = load_table(initial_state_of(op), where)
     schema = kernel.state_schema(in_schema)
     keys = kernel.key_columns
@@ -110,7 +112,7 @@ def state_rows(op: Operator, kernel, in_schema: pa.Schema) -> pa.Table:
             f"{where}: initial_state has column(s) {unknown} the operator's state lacks; its state columns: "
             f"{[c for c in state_columns if c not in _FILLED]}"
         )
-    if op.kind == "aggregate":
+    if isinstance(op.spec, AggregateOp):
         absent = [c for c in state_columns if c not in table.column_names and c not in _FILLED]
         if absent:
             raise PipelineError(f"{where}: initial_state lacks the aggregate state column(s) {absent}")
