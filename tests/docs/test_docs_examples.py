@@ -19,11 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
+# input a block reads from a folder of the user's (its schema is inferred from the files)
+INPUT = {"inbox/0001.json": '{"ts": "2026-01-01T00:00:05Z", "shop": "a", "amount": 3.5}\n'}
+
 # (page, the block's first line): blocks that stand alone and must run as written
 SELF_CONTAINED = [
     ("README.md", "import sluice"),  # the ten lines
     ("README.md", "import pyarrow as pa"),  # Kafka to Delta
     ("connectors.md", "import pyarrow as pa"),
+    ("event-time.md", "import sluice"),  # reads orders from a folder: one file of them here
     ("state.md", None),
     ("planning.md", None),
     ("operations.md", "from sluice.runtime.side_outputs import read_side_output"),
@@ -66,6 +70,9 @@ def test_a_self_contained_example_runs_as_written(page, index, code, tmp_path, m
 
     monkeypatch.setattr(sluice.Pipeline, "run", validate_instead)
     monkeypatch.chdir(tmp_path)
+    for name, text in INPUT.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Ran):
         exec(compile(code, f"{page} python block {index}", "exec"), {"__name__": "__doc_example__"})
 
