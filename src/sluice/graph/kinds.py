@@ -126,11 +126,6 @@ def kind_of(name: str) -> OperatorKind:
         raise ValueError(f"unknown operator kind {name!r}; known: {sorted(KINDS)}") from None
 
 
-def names_of(family: str) -> frozenset[str]:
-    """The kinds of one family."""
-    return frozenset(k.name for k in KINDS.values() if k.family == family)
-
-
 # ---- shared pieces of the rules ----------------------------------------------------------------
 def fail(op: Operator, message: str, cls: type[PipelineError] = SchemaError) -> PipelineError:
     """An error of ``cls`` at the operator (its name and the user's line)."""

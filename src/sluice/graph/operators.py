@@ -8,18 +8,10 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from sluice.errors import PipelineError
-from sluice.graph.kinds import KEYED, KINDS, NATIVE, PYTHON, SINK, SOURCE, OperatorKind, kind_of, names_of
+from sluice.graph.kinds import KEYED, KINDS, NATIVE, PYTHON, SINK, SOURCE, OperatorKind, kind_of
 from sluice.graph.specs import OperatorSpec, SinkOp, SourceOp
 
 S = TypeVar("S", bound=OperatorSpec)
-
-# Operators Spark runs natively (no Python): they become DataFrame expressions.
-NATIVE_KINDS = names_of(NATIVE)
-# Stateless Python operators: consecutive ones are fused into one mapInArrow pass.
-PYTHON_KINDS = names_of(PYTHON)
-# Stateful keyed operators: run after an exchange by key group, with state in the store.
-# A "join" has two inputs, the keyed streams of its two sides (sluice.graph.joins).
-KEYED_KINDS = names_of(KEYED)
 
 
 def id_problem(op_id: object) -> str | None:
