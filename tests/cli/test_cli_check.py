@@ -98,7 +98,7 @@ def test_check_passes_a_valid_pipeline(tmp_path):
 def test_check_against_a_checkpoint_says_what_changed_and_leaves_it_alone(tmp_path):
     """A changed aggregate on a checkpoint: the restart's own message, with no JVM, and the
     checkpoint's files untouched."""
-    from sluice.cli.run import load_pipeline
+    from sluice.cli.loading import load_pipeline
     from sluice.runtime.checkpoint import Checkpoint
     from sluice.runtime.pipeline_record import open_checkpoint
     from sluice.runtime.planlog import PlanLog

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sluice.cli import main
-from sluice.cli.run import load_pipeline
+from sluice.cli.loading import load_pipeline
 from sluice.errors import ModelError
 from sluice.plan.allocation import allocate_mba, task_rates
 from sluice.plan.from_graph import dag_from_graph

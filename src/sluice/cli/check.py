@@ -67,7 +67,7 @@ def check_against_checkpoint(pipeline, checkpoint: str) -> None:
 
 
 def main(args) -> int:
-    from sluice.cli.run import load_pipeline
+    from sluice.cli.loading import load_pipeline
 
     pipeline = load_pipeline(args.pipeline)
     check_pipeline(pipeline, args.checkpoint)

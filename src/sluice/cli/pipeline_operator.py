@@ -96,7 +96,7 @@ class PipelineOperator:
         self.records: list[dict] = []
 
     def setup(self) -> None:
-        from sluice.cli.run import load_pipeline
+        from sluice.cli.loading import load_pipeline
 
         pipeline = load_pipeline(self.path)
         self.op = _find(pipeline.graph, self.name)

@@ -119,7 +119,7 @@ def spark_settings(report: dict, slot_memory: str) -> dict[str, str]:
 
 def main(args) -> int:
     from sluice.cli.check import check_pipeline
-    from sluice.cli.run import load_pipeline
+    from sluice.cli.loading import load_pipeline
     from sluice.plan.from_graph import dag_from_graph
 
     pipeline = load_pipeline(args.pipeline)

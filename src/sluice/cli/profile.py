@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import inspect
 import json
-import runpy
 import subprocess
 import sys
 from pathlib import Path
 
+from sluice.cli.loading import run_file
 from sluice.errors import ConfigError
 
 
@@ -46,7 +46,7 @@ def resolve_operator(target: str, kwargs: dict) -> tuple[str, dict, str | None]:
         raise ConfigError(f"operator {target!r}: expected FILE.py:ClassName or PIPELINE.py:OPERATOR")
     if not Path(path).exists():
         raise ConfigError(f"operator {target!r}: file {path!r} does not exist")
-    namespace = runpy.run_path(path, run_name="__sluice__")
+    namespace = run_file(path)
     if inspect.isclass(namespace.get(name)):
         return target, kwargs, None
     if "pipeline" not in namespace:

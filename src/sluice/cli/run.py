@@ -5,29 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import runpy
 import sys
 
-from sluice.errors import ConfigError
+from sluice.cli.loading import load_pipeline
 from sluice.job import RunOptions
-
-
-def load_pipeline(path: str):
-    """The ``pipeline`` variable of a Python file (a sluice.Pipeline)."""
-    from sluice.api import Pipeline
-
-    if not os.path.exists(path):
-        raise ConfigError(f"no such pipeline file: {path}")
-    # its local imports resolve beside it, from any working directory (as `python FILE` does);
-    # executors get the same modules shipped (runtime.shipping)
-    directory = os.path.dirname(os.path.abspath(path))
-    if directory not in sys.path:
-        sys.path.insert(0, directory)
-    namespace = runpy.run_path(path, run_name="__sluice__")
-    pipeline = namespace.get("pipeline")
-    if not isinstance(pipeline, Pipeline):
-        raise ConfigError(f"{path} must define a variable `pipeline` holding a sluice.Pipeline")
-    return pipeline
 
 
 def percent(text: str) -> float:
