@@ -46,6 +46,10 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks examples
 	$(PY) -m mypy
 
+# every benchmark's quick mode in turn, alone on the machine (benchmarks/run_all.py; ARGS="--only a,b" or "--list")
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py --quick $(ARGS)
+
 # a Spark standalone cluster on this machine (2 workers x 1 core): sluice run --master <its URL>
 cluster: $(STAMP)
 	$(VENV)/bin/sluice cluster up $(ARGS)
