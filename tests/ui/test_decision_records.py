@@ -22,6 +22,7 @@ from sluice.core.decisions import (
     PolicyFailed,
     Rejected,
     parse_record,
+    read_decisions,
     read_records,
 )
 from sluice.plan.physical import initial_plan
@@ -102,6 +103,12 @@ def test_what_the_controller_logs_reads_back_typed(tmp_path):
     assert swap.reason == "policies replaced from a test"
 
 
+def test_each_line_the_controller_wrote_is_its_records_logged_form(tmp_path):
+    checkpoint = _controlled_checkpoint(tmp_path)
+    lines = read_decisions(checkpoint)
+    assert [parse_record(line).to_dict() for line in lines] == lines
+
+
 def test_the_dashboard_rows_and_status_come_from_the_records(tmp_path):
     checkpoint = _controlled_checkpoint(tmp_path)
     view = JobView(checkpoint)
@@ -146,7 +153,7 @@ def test_the_dashboard_rows_and_status_come_from_the_records(tmp_path):
 def test_lines_of_older_or_hand_written_logs_read_tolerantly():
     untyped = parse_record({"batch_id": 1, "policy": "rebalance", "action": "move", "reason": "hot key group"})
     assert isinstance(untyped, Decision) and untyped.action == LoggedAction(kind=None, raw="move")
-    assert untyped.action.text() == "move" and untyped.id is None and untyped.constraints == {}
+    assert untyped.action.text() == "move" and untyped.id is None and untyped.constraints is None
     kindless = parse_record({"batch": 2, "action": {"max_rows": 5}})
     assert isinstance(kindless, Decision) and kindless.batch_id == 2
     assert kindless.action is not None and kindless.action.text() == json.dumps({"max_rows": 5})

@@ -46,6 +46,7 @@ from sluice.control.policy import Policy
 from sluice.control.qos import MET, UNKNOWN, VIOLATED, QoSManager
 from sluice.control.swap import PolicySwaps
 from sluice.control.view import ControlView, Resources
+from sluice.core.decisions import Decision, Escalation, LoggedAction, Measured, PolicyFailed, Rejected
 from sluice.errors import ConfigError
 from sluice.graph.alternates import alternates_of
 
@@ -116,13 +117,9 @@ class Controller:
         for swap in self.swaps.poll(metrics.batch_id) if self.swaps is not None else ():
             if swap.policies is None:
                 self.log.append(
-                    {
-                        "type": "rejected",
-                        "batch_id": metrics.batch_id,
-                        "time": round(time.time(), 3),
-                        "policy": "control",
-                        "reason": f"new policies not loaded: {swap.error}",
-                    }
+                    Rejected(
+                        batch_id=metrics.batch_id, time=_now(), policy="control", reason=f"new policies not loaded: {swap.error}"
+                    )
                 )
                 log.warning("batch %d: new policies not loaded: %s", metrics.batch_id, swap.error)
             else:
@@ -140,9 +137,7 @@ class Controller:
                 continue
             proposals.extend(proposed)
             for note in notes:  # proposals a policy held back itself, and why
-                self.log.append(
-                    {"type": "held", "batch_id": metrics.batch_id, "time": round(time.time(), 3), "policy": policy.name, **note}
-                )
+                self.log.append({"type": "held", "batch_id": metrics.batch_id, "time": _now(), "policy": policy.name, **note})
         verdict = self.arbiter.arbitrate(proposals, metrics.batch_id, self.qos, self._in_force(plan))
         new_plan = None
         escalating = set()
@@ -179,15 +174,7 @@ class Controller:
         which policy failed and how (``sluice control`` swaps in mended policies)."""
         self.policies.remove(policy)
         reason = f"policy failed and is disabled for this run: {type(exc).__name__}: {exc}"[:2000]
-        self.log.append(
-            {
-                "type": "policy_failed",
-                "batch_id": batch_id,
-                "time": round(time.time(), 3),
-                "policy": policy.name,
-                "reason": reason,
-            }
-        )
+        self.log.append(PolicyFailed(batch_id=batch_id, time=_now(), policy=policy.name, reason=reason))
         log.error("batch %d: %s %s", batch_id, policy.name, reason)
 
     def replace_policies(self, policies: list[Policy], batch_id: int, source: str = "replace_policies") -> None:
@@ -198,23 +185,18 @@ class Controller:
         for policy in self.policies:
             policy.restore(list(self.history))
         names = ", ".join(p.name for p in self.policies) or "none"
-        record = {
-            "type": "decision",
-            "id": self.log.next_id(),
-            "batch_id": batch_id,
-            "time": round(time.time(), 3),
-            "policy": "control",
-            "action": {
-                "kind": "policies",
-                "target": "*",
-                "value": names,
-                "reason": f"policies replaced from {source}",
-                "expected": {},
-                "policy": "control",
-            },
-            "policies": [p.describe() for p in self.policies],
-            "previous": previous,
-        }
+        swap = LoggedAction(
+            kind="policies", target=ALL_SOURCES, value=names, reason=f"policies replaced from {source}", policy="control"
+        )
+        record = Decision(
+            id=self.log.next_id(),
+            batch_id=batch_id,
+            time=_now(),
+            policy="control",
+            action=swap,
+            policies=[p.describe() for p in self.policies],
+            previous=previous,
+        ).to_dict()
         self.log.append(record)
         self.last_decision = record
         self.last_change_batch = batch_id
@@ -257,15 +239,14 @@ class Controller:
 
     def _decided(self, batch_id: int, action: Action, view: ControlView) -> None:
         decision_id = self.log.next_id()
-        record = {
-            "type": "decision",
-            "id": decision_id,
-            "batch_id": batch_id,
-            "time": round(time.time(), 3),
-            "policy": action.policy,
-            "action": action.to_dict(),
-            "constraints": {name: s.to_dict() for name, s in view.status.items()},
-        }
+        record = Decision(
+            id=decision_id,
+            batch_id=batch_id,
+            time=_now(),
+            policy=action.policy,
+            action=_logged(action),
+            constraints={name: s.to_dict() for name, s in view.status.items()},
+        ).to_dict()
         self.log.append(record)
         self.unmeasured.append((decision_id, action))
         self.last_change_batch = batch_id
@@ -288,16 +269,7 @@ class Controller:
 
     def _reject(self, batch_id: int, action: Action, problem: str) -> None:
         """An accepted action that cannot be applied to this job: logged, warned about, not applied."""
-        self.log.append(
-            {
-                "type": "rejected",
-                "batch_id": batch_id,
-                "time": round(time.time(), 3),
-                "policy": action.policy,
-                "action": action.to_dict(),
-                "reason": problem,
-            }
-        )
+        self.log.append(Rejected(batch_id=batch_id, time=_now(), policy=action.policy, action=_logged(action), reason=problem))
         log.warning("batch %d: %s's %s action rejected: %s", batch_id, action.policy, action.kind, problem)
 
     def _measure(self, metrics) -> None:
@@ -315,16 +287,10 @@ class Controller:
         if traffic:  # beside a collocation's expected factor: the one measured (runtime.traffic)
             measured["collocation"] = {op: round(factor, 4) for op, factor in traffic.items()}
         for decision_id, action in self.unmeasured:
-            self.log.append(
-                {
-                    "type": "measured",
-                    "decision": decision_id,
-                    "batch_id": metrics.batch_id,
-                    "time": round(time.time(), 3),
-                    "expected": dict(action.expected),
-                    "measured": measured,
-                }
+            record = Measured(
+                decision=decision_id, batch_id=metrics.batch_id, time=_now(), expected=dict(action.expected), measured=measured
             )
+            self.log.append(record)
         self.unmeasured = []
 
     def _escalate(self, batch_id: int, action: Escalate) -> None:
@@ -334,16 +300,15 @@ class Controller:
         if previous is not None:
             return  # already said; the state shows it until it ends
         self.log.append(
-            {
-                "type": "escalation",
-                "batch_id": batch_id,
-                "time": round(time.time(), 3),
-                "constraint": action.target,
-                "state": "started",
-                "policy": action.policy,
-                "details": details,
-                "reason": action.reason,
-            }
+            Escalation(
+                batch_id=batch_id,
+                time=_now(),
+                constraint=action.target,
+                state="started",
+                policy=action.policy,
+                details=details,
+                reason=action.reason,
+            )
         )
         warnings.warn(f"latency constraint {action.target!r} cannot be met: {action.reason}", EscalationWarning, stacklevel=2)
         log.warning("constraint %s cannot be met: %s", action.target, action.reason)
@@ -351,15 +316,14 @@ class Controller:
     def _end_escalation(self, batch_id: int, name: str) -> None:
         details = self.escalated.pop(name)
         self.log.append(
-            {
-                "type": "escalation",
-                "batch_id": batch_id,
-                "time": round(time.time(), 3),
-                "constraint": name,
-                "state": "ended",
-                "details": details,
-                "reason": "the bound can hold at the offered rate again",
-            }
+            Escalation(
+                batch_id=batch_id,
+                time=_now(),
+                constraint=name,
+                state="ended",
+                details=details,
+                reason="the bound can hold at the offered rate again",
+            )
         )
 
     # ---- what the progress line and the dashboard show -------------------------------------------
@@ -385,6 +349,16 @@ class Controller:
             "escalations": dict(self.escalated),
             "decisions": self.decisions,
         }
+
+
+def _now() -> float:
+    """A record's time: epoch seconds to the millisecond."""
+    return round(time.time(), 3)
+
+
+def _logged(action: Action) -> LoggedAction:
+    """An action as the decisions log keeps it."""
+    return LoggedAction(**action.to_dict())
 
 
 def _signed(action: Action, policy: str) -> Action:

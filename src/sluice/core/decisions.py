@@ -74,6 +74,19 @@ class LoggedAction:
             raw=None if kind is not None else dict(data),
         )
 
+    def to_dict(self) -> Any:
+        """The logged form (``raw`` as it was when the line had no action object)."""
+        if self.kind is None:
+            return self.raw
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "value": self.value,
+            "reason": self.reason,
+            "expected": dict(self.expected or {}),
+            "policy": self.policy,
+        }
+
     def text(self) -> str:
         """``admission * -> 4000``; a rescale with its routing shows the count."""
         if self.kind is None:
@@ -117,6 +130,10 @@ class LogRecord:
     def from_dict(cls, data: Mapping[str, Any]) -> LogRecord:
         return cls(**cls._common(data))
 
+    def to_dict(self) -> dict:
+        """The line as written (each record type that the controller writes says its own)."""
+        return dict(self.raw)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Decision(LogRecord):
@@ -125,7 +142,9 @@ class Decision(LogRecord):
     type: ClassVar[str] = "decision"
     id: int | None = None
     action: LoggedAction | None = None
-    constraints: Mapping[str, Any] = field(default_factory=dict)
+    constraints: Mapping[str, Any] | None = None  # each constraint's window when it was made
+    policies: list | None = None  # a swap: the policies put in force, and those before
+    previous: list | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:
@@ -133,13 +152,30 @@ class Decision(LogRecord):
         action = LoggedAction.parse(data.get("action"))
         if not common["reason"] and action is not None:
             common["reason"] = action.reason
-        constraints = data.get("constraints")
+        constraints, policies, previous = data.get("constraints"), data.get("policies"), data.get("previous")
         return cls(
             id=data["id"] if isinstance(data.get("id"), int) else None,
             action=action,
-            constraints=constraints if isinstance(constraints, Mapping) else {},
+            constraints=constraints if isinstance(constraints, Mapping) else None,
+            policies=policies if isinstance(policies, list) else None,
+            previous=previous if isinstance(previous, list) else None,
             **common,
         )
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {
+            "type": self.type,
+            "id": self.id,
+            "batch_id": self.batch_id,
+            "time": self.time,
+            "policy": self.policy,
+        }
+        out["action"] = None if self.action is None else self.action.to_dict()
+        if self.constraints is not None:
+            out["constraints"] = dict(self.constraints)
+        if self.policies is not None:
+            out.update(policies=self.policies, previous=self.previous)
+        return out
 
     @property
     def expected(self) -> Any:
@@ -168,6 +204,16 @@ class Measured(LogRecord):
             **cls._common(data),
         )
 
+    def to_dict(self) -> dict:
+        return {
+            "type": self.type,
+            "decision": self.decision,
+            "batch_id": self.batch_id,
+            "time": self.time,
+            "expected": dict(self.expected),
+            "measured": dict(self.measured),
+        }
+
 
 @dataclass(frozen=True, kw_only=True)
 class Escalation(LogRecord):
@@ -188,6 +234,14 @@ class Escalation(LogRecord):
             **cls._common(data),
         )
 
+    def to_dict(self) -> dict:
+        out: dict = {"type": self.type, "batch_id": self.batch_id, "time": self.time}
+        out.update(constraint=self.constraint, state=self.state)
+        if self.policy:
+            out["policy"] = self.policy
+        out.update(details=None if self.details is None else dict(self.details), reason=self.reason)
+        return out
+
 
 @dataclass(frozen=True, kw_only=True)
 class Rejected(LogRecord):
@@ -199,6 +253,13 @@ class Rejected(LogRecord):
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rejected:
         return cls(action=LoggedAction.parse(data.get("action")), **cls._common(data))
+
+    def to_dict(self) -> dict:
+        out = {"type": self.type, "batch_id": self.batch_id, "time": self.time, "policy": self.policy}
+        if self.action is not None:
+            out["action"] = self.action.to_dict()
+        out["reason"] = self.reason
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,6 +288,9 @@ class PolicyFailed(LogRecord):
     """A policy that raised: disabled for the rest of the run (``reason`` says how it failed)."""
 
     type: ClassVar[str] = "policy_failed"
+
+    def to_dict(self) -> dict:
+        return {"type": self.type, "batch_id": self.batch_id, "time": self.time, "policy": self.policy, "reason": self.reason}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -277,7 +341,10 @@ class DecisionLog:
         self._next += 1
         return value
 
-    def append(self, record: dict) -> None:
+    def append(self, record: dict | LogRecord) -> None:
+        """Append one line: a typed record (its ``to_dict``) or a dict as it is."""
+        if isinstance(record, LogRecord):
+            record = record.to_dict()
         self.records.append(record)
         if self.checkpoint is not None:
             self.checkpoint.append_line(FILE, json.dumps(record, default=str))
