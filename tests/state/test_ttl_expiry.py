@@ -80,3 +80,14 @@ def test_the_api_takes_a_ttl_with_options():
     assert isinstance(kernel, TTLKernel) and kernel.ttl == StateTTL(86_400_000_000, "processing", "idle_users")
     with pytest.raises(PipelineError, match="on_expiry must name a side output"):
         ttl("1d", on_expiry="no spaces allowed")
+
+
+def test_the_end_of_input_expires_every_key_with_no_expiry_time():
+    from sluice.runtime.kernels.panes import END_OF_TIME
+
+    kernel = TTLKernel(AggregateKernel(["k"], {"n": agg.count()}), ttl("1h", on_expiry="expired"))
+    rows = pa.table({"k": ["a"], "v": [1]}).append_column(KEY_GROUP, pa.array([0], pa.int32()))
+    state_schema = kernel.state_schema(rows.schema).append(pa.field(KEY_GROUP, pa.int32()))
+    first = kernel.process(rows, state_schema.empty_table(), BatchContext(0, 0, 100, 0))
+    last = kernel.process(rows.slice(0, 0), first.upserts.select(state_schema.names), BatchContext(1, 0, END_OF_TIME, 0))
+    assert last.side_outputs["expired"].to_pylist() == [{"k": "a", "n": 1, "last_write": at(100), "expired_at": None}]

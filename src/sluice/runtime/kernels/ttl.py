@@ -104,10 +104,16 @@ class TTLKernel(KeyedKernel):
 
     def _expiry_records(self, expired: pa.Table, now: int | None) -> pa.Table:
         """One record per expired key: its key and last state (as the store holds it),
-        ``last_write`` and ``expired_at`` on the TTL's clock."""
+        ``last_write`` and ``expired_at`` on the TTL's clock (null at the end of input, whose
+        watermark is the end of time and expires every key)."""
         stamps = expired.column(STAMP).cast(pa.timestamp("us", tz="UTC"))
         table = expired.drop_columns([KEY_GROUP, STAMP])
-        at = pa.array(np.full(expired.num_rows, now if now is not None else 0, np.int64)).cast(pa.timestamp("us", tz="UTC"))
+        # the end of input moves the watermark to the end of time: no date to give there
+        known = now is not None and now < END_OF_TIME
+        at = pa.array(
+            np.full(expired.num_rows, now if known else 0, np.int64), mask=None if known else np.ones(expired.num_rows, bool)
+        )
+        at = at.cast(pa.timestamp("us", tz="UTC"))
         return table.append_column("last_write", stamps).append_column("expired_at", at)
 
     def _stamped(self, upserts: pa.Table, rows: pa.Table, live: pa.Table, now: int | None) -> pa.Table:
