@@ -68,11 +68,8 @@ class RunTotals:
 
 
 def batch_late_records(m: BatchMetrics) -> int:
-    """Late records of a batch: the runtime's own count if it has one, else the windows'."""
-    own = getattr(m, "late_records", None)
-    if isinstance(own, int):
-        return own
-    return int(sum(progress.counters.get("late_seen", 0) or 0 for progress in m.operators.values()))
+    """Late records of a batch (those too late for every window)."""
+    return int(m.late_records)
 
 
 def progress_table(t: RunTotals, control_state: dict | None = None) -> Group:

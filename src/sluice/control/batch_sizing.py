@@ -259,7 +259,7 @@ class ModelBatchSizing(Policy):
     def _check_plan(self, latest) -> None:
         """A new Plan (more partitions, other chains) changes the cost of a batch: the model
         is refitted on the batches run under it."""
-        version = getattr(latest, "plan_version", 0)
+        version = latest.plan_version
         if self.plan_version is not None and version != self.plan_version:
             self.since = max(self.since, latest.batch_id - 1)
             self.fit = self.slope = None
@@ -284,7 +284,7 @@ class ModelBatchSizing(Policy):
         if self.countering is not None:
             proposed_at, version = self.countering
             applied = view.plan.version != version
-            measured = sum(1 for m in view.batches() if getattr(m, "plan_version", 0) == view.plan.version)
+            measured = sum(1 for m in view.batches() if m.plan_version == view.plan.version)
             if (not applied and view.batch_id - proposed_at <= COUNTERMEASURE_PATIENCE) or (applied and measured < 3):
                 return []
             self.countering = None

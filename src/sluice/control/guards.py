@@ -203,7 +203,7 @@ def measurements(view: ControlView) -> dict[str, Any]:
     rate = view.offered_rate()
     if rate is None and latest.duration_s > 0:
         rate = latest.rows_in / latest.duration_s
-    dynamics = getattr(latest, "dynamics", None) or {}
+    dynamics = latest.dynamics or {}
     return {
         "batch_id": latest.batch_id,
         "rows": latest.rows_in,

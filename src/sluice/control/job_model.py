@@ -82,7 +82,7 @@ class JobModel:
 def build_model(view: ControlView, *, ahead: float | None = None, window: int = 20) -> JobModel:
     """The job's model after the view's latest batch (see the module's docstring)."""
     version = view.plan.version
-    batches = [m for m in view.batches() if getattr(m, "plan_version", 0) == version][-window:]
+    batches = [m for m in view.batches() if m.plan_version == version][-window:]
     fit = fit_batch_time([m.rows_in for m in batches], [m.duration_s for m in batches]) if len(batches) >= 4 else None
     if fit is None:  # too few batches under this Plan, or sizes that hardly vary: all recent ones
         recent = view.batches(window)

@@ -87,7 +87,7 @@ class ControlView:
         rows: dict[str, float] = {}
         seconds: dict[str, float] = {}
         for m in self.batches():
-            entry = ((getattr(m, "dynamics", None) or {}).get("alternates") or {}).get(op_id) or {}
+            entry = ((m.dynamics or {}).get("alternates") or {}).get(op_id) or {}
             name = entry.get("alternate")
             if name is not None and entry.get("cost") is not None:
                 n = float(m.operators[op_id].rows_in) if op_id in m.operators else 0.0
