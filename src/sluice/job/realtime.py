@@ -19,6 +19,7 @@ from typing import Any
 from sluice.core.decisions import DecisionLog
 from sluice.errors import ConfigError
 from sluice.graph import JobGraph
+from sluice.graph.kafka import METADATA
 from sluice.graph.specs import AggregateOp, FilterExprOp, KeyByOp, SelectOp, SinkOp, SourceOp, UnionOp, WithColumnsOp
 from sluice.job.options import RunOptions
 from sluice.job.result import JobResult
@@ -40,8 +41,6 @@ def _aggregate(agg, F):
 def _source_frame(spark, spec):
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import from_arrow_schema
-
-    from sluice.graph.kafka import METADATA
 
     reader = (
         spark.readStream.format("kafka")
