@@ -10,7 +10,7 @@ import sluice
 from sluice import Alt, sinks, sources
 from sluice.control import Guards, read_decisions
 from sluice.runtime.reporting import report, reporting_to
-from sluice.runtime.task_metrics import TaskMetrics
+from sluice.runtime.task_metrics import MetricKey, TaskMetrics
 
 
 def rough(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -29,8 +29,8 @@ def test_reports_outside_an_operator_are_ignored_and_inside_go_to_its_metrics():
     metrics = TaskMetrics(None)
     with reporting_to(metrics, "work"):
         rough(pa.RecordBatch.from_pydict({"id": [1]}))
-    assert metrics.values[("work", "user.error.sum")] == pytest.approx(0.6)
-    assert metrics.values[("work", "user.error.count")] == 2
+    assert metrics.values[MetricKey("work", "user.error.sum")] == pytest.approx(0.6)
+    assert metrics.values[MetricKey("work", "user.error.count")] == 2
 
 
 @pytest.mark.spark
