@@ -182,13 +182,13 @@ def test_configurable_by_name():
 
 
 def test_sparse_counts_add_code_by_code():
-    from sluice.runtime.task_metrics import MetricKey, MetricsParam, SparseCounts
+    from sluice.runtime.task_metrics import TRAFFIC, MetricKey, MetricsParam, SparseCounts
 
     a = SparseCounts.of(np.array([3, 1, 3, 7]), bins=8)
     b = SparseCounts.of(np.array([7, 7, 2]))
-    acc = MetricsParam().addInPlace({}, {MetricKey("x#traffic", "up"): a})
-    acc = MetricsParam().addInPlace(acc, {MetricKey("x#traffic", "up"): b})
-    total = acc[MetricKey("x#traffic", "up")]
+    acc = MetricsParam().addInPlace({}, {MetricKey("x", "up", TRAFFIC): a})
+    acc = MetricsParam().addInPlace(acc, {MetricKey("x", "up", TRAFFIC): b})
+    total = acc[MetricKey("x", "up", TRAFFIC)]
     assert dict(zip(total.codes.tolist(), total.counts.tolist())) == {1: 1, 2: 1, 3: 2, 7: 3}
 
 
