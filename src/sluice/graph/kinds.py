@@ -14,7 +14,14 @@ An operator of the job graph is a kind name plus its typed spec (``graph.operato
   :class:`~sluice.errors.PipelineError` naming the operator when the inputs do not fit;
 * ``kernel``: for ``python`` and ``keyed`` kinds, the runtime's factory of the kernel, as
   ``"module:function"`` (the graph is pure and never imports the runtime; the runtime
-  resolves the name, ``runtime.kernels.factory``).
+  resolves the name, ``runtime.kernels.factory``);
+* what the rest of Sluice asks of a kind instead of comparing names: ``passes_schema``,
+  ``assumes_input_columns`` (validation), ``processing_element`` (``graph.alternates``),
+  ``real_time`` (``plan.mode``), ``key_preserving`` (``plan.collocation``) and
+  ``default_model`` (``plan.from_graph``).
+
+Code that reads an operator's parameters reads its spec's typed fields
+(``op.spec_as(AggregateOp).aggregates``), or dispatches on the spec's type.
 
 The fluent API (``sluice.api``) builds operators, that is kinds and specs; it never
 builds kernels. Pure Python: no Spark.
