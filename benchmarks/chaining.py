@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             "generator source, local[2]",
         ),
         outputs_equal=outputs_equal,
+        spark=spark,
         outputs_compared="every run's output row count and sum of cost, fused and unfused",
     )
     return 0 if outputs_equal else 1

@@ -131,6 +131,7 @@ def main() -> None:
             "sink; generator source, 2 partitions, local[2]",
         ),
         outputs_equal=equal,
+        spark=spark,
         outputs_compared="every run's final per-key figures, collocated and exchanged",
     )
     if not equal:

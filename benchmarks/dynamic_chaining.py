@@ -233,6 +233,7 @@ def main() -> int:
             "fixed; generator source, local[2]",
         ),
         outputs_equal=equal,
+        spark=spark,
         outputs_compared="rows and the sum of w written by every run of each workload (start, target, live)",
     )
     return 0 if equal else 1

@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             details=best.to_json(),
         ),
         outputs_equal=equal,
+        spark=spark,
         outputs_compared="the (left row, right row) pairs of every run of both systems, on every Spark state store",
     )
     if not equal:

@@ -448,6 +448,7 @@ def main() -> None:
             "Flux and the consistent-hash ring beside the MILP",
         ),
         outputs_equal=exact,
+        spark=spark,
         outputs_compared="the final per-key aggregates of every run of every system, equal across runs and their "
         "counts adding up to the rows produced (exactly once under migrations), each seed",
     )
