@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from sluice.runtime.kernels.grouping import groups
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext, DeadRecord, KeyedKernel, KeyedResult
 
-_STATE = "__state"
+PICKLED_STATE = "__state"  # a key's pickled state, when its operator has no state_schema
 EVENT_TIMERS = "__event_timers"
 PROCESSING_TIMERS = "__processing_timers"
 NEXT_TIMER_NEG = "next_processing_timer_neg_us"
@@ -144,7 +144,7 @@ class ProcessKernel(KeyedKernel):
 
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
         fields = [input_schema.field(k) for k in self.key_columns]
-        fields += list(self.typed) if self.typed is not None else [pa.field(_STATE, pa.binary())]
+        fields += list(self.typed) if self.typed is not None else [pa.field(PICKLED_STATE, pa.binary())]
         if self.on_timer is not None:
             fields += [pa.field(EVENT_TIMERS, pa.list_(pa.int64())), pa.field(PROCESSING_TIMERS, pa.list_(pa.int64()))]
         return pa.schema(fields)
@@ -235,7 +235,7 @@ class ProcessKernel(KeyedKernel):
         if not state.num_rows:
             return []
         if self.typed is None:
-            return state.column(_STATE).to_pylist()
+            return state.column(PICKLED_STATE).to_pylist()
         return state.select(self.typed.names).to_pylist()
 
     def _value(self, stored: Any) -> Any:
@@ -248,7 +248,7 @@ class ProcessKernel(KeyedKernel):
         """The state columns of ``value``; raises (inside the key's unit of failure) when it
         cannot be stored: not picklable, or not a record of the state schema."""
         if self.typed is None:
-            return {_STATE: None if value is None else pickle.dumps(value)}
+            return {PICKLED_STATE: None if value is None else pickle.dumps(value)}
         if value is None:
             return dict.fromkeys(self.typed.names)
         if not isinstance(value, Mapping):

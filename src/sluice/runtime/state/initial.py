@@ -39,13 +39,12 @@ from sluice.errors import PipelineError
 from sluice.graph.operators import Operator
 from sluice.graph.specs import AggregateOp, ProcessOp
 from sluice.runtime.kernels.factory import keyed_kernel
-from sluice.runtime.kernels.process import EVENT_TIMERS, PROCESSING_TIMERS
+from sluice.runtime.kernels.process import EVENT_TIMERS, PICKLED_STATE, PROCESSING_TIMERS
 from sluice.runtime.kernels.ttl import STAMP
 from sluice.runtime.state.store import KeyGroupStore
 
 _KINDS = (AggregateOp, ProcessOp)  # the kinds whose spec takes an initial_state
 _FILLED = (STAMP, EVENT_TIMERS, PROCESSING_TIMERS)  # the runtime's own state columns: start empty
-_PICKLED = "__state"
 
 
 def initial_state_of(op: Operator):
@@ -101,10 +100,10 @@ def state_rows(op: Operator, kernel, in_schema: pa.Schema) -> pa.Table:
     if missing:
         raise PipelineError(f"{where}: initial_state lacks the key column(s) {missing}; it has {table.column_names}")
     _check_unique(table, keys, where)
-    if _PICKLED in schema.names:  # process without a state_schema: each row's other columns, pickled
+    if PICKLED_STATE in schema.names:  # process without a state_schema: each row's other columns, pickled
         others = [c for c in table.column_names if c not in keys]
         blobs = [pickle.dumps(r) for r in table.select(others).to_pylist()]
-        table = table.select(keys).append_column(_PICKLED, pa.array(blobs, pa.binary()))
+        table = table.select(keys).append_column(PICKLED_STATE, pa.array(blobs, pa.binary()))
     state_columns = [f.name for f in schema if f.name not in keys]
     unknown = [c for c in table.column_names if c not in schema.names]
     if unknown:
