@@ -7,14 +7,11 @@ current value of a key is its row in the latest batch that wrote it.
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sluice.errors import SinkError
+from sluice.runtime.kernels.grouping import last_rows
 from sluice.runtime.sinks import read_files
-
-_ROW = "__changelog_row"
 
 
 def latest_per_key(changelog: pa.Table, keys: list[str]) -> pa.Table:
@@ -23,9 +20,7 @@ def latest_per_key(changelog: pa.Table, keys: list[str]) -> pa.Table:
     missing = [k for k in keys if k not in changelog.column_names]
     if missing:
         raise SinkError(f"key column(s) {missing} not in the output; its columns: {changelog.column_names}")
-    numbered = changelog.select(keys).append_column(_ROW, pa.array(np.arange(changelog.num_rows)))
-    last = numbered.group_by(keys, use_threads=False).aggregate([(_ROW, "max")])[f"{_ROW}_max"]
-    return changelog.take(pc.take(last, pc.sort_indices(last)))
+    return changelog.take(last_rows(changelog, keys))
 
 
 def read_latest(path: str, keys: list[str] | str, format: str = "parquet") -> pa.Table | None:

@@ -31,6 +31,7 @@ from sluice.graph.connectors import PostgresSink, PostgresTableSource
 from sluice.graph.sources import spark_compatible
 from sluice.runtime.connectors.payloads import Parsed, parse_by_bisection
 from sluice.runtime.connectors.reader import BrokerDown, ConnectorStreamReader, Plan, Span
+from sluice.runtime.kernels.grouping import last_rows
 
 UNCAPPED_BATCH = 1_000_000
 """Rows a batch admits when no limit is set."""
@@ -339,10 +340,7 @@ def _pg_type(t: pa.DataType) -> str:
 
 def _last_per_key(table: pa.Table, key: tuple) -> pa.Table:
     """The last row of each key, in order (an upsert may touch a row once per statement)."""
-    numbered = table.append_column("__row", pa.array(np.arange(table.num_rows)))
-    last = numbered.group_by(list(key), use_threads=False).aggregate([("__row", "max")])
-    rows = last["__row_max"]
-    return table.take(rows.take(pc.sort_indices(rows)))
+    return table.take(last_rows(table, list(key)))
 
 
 class PostgresWriter:

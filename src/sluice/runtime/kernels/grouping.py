@@ -116,3 +116,14 @@ def exact_key_type(dtype: pa.DataType) -> bool:
         or pa.types.is_date(dtype)
         or pa.types.is_floating(dtype)
     )
+
+
+_ROW = "__row"  # a table's row positions, aggregated per key below
+
+
+def last_rows(table: pa.Table, keys: list[str]) -> np.ndarray:
+    """Positions of the last row of each key (each distinct tuple of the ``keys`` columns),
+    ascending: one Arrow group-by over the row numbers."""
+    numbered = table.select(keys).append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    last = numbered.group_by(keys, use_threads=False).aggregate([(_ROW, "max")])
+    return np.sort(last.column(f"{_ROW}_max").to_numpy())  # Arrow names an aggregate <column>_<function>

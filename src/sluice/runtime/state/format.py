@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from sluice.core.columns import KEY_GROUP
 from sluice.errors import StateError
-from sluice.runtime.kernels.grouping import canonical_key, exact_key_type
+from sluice.runtime.kernels.grouping import canonical_key, exact_key_type, last_rows
 
 DELETED = "__deleted"
 CHECKSUM_ALGORITHM = "sha256"
@@ -149,14 +149,7 @@ def _last_rows(table: pa.Table, key_columns: list[str]) -> np.ndarray:
     n = table.num_rows
     kg = np.asarray(table.column(KEY_GROUP).to_numpy(), np.int64)
     if not all(exact_key_type(table.schema.field(c).type) for c in key_columns):
-        rows = pa.array(np.arange(n, dtype=np.int64))
-        groups = (
-            table.select([KEY_GROUP, *key_columns])
-            .append_column("__row", rows)
-            .group_by([KEY_GROUP, *key_columns], use_threads=False)
-            .aggregate([("__row", "max")])
-        )
-        return np.sort(groups.column("__row_max").to_numpy())
+        return last_rows(table, [KEY_GROUP, *key_columns])
     codes, m = None, 1
     for c in key_columns:
         column_codes, size = _codes(table.column(c))
