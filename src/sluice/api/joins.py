@@ -23,6 +23,7 @@ from sluice.core.location import user_location
 from sluice.errors import PipelineError
 from sluice.graph.joins import JoinSides, StreamJoin, TableLookup
 from sluice.graph.specs import JoinOp
+from sluice.graph.ttl import StateTTL
 from sluice.graph.windows import Duration, EventTime, Sliding, parse_duration
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ def add_join(
     allowed_lateness: Duration,
     suffixes: tuple[str, str],
     name: str | None,
+    ttl: StateTTL | None = None,
 ) -> Stream:
     """Add a windowed or interval stream-stream join (``KeyedStream.join``)."""
     location = user_location()
@@ -93,7 +95,7 @@ def add_join(
         spec = StreamJoin(sides, how, window, bounds, parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True))
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "join", location) from None
-    return _add(left, right, spec, name)
+    return _add(left, right, spec, name, ttl)
 
 
 def add_lookup(
@@ -105,6 +107,7 @@ def add_lookup(
     deleted: str | None,
     suffixes: tuple[str, str],
     name: str | None,
+    ttl: StateTTL | None = None,
 ) -> Stream:
     """Add a table lookup (``KeyedStream.lookup``)."""
     location = user_location()
@@ -117,12 +120,16 @@ def add_lookup(
         )
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "lookup", location) from None
-    return _add(stream, table, spec, name)
+    return _add(stream, table, spec, name, ttl)
 
 
-def _add(left: KeyedStream, right: KeyedStream, spec: StreamJoin | TableLookup, name: str | None) -> Stream:
+def _add(
+    left: KeyedStream, right: KeyedStream, spec: StreamJoin | TableLookup, name: str | None, ttl: StateTTL | None = None
+) -> Stream:
     from sluice.api.stream import Stream
 
-    # a spec: its schema rule and kernel factory are the join kind's (graph.kinds)
-    op = Stream(left.pipeline, left.op)._then(JoinOp(keys=list(left.keys), join=spec), name, inputs=(left.op.id, right.op.id))
+    # a spec: its schema rule and kernel factory are the join kind's (graph.kinds); with a ttl
+    # the buffers expire per key (runtime.kernels.ttl wraps the kernel)
+    join = JoinOp(keys=list(left.keys), join=spec, ttl=ttl)
+    op = Stream(left.pipeline, left.op)._then(join, name, inputs=(left.op.id, right.op.id))
     return Stream(left.pipeline, op)

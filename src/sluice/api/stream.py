@@ -39,6 +39,7 @@ from sluice.graph.specs import (
     UnionOp,
     WithColumnsOp,
 )
+from sluice.graph.state_schema import parse_state_schema
 from sluice.graph.ttl import parse_ttl
 from sluice.graph.windows import parse_duration
 
@@ -352,15 +353,20 @@ class KeyedStream:
     def _then(self, spec: OperatorSpec, name: str | None, **fields) -> Stream:
         return Stream(self.pipeline, Stream(self.pipeline, self.op)._then(spec, name, **fields))
 
-    def aggregate(self, name: str | None = None, ttl=None, ttl_time: str = "event", **aggregates) -> Stream:
+    def aggregate(self, name: str | None = None, ttl=None, ttl_time: str = "event", initial_state=None, **aggregates) -> Stream:
         """Running aggregates per key; emits the updated row of every key a batch touched.
 
         ``aggregate(n=agg.count(), total=agg.sum("kwh"), avg=agg.mean("kwh"))``
 
         ``ttl`` (e.g. ``"1d"``): a key no record has updated for that long is forgotten, and
         its next record starts from nothing; measured in event time (the watermark) unless
-        ``ttl_time="processing"`` (``sluice.graph.ttl``, docs/state.md). ``name``, ``ttl``
-        and ``ttl_time`` cannot name aggregates.
+        ``ttl_time="processing"`` (``sluice.graph.ttl``, docs/state.md). ``name``, ``ttl``,
+        ``ttl_time`` and ``initial_state`` cannot name aggregates.
+
+        ``initial_state``: each key's values before the first batch (a ``pyarrow.Table``, a
+        pandas DataFrame or a Parquet path, with the key columns and one column per
+        aggregate's stored partials, as :func:`sluice.state.read` shows them), applied once,
+        when the checkpoint first runs this operator (docs/state.md, "Initial state").
 
         >>> import sluice
         >>> from sluice import sources as S
@@ -375,7 +381,9 @@ class KeyedStream:
                 "aggregate needs at least one aggregate, e.g. n=sluice.agg.count()", name or "aggregate", user_location()
             )
         parsed = {out: agg_mod.parse(spec, out) for out, spec in aggregates.items()}
-        return self._then(AggregateOp(keys=self.keys, aggregates=parsed, **_ttl_params(ttl, ttl_time, name or "aggregate")), name)
+        ttl_fields = _ttl_params(ttl, ttl_time, name or "aggregate")
+        spec = AggregateOp(keys=self.keys, aggregates=parsed, initial_state=initial_state, **ttl_fields)
+        return self._then(spec, name)
 
     def reduce(
         self,
@@ -414,8 +422,19 @@ class KeyedStream:
         ttl=None,
         ttl_time: str = "event",
         on_timer: Callable | None = None,
+        state_schema=None,
+        initial_state=None,
     ) -> Stream:
         """Run ``fn(key, rows, state)`` once per key and batch, with per-key state.
+
+        ``state_schema`` (a dict of field name to type name, or a ``pyarrow.Schema``): the
+        state is a record, a dict of those fields (a field left out is None), stored as typed
+        columns and recorded in the checkpoint, so a restart that adds nullable fields or
+        removes fields migrates it and any other change stops with the pipeline-change
+        message (``sluice.graph.state_schema``). Without it the state is any picklable value.
+        ``initial_state``: each key's state before the first batch (a ``pyarrow.Table``, a
+        pandas DataFrame or a Parquet path with the key columns and the state's fields),
+        applied once, when the checkpoint first runs this operator (docs/state.md).
 
         ``on_timer(key, timestamp, state)``: with it, ``fn`` and ``on_timer`` may call
         ``state.register_event_timer(ts)`` / ``register_processing_timer(ts)`` (a datetime
@@ -462,7 +481,14 @@ class KeyedStream:
                 user_location(),
             )
         ttl_fields = _ttl_params(ttl, ttl_time, name or "process")
-        return self._then(ProcessOp(keys=self.keys, **function, on_timer=on_timer, **ttl_fields), name, schema=as_schema(schema))
+        try:
+            typed = parse_state_schema(state_schema, self.keys, name or "process")
+        except PipelineError as exc:
+            raise PipelineError(str(exc), name or "process", user_location()) from None
+        spec = ProcessOp(
+            keys=self.keys, **function, on_timer=on_timer, state_schema=typed, initial_state=initial_state, **ttl_fields
+        )
+        return self._then(spec, name, schema=as_schema(schema))
 
     def deduplicate(self, within, *, time=None, name: str | None = None) -> Stream:
         """Drop the records of a key that follow its first one within ``within`` (seconds or
@@ -557,6 +583,8 @@ class KeyedStream:
         allowed_lateness=0,
         suffixes: tuple[str, str] = ("_left", "_right"),
         name: str | None = None,
+        ttl=None,
+        ttl_time: str = "event",
     ) -> Stream:
         """Join with another keyed stream on event time, key by key (NULL keys never match).
 
@@ -570,7 +598,11 @@ class KeyedStream:
         columns (default: the sources' declared ones). Records later than the watermark (plus
         ``allowed_lateness``) go to the operator's ``late`` side output. Output columns: the
         keys (this side's names), the window columns, this side's other columns, then the
-        other side's; a name both sides have gets ``suffixes``. See docs/joins.md.
+        other side's; a name both sides have gets ``suffixes``. ``ttl``, ``ttl_time``: a
+        key's buffered records are dropped once no record of that key has come for that
+        long, as for :meth:`aggregate` (with ``ttl_time="processing"`` the buffer stays
+        bounded also while the watermark stands still); dropped records are not emitted as
+        unmatched. See docs/joins.md and docs/state.md.
 
         >>> import sluice
         >>> from sluice import sources as S, windows as W
@@ -591,6 +623,7 @@ class KeyedStream:
             allowed_lateness=allowed_lateness,
             suffixes=suffixes,
             name=name,
+            ttl=_ttl_params(ttl, ttl_time, name or "join").get("ttl"),
         )
 
     def lookup(
@@ -602,6 +635,8 @@ class KeyedStream:
         deleted: str | None = None,
         suffixes: tuple[str, str] = ("_left", "_right"),
         name: str | None = None,
+        ttl=None,
+        ttl_time: str = "event",
     ) -> Stream:
         """Enrich each record with the row of its key in a table that changes, given as a
         changelog stream (``table``: e.g. a PostgreSQL table read by a ``version`` column
@@ -619,7 +654,8 @@ class KeyedStream:
         >>> orders.key_by("customer").lookup(customers.key_by("id"), version="seq").op.kind
         'join'
         """
-        return add_lookup(self, table, version=version, how=how, deleted=deleted, suffixes=suffixes, name=name)
+        ttl_spec = _ttl_params(ttl, ttl_time, name or "lookup").get("ttl")
+        return add_lookup(self, table, version=version, how=how, deleted=deleted, suffixes=suffixes, name=name, ttl=ttl_spec)
 
 
 def _ttl_params(ttl, ttl_time: str, where: str) -> dict:

@@ -43,6 +43,7 @@ from sluice.runtime.kernels.joins import JoinKernelBase
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.predicates import fused_filter
 from sluice.runtime.kernels.stateless import Kernel
+from sluice.runtime.kernels.ttl import TTLKernel
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote, with_hidden
 from sluice.runtime.sources.native_files import records_of_files
 from sluice.runtime.sources.splits import records_of_splits
@@ -231,9 +232,10 @@ class KeyedStage(Stage):
     def build(self, frames: dict) -> Any:
         op, kernel = self.op, self.kernel
         keyed_input, keyed_schema = frames[self.key_by.id], self.key_by.schema
-        if isinstance(kernel, JoinKernelBase):  # both sides, as one tagged union (sluice.runtime.joins)
-            keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], kernel)
-            keyed_schema = kernel.union
+        join = kernel.inner if isinstance(kernel, TTLKernel) else kernel  # a join's buffers may expire
+        if isinstance(join, JoinKernelBase):  # both sides, as one tagged union (sluice.runtime.joins)
+            keyed_input = tagged_union(keyed_input, frames[op.inputs[1]], join)
+            keyed_schema = join.union
         if self.combined:
             assert isinstance(kernel, AggregateKernel)  # chain_fusions combines for these alone
             keyed_schema = kernel.combined_schema(keyed_schema)
