@@ -57,6 +57,18 @@ def test_typed_state_is_stored_as_columns_and_bad_values_are_dead_letters():
     assert after.select(["k", "n", "last"]).to_pylist() == [{"k": "b", "n": 2, "last": 7}]  # a untouched
 
 
+def test_a_not_null_field_left_empty_is_a_dead_letter():
+    def partial(key, records, state):
+        state.update({"last": 1})  # "n" is declared not null
+
+    kernel = ProcessKernel(
+        ["k"], partial, None, state_schema=pa.schema([pa.field("n", pa.int64(), nullable=False), ("last", pa.int64())])
+    )
+    empty = kernel.state_schema(INPUT).append(pa.field(KEY_GROUP, pa.int32())).empty_table()
+    result, state = apply(kernel, rows(("a", 1)), empty)
+    assert state.num_rows == 0 and "not-null field(s) ['n']" in str(result.dead_letters[0].error)
+
+
 def test_state_written_with_one_schema_reads_migrated_with_the_next():
     seen = {}
 
@@ -88,6 +100,13 @@ def test_which_changes_migrate():
     assert "from pickled values to typed fields (n int64" in state_differences(None, v1)[0]
     assert "to pickled values" in state_differences(v1, None)[0]
     assert state_differences(None, None) == []
+    strict = describe_fields(pa.schema([pa.field("n", pa.int64(), nullable=False), ("id", pa.string())]))
+    assert strict == ["n int64 not null", "id string"]
+    assert state_differences(v1, strict) == ["state field 'n' became not null: the state written before may have none"]
+    assert state_differences(strict, ["n int64"]) == []  # not null -> nullable: every value fits
+    assert state_differences(["n int64"], ["n int64", "id string not null"]) == [
+        "state field 'id' was added as not null: the state written before has no value for it"
+    ]
     with pytest.raises(PipelineError, match="clash with the key columns"):
         parse_state_schema({"k": "int"}, ["k"], "process")
     with pytest.raises(PipelineError, match="at least one field"):

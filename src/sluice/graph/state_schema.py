@@ -5,11 +5,12 @@ state as a record of those fields, one column per field in the key-group store, 
 pipeline record (``pipeline.json``) holds the fields as ``"count int64"``. A restart
 compares the recorded fields with the pipeline's:
 
-* a field **added** is compatible: the state written before reads it as null (every stored
-  field is nullable, so ``fn`` must expect None for it);
+* a field **added** is compatible when it is nullable: the state written before reads it as
+  null (every stored field is nullable, so ``fn`` must expect None for it);
 * a field **removed** is compatible: its stored values are no longer read;
-* a field whose **type changed**, or a change between pickled values (no ``state_schema``)
-  and typed ones, is not: the restart stops with the pipeline-change message, and
+* a field **added as not null**, a field that **became not null**, a field whose **type
+  changed**, or a change between pickled values (no ``state_schema``) and typed ones, is
+  not: the restart stops with the pipeline-change message, and
   ``reset_state=[...]`` or a new checkpoint is the way on.
 """
 
@@ -21,6 +22,7 @@ from sluice.errors import PipelineError
 from sluice.graph.schemas import as_schema
 
 RESERVED_PREFIX = "__"  # the store's and the kernels' own columns
+NOT_NULL = " not null"
 
 
 def parse_state_schema(value, keys: list[str], where: str) -> pa.Schema | None:
@@ -40,12 +42,18 @@ def parse_state_schema(value, keys: list[str], where: str) -> pa.Schema | None:
 
 
 def describe_fields(schema: pa.Schema) -> list[str]:
-    """The fields as the pipeline record keeps them: ``["count int64", "last timestamp[us]"]``."""
-    return [f"{f.name} {f.type}" for f in schema]
+    """The fields as the pipeline record keeps them: ``["count int64", "last timestamp[us]"]``,
+    ``"id string not null"`` for a field declared not nullable."""
+    return [f"{f.name} {f.type}{'' if f.nullable else NOT_NULL}" for f in schema]
 
 
-def _fields(described: list[str] | None) -> dict[str, str]:
-    return dict(d.split(" ", 1) for d in described or [])
+def _fields(described: list[str] | None) -> dict[str, tuple[str, bool]]:
+    """name -> (type, declared not null)."""
+    out = {}
+    for d in described or []:
+        name, kind = d.split(" ", 1)
+        out[name] = (kind.removesuffix(NOT_NULL), kind.endswith(NOT_NULL))
+    return out
 
 
 def state_differences(old: list[str] | None, new: list[str] | None) -> list[str]:
@@ -58,5 +66,13 @@ def state_differences(old: list[str] | None, new: list[str] | None) -> list[str]
     if new is None:
         return [f"its state changed from typed fields ({', '.join(old)}) to pickled values"]
     was, now = _fields(old), _fields(new)
-    changed = [name for name in now if name in was and was[name] != now[name]]
-    return [f"state field {name!r} changed type from {was[name]} to {now[name]}" for name in changed]
+    out = []
+    for name, (kind, not_null) in now.items():
+        if name not in was:
+            if not_null:
+                out.append(f"state field {name!r} was added as not null: the state written before has no value for it")
+        elif was[name][0] != kind:
+            out.append(f"state field {name!r} changed type from {was[name][0]} to {kind}")
+        elif not_null and not was[name][1]:
+            out.append(f"state field {name!r} became not null: the state written before may have none")
+    return out

@@ -141,6 +141,7 @@ class ProcessKernel(KeyedKernel):
         self.wants_timers = on_timer is not None  # a key's timer fires without its records
         # typed state: one nullable column per field (a field added later reads as null)
         self.typed = None if state_schema is None else pa.schema([f.with_nullable(True) for f in state_schema])
+        self.required = [] if state_schema is None else [f.name for f in state_schema if not f.nullable]
 
     def state_schema(self, input_schema: pa.Schema) -> pa.Schema:
         fields = [input_schema.field(k) for k in self.key_columns]
@@ -256,6 +257,9 @@ class ProcessKernel(KeyedKernel):
         unknown = [k for k in value if k not in self.typed.names]
         if unknown:
             raise TypeError(f"process state has fields {unknown} its state_schema lacks; its fields: {self.typed.names}")
+        missing = [k for k in self.required if value.get(k) is None]
+        if missing:
+            raise TypeError(f"process state leaves the not-null field(s) {missing} of its state_schema empty")
         try:
             row = pa.Table.from_pylist([dict(value)], schema=self.typed).to_pylist()[0]
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
