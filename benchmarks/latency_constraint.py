@@ -6,10 +6,14 @@ configurations and Das et al.'s fixed-point batch sizing.
 The job: a generator -> a Python map (vectorized numpy work) -> key_by(meter) ->
 aggregate(count, mean) -> sink, with ``constrain(p95=bound)`` from source to sink. One
 generator source follows a rate schedule (``sluice.graph.rates.RateSchedule``: row i's
-arrival is fixed by i, so a replay is exact) through four phases:
+arrival is fixed by i, so a replay is exact) through these phases:
 5k rows/s -> 60 % of peak -> 90 % of peak -> 120 % of peak (a step above what the uncapped run
 holds: no batch size keeps the bound there, and what counts is how far each falls behind and
-how fast it recovers) -> 10k rows/s.
+how fast it recovers) -> 10k rows/s -> an outage at that rate (the driver stopped, the input
+going on: ``OUTAGE_BOUNDS`` bounds' worth of it waits) -> a restart on the same checkpoint
+that must catch the backlog up. Uncapped, the restart's first batch takes everything that
+waited and runs for many bounds; a controller that sizes admission keeps each batch within
+the bound while it drains.
 
 **Peak** is measured, not modelled: a ramp run (uncapped, no controller) steps the rate up
 by 30 % every two bounds (4 s for a 2 s bound) from 10k rows/s, and the peak is the highest
@@ -27,22 +31,31 @@ Configurations (each its own run on the same trace, one shared local[2] session)
 Per configuration and phase, measured the same way for all:
 - **steady batches**: a phase's batches after its first ``CONVERGE_BATCHES`` (5) batches,
   the convergence window the issue allows; share of them with p95 within the bound;
-- **transients**: batches inside a phase's convergence window whose p95 is over the bound
-  (counted per phase and in all; the steady share above leaves them out);
+- **transients**: batches inside a phase's convergence window whose p95 is over the bound,
+  counted per phase and in all, and counted in the run's ``within_share`` (the share of all
+  its batches within the bound, the outage's catch-up aside); ``steady_within_share`` leaves
+  them out;
 - **batches to converge**: the first batch of the phase from which the p95 stays within the
   bound for ``HOLD_BATCHES`` (3) batches (or to the phase's end);
 - **throughput over offered**: rows admitted by the phase's batches over rows that arrived
   in the phase (``RateSchedule.rows_by``);
 - the median latency split of the phase's batches (``BatchMetrics.paths``: source wait,
-  operators, exchange, sink commit, rest): what the latency is made of.
+  operators, exchange, sink commit, rest): what the latency is made of;
+- for the restart after the outage (``catch_up``): the rows waiting, the seconds from the
+  restart until the backlog is drained (the end of the first batch after which at most a
+  batch and a half's worth waits, as the ramp judges keeping up), the longest batch while
+  draining and how many of those batches ran longer than the bound. Every row that waited
+  through the outage is late whatever the batch size, so the p95 of these batches is not
+  judged; what a controller can keep is each batch within the bound and the drain short.
 The targets for Sluice (issue 14) are checked in the JSON's ``targets``.
 
 The same trace and configurations also run on the simulated engine (``sluice.sim.microbatch``)
-with the fitted costs and 60 s phases: the policies free of other work's noise.
+with the fitted costs and 60 s phases: the policies free of other work's noise (without the
+outage: the simulated engine has no driver to stop).
 
 Writes docs/results/latency_constraint.json and latency_constraint.png. The last line printed
-is a JSON object whose ``ratio`` is Sluice's share of steady batches within the bound over
-the best fixed configuration's ((a) and both (b)).
+is a JSON object whose ``ratio`` is Sluice's share of batches within the bound (transients
+counted) over the best fixed configuration's ((a) and both (b)).
 """
 
 from __future__ import annotations
@@ -81,6 +94,7 @@ RAMP_FROM, RAMP_FACTOR, RAMP_STEPS = 10_000.0, 1.3, 16
 LEAD_S = 8.0  # a run's first seconds, at WARM_RATE, before its trace starts (not measured)
 WARM_RATE = 1000.0  # rows/s while the query starts: its first batches pay one-time costs
 UNCAPPED = 10**12  # uncapped: trigger 0 takes all that has arrived (Sluice's sources cap at 100k rows)
+OUTAGE_BOUNDS = 8  # the outage lasts this many bounds: more input waits than a bound-long batch holds
 
 
 def work(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -129,11 +143,26 @@ def batch_record(m) -> dict:
 
 
 def run(
-    spark, policies, schedule: RateSchedule, duration: float, bound_s: float, workdir: Path, tag: str, stop_when=None
+    spark,
+    policies,
+    schedule: RateSchedule,
+    duration: float,
+    bound_s: float,
+    workdir: Path,
+    tag: str,
+    stop_when=None,
+    outage: tuple[float, float] | None = None,
+    restart_policies=None,
 ) -> dict:
     """One configuration on the trace; returns its batches (clock: seconds since the trace
     began). The source runs at WARM_RATE for LEAD_S seconds first, so the query's start-up
-    (which takes seconds, and far longer on a loaded machine) is not part of the trace."""
+    (which takes seconds, and far longer on a loaded machine) is not part of the trace.
+
+    ``outage``: (trace second, seconds): the job is stopped after the batch running at that
+    second, stays down while its input goes on arriving, and is started again on the same
+    checkpoint with ``restart_policies()`` (fresh policy objects, as a new driver has: they
+    read the job's history back) until the trace ends. ``restarted_at``: the trace second
+    of the restart."""
     warmed = RateSchedule(((0.0, WARM_RATE), *((LEAD_S + t, r) for t, r in schedule.steps)))
 
     attempts = iter(range(1, 1000))
@@ -143,22 +172,40 @@ def run(
         started = time.time()
         t0 = started + LEAD_S
         seen: list = []
-        result = build(warmed, started, bound_s).run(
-            str(workdir / f"{tag}_{n}"),
-            spark=spark,
-            duration=duration + LEAD_S,
-            policies=policies,
-            on_batch=lambda m: seen.append(batch_record(m)),
-            stop_when=None
+        checkpoint = str(workdir / f"{tag}_{n}")
+        job = build(warmed, started, bound_s)  # one pipeline: the restart runs the same job
+
+        def go(with_policies, seconds: float, until):
+            return job.run(
+                checkpoint,
+                spark=spark,
+                duration=seconds,
+                policies=with_policies,
+                on_batch=lambda m: seen.append(batch_record(m)),
+                stop_when=until,
+            )
+
+        until = (
+            None
             if stop_when is None
-            else (lambda executor: stop_when([{**b, "t": b["t"] - t0} for b in seen if b["t"] >= t0], t0)),
+            else (lambda executor: stop_when([{**b, "t": b["t"] - t0} for b in seen if b["t"] >= t0], t0))
         )
+        restarted_at = None
+        if outage is None:
+            rows = go(policies, duration + LEAD_S, until).rows_in
+        else:
+            down_at, down_s = outage
+            rows = go(policies, duration + LEAD_S, lambda executor: time.time() - t0 >= down_at).rows_in
+            # the driver is down; the source's clock goes on, so its rows wait for the restart
+            time.sleep(max(t0 + down_at + down_s - time.time(), 0.0))
+            restarted_at = time.time() - t0
+            rows += go(restart_policies(), max(t0 + duration - time.time(), 1.0), until).rows_in
         batches = [{**b, "t": b["t"] - t0} for b in seen if b["rows"] and b["t"] >= t0]
         return {
             "batches": batches,
-            "decisions": read_decisions(str(workdir / f"{tag}_{n}")),
-            "rows": result.rows_in,
-            "control": result.control,
+            "decisions": read_decisions(checkpoint),
+            "rows": rows,
+            "restarted_at": restarted_at,
         }
 
     return retrying(attempt)
@@ -255,20 +302,35 @@ def measure_peak(spark, bound_s: float, step_s: float, workdir: Path) -> dict:
 # ---- the trace and its summary -------------------------------------------------------------------
 
 
-def trace(peak: float, quick: bool, bound_s: float) -> list[tuple[float, float]]:
-    """(seconds, rows/s) per phase: 5k -> 60 % -> 90 % of peak -> 10k (scaled down on a machine
-    whose peak is so low that 5k or 10k would be over 60 % of it). Phases last a number of
-    bounds (12 s and 6 s for a 2 s bound in quick mode): batches take up to about half the
-    bound, so each phase has the same number of them whatever the bound."""
-    long_s = (6.0 if quick else 20.0) * bound_s
+def trace(peak: float, quick: bool, bound_s: float, outage: bool = True, scale: float = 1.0) -> list[tuple[float, float]]:
+    """(seconds, rows/s) per phase: 5k -> 60 % -> 90 % -> 120 % of peak -> 10k (scaled down on
+    a machine whose peak is so low that 5k or 10k would be over 60 % of it). Phases last a
+    number of bounds (12 s and 6 s for a 2 s bound in quick mode): batches take up to about
+    half the bound, so each phase has the same number of them whatever the bound. With
+    ``outage``, two more phases at the last rate: the job down for ``OUTAGE_BOUNDS`` bounds
+    (``outage_of``), then restarted to catch up (a long phase). ``scale`` shortens the rate
+    phases (not the outage) for a smoke run."""
+    long_s = (6.0 if quick else 20.0) * bound_s * scale
     short_s = long_s / 2
-    return [
+    last = min(10_000.0, 0.45 * peak)
+    phases = [
         (short_s, min(5000.0, 0.3 * peak)),
         (long_s, 0.6 * peak),
         (long_s, 0.9 * peak),
         (short_s, 1.2 * peak),
-        (short_s, min(10_000.0, 0.45 * peak)),
+        (short_s, last),
     ]
+    if outage:
+        phases += [(OUTAGE_BOUNDS * bound_s, last), (long_s, last)]
+    return phases
+
+
+def outage_of(phases: list[tuple[float, float]], bound_s: float) -> tuple[float, float] | None:
+    """(trace second the job stops, seconds it stays down) of a trace with an outage (its
+    last two phases: the outage, the catch-up), else None."""
+    if len(phases) < 2 or phases[-2][0] != OUTAGE_BOUNDS * bound_s or phases[-2][1] != phases[-1][1]:
+        return None
+    return sum(s for s, _ in phases[:-2]), phases[-2][0]
 
 
 def schedule_of(phases: list[tuple[float, float]]) -> RateSchedule:
@@ -286,12 +348,41 @@ def converged_at(during: list[dict], bound_ms: float) -> int | None:
     return None
 
 
+def catch_up(batches: list[dict], restarted_at: float, rate: float, bound_s: float) -> dict:
+    """The restart after the outage: rows waiting, seconds until drained (the end of the first
+    batch after which at most a batch and a half's worth and a second more waits, the ramp's
+    rule for keeping up), and the batches while draining: the longest, and how many ran
+    longer than the bound."""
+    after = sorted((b for b in batches if b["t"] >= restarted_at), key=lambda b: b["t"])
+    if not after:
+        return {"drained_after_s": None, "batches": 0}
+    first = after[0]
+    drained = next(
+        (b for b in after if b["backlog"] is not None and b["backlog"] <= rate * (1.5 * b["duration_s"] + 1.0)),
+        None,
+    )
+    draining = after if drained is None else after[: after.index(drained) + 1]
+    return {
+        # what waited when the restart's first batch started: it admitted it, less what arrived meanwhile
+        "rows_waiting": int(first["rows"] + (first["backlog"] or 0) - rate * first["duration_s"]),
+        "drained_after_s": None if drained is None else round(drained["t"] + drained["duration_s"] - restarted_at, 2),
+        "batches_while_draining": len(draining),
+        "max_batch_s_while_draining": round(max(b["duration_s"] for b in draining), 3),
+        "batches_over_bound_while_draining": sum(1 for b in draining if b["duration_s"] > bound_s),
+        "first_batch_rows": first["rows"],
+        "first_batch_s": round(first["duration_s"], 3),
+    }
+
+
 def summarize(res: dict, phases: list[tuple[float, float]], bound_ms: float) -> dict:
     schedule = schedule_of(phases)
+    outage = outage_of(phases, bound_ms / 1000) if res.get("restarted_at") is not None else None
     out = []
     start = 0.0
-    for length, rate in phases:
+    for i, (length, rate) in enumerate(phases):
         end = start + length
+        if outage is not None and i == len(phases) - 1:
+            start = res["restarted_at"]  # the catch-up phase starts when the job is back
         during = [b for b in res["batches"] if start <= b["t"] < end]
         steady = [b for b in during[CONVERGE_BATCHES:] if b["p95_ms"] is not None]
         within = [b for b in steady if b["p95_ms"] <= bound_ms]
@@ -318,14 +409,27 @@ def summarize(res: dict, phases: list[tuple[float, float]], bound_ms: float) -> 
                 else None,
             }
         )
+        measured = [b for b in during if b["p95_ms"] is not None]
+        out[-1]["all_within_share"] = (
+            round(sum(1 for b in measured if b["p95_ms"] <= bound_ms) / len(measured), 3) if measured else None
+        )
+        out[-1]["measured"] = len(measured)
+        if outage is not None and i >= len(phases) - 2:
+            out[-1]["kind"] = "outage" if i == len(phases) - 2 else "catch_up"
         start = end
-    counted = [p for p in out if p["steady"]]
-    share = sum(p["within_share"] * p["steady"] for p in counted) / max(sum(p["steady"] for p in counted), 1)
+    judged = out if outage is None else out[:-2]  # the rows that waited through the outage are late whatever runs
+    counted = [p for p in judged if p["steady"]]
+    steady_share = sum(p["within_share"] * p["steady"] for p in counted) / max(sum(p["steady"] for p in counted), 1)
+    every = [p for p in judged if p["measured"]]
+    share = sum(p["all_within_share"] * p["measured"] for p in every) / max(sum(p["measured"] for p in every), 1)
     escalations = [d for d in res["decisions"] if d["type"] == "escalation" and d["state"] == "started"]
     return {
         "phases": out,
+        # every batch of the rate phases, the transients after each step counted
         "within_share": round(share, 3),
-        "transients": sum(p["transients"] for p in out),
+        "steady_within_share": round(steady_share, 3),
+        "transients": sum(p["transients"] for p in judged),
+        "catch_up": None if outage is None else catch_up(res["batches"], res["restarted_at"], phases[-1][1], bound_ms / 1000),
         "decisions": sum(1 for d in res["decisions"] if d["type"] == "decision"),
         "escalations": [{"batch": d["batch_id"], "max_rate": d["details"].get("max_rate")} for d in escalations],
     }
@@ -336,7 +440,8 @@ def targets(summaries: dict, peak: float) -> dict:
     # "spark_default" is the uncapped run's name in results written before it was renamed
     default = summaries["uncapped"] if "uncapped" in summaries else summaries["spark_default"]
     sluice, das = summaries["sluice"], summaries["das_fixed_point"]
-    inside = [i for i, p in enumerate(sluice["phases"]) if p["rate"] <= 0.9 * peak * 1.001]
+    # the rate phases up to 90 % of peak (not the outage and its catch-up: their figures are apart)
+    inside = [i for i, p in enumerate(sluice["phases"]) if p["rate"] <= 0.9 * peak * 1.001 and "kind" not in p]
 
     def conv(summary, i):
         c = summary["phases"][i]["batches_to_converge"]
@@ -440,11 +545,21 @@ def configs(phases: list[tuple[float, float]]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="short phases (under 5 minutes in all)")
+    parser.add_argument("--quick", action="store_true", help="short phases (about 10 minutes in all with the outage phases)")
     parser.add_argument("--bound", default="2s", help="the p95 latency bound (default 2s)")
     parser.add_argument(
         "--rejudge", action="store_true", help="recompute the targets of the results file from its measured phases, and stop"
     )
+    parser.add_argument(
+        "--peak",
+        type=float,
+        default=None,
+        help="take this peak (rows/s) instead of measuring it (no fitted model: no simulated runs)",
+    )
+    parser.add_argument(
+        "--only", default=None, help="run only these configurations (comma-separated), print their figures and write no results"
+    )
+    parser.add_argument("--phase-scale", type=float, default=1.0, help="scale the rate phases' lengths (a smoke run)")
     args = parser.parse_args()
     if args.rejudge:
         path = RESULTS / "latency_constraint.json"
@@ -461,7 +576,10 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="sluice-latency-"))
     try:
         warm_s = warm_up(spark, bound_s, workdir)
-        cal = measure_peak(spark, bound_s, (2.0 if args.quick else 4.0) * bound_s, workdir)
+        if args.peak is None:
+            cal = measure_peak(spark, bound_s, (2.0 if args.quick else 4.0) * bound_s, workdir)
+        else:
+            cal = {"peak_rows_s": args.peak, "steps": [], "a_s": None, "b_us": None, "gap_s": 0.0, "given": True}
         cal["warm_up_s"] = round(warm_s, 1)
         peak = cal["peak_rows_s"]
         print(
@@ -471,27 +589,45 @@ def main() -> None:
             f"{cal['gap_s'] * 1000:.0f} ms",
             flush=True,
         )
-        phases = trace(peak, args.quick, bound_s)
+        phases = trace(peak, args.quick, bound_s, scale=args.phase_scale)
         schedule = schedule_of(phases)
         total = sum(s for s, _ in phases)
+        outage = outage_of(phases, bound_s)
         runs, summaries = {}, {}
+        only = None if args.only is None else args.only.split(",")
         for tag, policies in configs(phases).items():
-            runs[tag] = run(spark, policies, schedule, total + 1.0, bound_s, workdir, tag)
+            if only is not None and tag not in only:
+                continue
+            runs[tag] = run(
+                spark,
+                policies,
+                schedule,
+                total + 1.0,
+                bound_s,
+                workdir,
+                tag,
+                outage=outage,
+                restart_policies=lambda tag=tag: configs(phases)[tag],
+            )
             summaries[tag] = summarize(runs[tag], phases, bound_ms)
             print(
-                f"{tag:>18}: within bound {summaries[tag]['within_share']:.0%} of steady batches; "
+                f"{tag:>18}: within bound {summaries[tag]['within_share']:.0%} of batches "
+                f"({summaries[tag]['steady_within_share']:.0%} of steady ones, {summaries[tag]['transients']} transients); "
                 + "; ".join(
-                    f"{p['rate']:,}/s: {p['within_share']} in, x{p['throughput_over_offered']} out, "
+                    f"{p.get('kind', '')}{p['rate']:,}/s: {p['within_share']} in, x{p['throughput_over_offered']} out, "
                     f"conv {p['batches_to_converge']}"
                     for p in summaries[tag]["phases"]
-                ),
+                )
+                + f"; catch-up {summaries[tag]['catch_up']}",
                 flush=True,
             )
+        if only is not None:
+            return  # a partial run: no ratio, no results file
         simulated = {}
         if cal["a_s"] is not None:
-            # the same trace (60 s phases) and configurations on the simulated engine with the
-            # fitted costs (noise of 10 %, no other work on the machine)
-            sim_phases = [(60.0, r) for _, r in phases]
+            # the same trace (60 s phases, no outage) and configurations on the simulated
+            # engine with the fitted costs (noise of 10 %, no other work on the machine)
+            sim_phases = [(60.0, r) for _, r in trace(peak, args.quick, bound_s, outage=False, scale=args.phase_scale)]
             for tag, policies in configs(phases).items():
                 sim = run_simulated(policies, sim_phases, bound_s, cal["a_s"], cal["b_us"] / 1e6, cal["gap_s"])
                 simulated[tag] = summarize(sim, sim_phases, bound_ms)
@@ -509,6 +645,16 @@ def main() -> None:
             "bound_s": bound_s,
             "phases": [{"seconds": s, "rate": round(r)} for s, r in phases],
             "steady": f"a phase's batches after its first {CONVERGE_BATCHES} (the convergence window)",
+            "within_share": "the share of every batch of the rate phases within the bound, the transients after "
+            "each step counted (steady_within_share: the steady batches only)",
+            "outage": None
+            if outage is None
+            else {
+                "stopped_at_s": outage[0],
+                "down_s": outage[1],
+                "rate": round(phases[-1][1]),
+                "judged": "apart (catch_up): the rows that waited through it are late whatever runs",
+            },
             "converged": f"the first batch from which the p95 stays within the bound for {HOLD_BATCHES} batches",
             "peak": {k: v for k, v in cal.items() if k != "batches"},
             "configs": summaries,
@@ -534,6 +680,11 @@ def main() -> None:
                 "best_fixed": best_fixed,
                 "sluice_within_share": sluice_share,
                 "das_within_share": out["das_within_share"],
+                "transients": {t: summaries[t]["transients"] for t in summaries},
+                "catch_up_s": {t: (summaries[t]["catch_up"] or {}).get("drained_after_s") for t in summaries},
+                "catch_up_batches_over_bound": {
+                    t: (summaries[t]["catch_up"] or {}).get("batches_over_bound_while_draining") for t in summaries
+                },
                 "peak_rows_s": round(peak),
                 "targets_met": {k: goals[k] for k in ("within_95_of_steady", "converged_within_5", "throughput_95_of_uncapped")},
                 "better_than_das_on": goals["better_than_das_on"],
