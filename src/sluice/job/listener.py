@@ -48,6 +48,11 @@ class JobListener(BatchListener):
                 out[info.op.id] = status.get("backlog")
         return out
 
+    def steers(self) -> bool:
+        # the restart's admission is put back after its first batch; a control loop acts on
+        # the sources' admission and the executors, which the next batch's offsets read
+        return self.restore_admission is not None or self.options.controller is not None or self.control is not None
+
     def committed(self, metrics: BatchMetrics) -> None:
         if self.restore_admission is not None:  # once: after the first batch this driver commits
             restore, self.restore_admission = self.restore_admission, None

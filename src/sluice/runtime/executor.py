@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -111,9 +111,14 @@ class BatchExecutor:
         self.failure: Exception | None = None  # what a batch raised, for the job to report
         self.batches_done = 0
         self._compaction: Future | None = None  # the running background compaction
+        # what the last batch runs after its commit, beside Spark's next trigger (``_run``),
+        # on one thread kept for the run (starting a thread a batch costs the batch ms)
+        self._beside: Future | None = None
+        self._beside_thread: ThreadPoolExecutor | None = None
         self._economics: EconomicsMeter | None = None  # made at the first batch
         # each recent batch's time by phase of ``_run`` (seconds), for profiling (docs/latency.md)
         self.phases: deque[dict] = deque(maxlen=1000)
+        self._waited = 0.0  # seconds the running batch waited for the one before's remainder
 
     # ---- persistence of batch records -----------------------------------------------------
     def _read_record(self, batch_id: int, what: str) -> dict | None:
@@ -175,6 +180,13 @@ class BatchExecutor:
 
     # ---- the batch -------------------------------------------------------------------------
     def __call__(self, df, batch_id: int) -> None:
+        waited = time.time()
+        try:  # first, so that a stop its hooks ask for refuses this batch
+            self._after_previous()
+        except Exception as exc:
+            self.failure = exc
+            raise
+        self._waited = time.time() - waited
         with self._batch_gate:
             if self.stopping:
                 # Spark planned this batch as the stop came: it must not commit it (returning
@@ -204,6 +216,8 @@ class BatchExecutor:
         """docs/runtime.md, section 3, step by step."""
         started = time.time()
         lap = PhaseClock(started)
+        # waiting for what the batch before left running beside Spark (``_after_previous``)
+        lap.seconds["after_previous"] = round(self._waited, 5)
         self.listener.check_fence()
         # 1. the Plan for this batch, and its time and watermark (fixed for any replay)
         plan = self.plan_log.plan_for(batch_id)
@@ -253,8 +267,8 @@ class BatchExecutor:
         figures = collect(self.accumulator.value)
         per_op = figures.operators
         observed = lineage.source_statistics(figures)
-        m = self._metrics(batch_id, plan, started, figures, observed, sink_stats, dead, context, state)
-        observed_event_us = self._observed_event_times(observed, m.rows_by_source, start["processing_time"])
+        rows_by_source = {op_id: int(stats.get("rows") or 0) for op_id, stats in observed.items()}
+        observed_event_us = self._observed_event_times(observed, rows_by_source, start["processing_time"])
         self.clock.watermark = start["watermark"]
         self._timers_due = {
             op_id: -int(values.counters[NEXT_TIMER_NEG])
@@ -274,13 +288,36 @@ class BatchExecutor:
             {
                 "max_event_us": observed_event_us,
                 **self.clock.to_record(),
-                "rows_by_source": m.rows_by_source,
+                "rows_by_source": rows_by_source,
                 "timers_due": self._timers_due,
                 "holding": self._holding,
             },
         )
         lap("done_record")
         self._request_tick(batch_id, state)
+        lap("tick")
+        # the batch is committed. What is left reads its figures and writes its records, and
+        # decides nothing a source or the next batch's offsets depend on unless the listener
+        # steers (a control loop): then it runs now; else beside Spark's commit of this batch
+        # and planning of the next, which waits for it before it starts (``_after_previous``)
+        ended, backlog = time.time(), self.listener.backlog()
+
+        def after() -> None:
+            m = self._metrics(batch_id, plan, started, ended, figures, observed, sink_stats, dead, context, state, backlog)
+            lap("metrics")
+            self._after_commit(m, plan, state, lineage, lap)
+
+        if self.listener.steers():
+            after()
+        else:
+            lap.beside()
+            if self._beside_thread is None:
+                self._beside_thread = ThreadPoolExecutor(1, "sluice-after-batch")
+            self._beside = self._beside_thread.submit(after)
+
+    def _after_commit(self, m: BatchMetrics, plan: Plan, state: StateTransaction, lineage: BatchLineage, lap: PhaseClock) -> None:
+        """Once a batch is committed: its metrics line, housekeeping, the control step."""
+        batch_id = m.batch_id
         metrics_log.append(self.checkpoint, m)
         lap("metrics_log")
         self._compact(batch_id, state)
@@ -300,6 +337,14 @@ class BatchExecutor:
         self.listener.batch_done(m)
         lap("on_batch")
         self.phases.append({"batch_id": batch_id, "rows": m.rows_in, **lap.seconds})
+
+    def _after_previous(self) -> None:
+        """Wait for what the last batch left running beside Spark after its commit (its
+        metrics line, housekeeping, hooks): a batch starts once it is done, and what it raised
+        fails this batch (the last one stays committed; a restart goes on after it)."""
+        beside, self._beside = self._beside, None
+        if beside is not None:
+            beside.result()
 
     def _build(
         self, df, batch_id: int, plan: Plan, context: BatchContext, state: StateTransaction | None = None
@@ -357,8 +402,18 @@ class BatchExecutor:
                 roll(spec.path, batch_id, spec.target_file_bytes)
 
     def close(self) -> None:
-        """Wait for a background compaction, then collect the history it made redundant.
-        Call once the query has stopped (no batch runs)."""
+        """Wait for what the last batch left running after its commit and for a background
+        compaction, then collect the history it made redundant. Call once the query has
+        stopped (no batch runs)."""
+        try:
+            self._after_previous()
+        except Exception as exc:
+            self.failure = self.failure or exc
+            raise
+        finally:
+            if self._beside_thread is not None:
+                self._beside_thread.shutdown()
+                self._beside_thread = None
         if self._compaction is not None:
             compacted, self._compaction = self._compaction.result(), None
             for op_id in compacted:
@@ -505,10 +560,21 @@ class BatchExecutor:
             self._request_tick(done[-1])
 
     def _metrics(
-        self, batch_id, plan, started, figures: TaskFigures, observed, sink_stats, dead, context, state: StateTransaction
+        self,
+        batch_id,
+        plan,
+        started,
+        ended,
+        figures: TaskFigures,
+        observed,
+        sink_stats,
+        dead,
+        context,
+        state: StateTransaction,
+        backlog: dict[str, int | None],
     ) -> BatchMetrics:
         """``figures``: the tasks' metrics; ``observed``: each source's rows and latest event
-        time."""
+        time; ``ended``: when the batch was committed; ``backlog``: the sources' then."""
         per_op = figures.operators
         traffic = traffic_metrics(figures.traffic, plan)
         key_groups = {}
@@ -528,12 +594,11 @@ class BatchExecutor:
             if split is not None:
                 paths[constraint.name] = split
         executors = executor_infos(self.spark)
-        backlog: dict[str, int | None] = self.listener.backlog()
         return BatchMetrics(
             batch_id=batch_id,
             plan_version=plan.version,
             started_at=started,
-            duration_s=round(time.time() - started, 4),
+            duration_s=round(ended - started, 4),
             rows_in=sum(rows_by_source.values()),
             rows_by_source=rows_by_source,
             backlog=backlog,
@@ -547,10 +612,12 @@ class BatchExecutor:
             paths=paths,
             executors=executors,
             alternates=dict(plan.alternates),
-            dynamics=self._dynamics(plan, started, sum(rows_by_source.values()), backlog, per_op, executors),
+            dynamics=self._dynamics(plan, started, ended, sum(rows_by_source.values()), backlog, per_op, executors),
         )
 
-    def _dynamics(self, plan: Plan, started: float, rows_in: int, backlog: dict, per_op: dict, executors: list[dict]) -> dict:
+    def _dynamics(
+        self, plan: Plan, started: float, ended: float, rows_in: int, backlog: dict, per_op: dict, executors: list[dict]
+    ) -> dict:
         """The batch's value, relative throughput, cost and profit (``models.economics``), and
         what each active alternate measured."""
         from sluice.graph.alternates import application_value, value_bounds
@@ -562,7 +629,7 @@ class BatchExecutor:
             self._economics = EconomicsMeter(self.graph.economics or Economics(), *value_bounds(self.graph), last)
         facts = BatchFacts(
             started_at=started,
-            ended_at=time.time(),
+            ended_at=ended,
             value=application_value(self.graph, plan.alternates),
             rows_in=rows_in,
             backlog=backlog,
@@ -581,11 +648,17 @@ class PhaseClock:
     def __init__(self, started: float):
         self.last = started
         self.seconds: dict[str, float] = {}
+        self.prefix = ""
 
     def __call__(self, name: str) -> None:
         now = time.time()
+        name = self.prefix + name
         self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self.last, 5)
         self.last = now
+
+    def beside(self) -> None:
+        """The phases from here on run beside Spark's next trigger: named ``beside_...``."""
+        self.prefix = "beside_"
 
 
 class StopRequested(Exception):
