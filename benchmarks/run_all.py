@@ -56,8 +56,10 @@ class Bench:
 
 
 # In the order they run: the simulators first (no Spark), then Spark on local[2], then the
-# standalone clusters. Expected seconds on 2 quiet cores: estimates from each quick mode's
-# workload and its earlier runs (a run on file replaces them: --list shows both).
+# standalone clusters. Expected seconds on 2 cores: measured for planning, balancing,
+# balancing_scale, dynamic_scheduling, chaining, collocation, joins, keyed_throughput,
+# state_ttl and startup (one quick run each, load 3-11); the others estimated from their
+# workload and earlier runs. --list shows them beside the seconds of the last run on file.
 BENCHMARKS: dict[str, Bench] = {
     b.name: b
     for b in (
@@ -66,17 +68,17 @@ BENCHMARKS: dict[str, Bench] = {
         Bench("balancing_scale", 60),
         Bench("dynamic_scheduling", 90),
         Bench("autopilot", 90),
-        Bench("chaining", 60),
-        Bench("collocation", 60),
-        Bench("joins", 100),
-        Bench("keyed_throughput", 120),
-        Bench("sliding_windows", 180),
-        Bench("state_ttl", 120),
+        Bench("chaining", 20),
+        Bench("collocation", 25),
+        Bench("joins", 65),
+        Bench("keyed_throughput", 35),
+        Bench("sliding_windows", 120),
+        Bench("state_ttl", 70),
         Bench("skew_balancing", 160),  # with Spark's groupBy on both state stores
         Bench("dynamic_chaining", 180),
         Bench("latency_constraint", 530),  # with the outage and catch-up phases (5 runs x ~50 s more)
         Bench("plan_validation", 150),
-        Bench("startup", 90),
+        Bench("startup", 100),
         Bench("recovery", 180),
         Bench("chaos", 150),
         Bench("connectors", 150),
