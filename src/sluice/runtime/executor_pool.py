@@ -188,18 +188,48 @@ class ExecutorPool:
         if n < 1:
             raise ConfigError(f"executors: a job holds at least one executor, asked for {n}")
         n = min(n, self.max_executors)
-        held = self.held()
-        surplus = held.count - n
-        if surplus > 0:
-            newest = sorted(held.executors, key=lambda e: (e.get("since", 0.0), _numeric(e["id"])))[-surplus:]
-            sc = self.spark.sparkContext
-            sc._jsc.sc().killExecutors(sc._jvm.PythonUtils.toSeq([e["id"] for e in newest]))
+        self._release_surplus(self.held(), n)
         # the target set absolutely, after the kills lowered Spark's own count of it
         self.target = n
         self._request_total(n)
         if wait_s > 0:
-            self.wait_for(n, wait_s)
+            self._hold_exactly(n, wait_s)
         return self.held()
+
+    def _release_surplus(self, held: Held, n: int, released: frozenset[str] = frozenset()) -> set[str]:
+        """Kill the newest executors beyond ``n`` (not those in ``released``, already asked
+        to go); returns the ids killed."""
+        alive = [e for e in held.executors if e["id"] not in released]
+        surplus = len(alive) - n
+        if surplus <= 0:
+            return set()
+        newest = sorted(alive, key=lambda e: (e.get("since", 0.0), _numeric(e["id"])))[-surplus:]
+        sc = self.spark.sparkContext
+        sc._jsc.sc().killExecutors(sc._jvm.PythonUtils.toSeq([e["id"] for e in newest]))
+        return {e["id"] for e in newest}
+
+    def _hold_exactly(self, n: int, timeout_s: float, settle_s: float = 3.0) -> bool:
+        """Wait until exactly ``n`` executors are registered and stay so for ``settle_s``,
+        releasing any beyond ``n`` that register meanwhile: when an application starts, the
+        master launches an executor on every worker with free cores, and those still starting
+        when the target was set register after it (not counted, so not killed, by the first
+        look). False on timeout."""
+        deadline = time.time() + timeout_s
+        released: set[str] = set()
+        steady_since: float | None = None
+        while time.time() < deadline:
+            held = self.held()
+            if held.count > n:
+                released |= self._release_surplus(held, n, frozenset(released))
+                steady_since = None
+            elif held.count == n:
+                steady_since = steady_since or time.time()
+                if time.time() - steady_since >= settle_s:
+                    return True
+            else:
+                steady_since = None
+            time.sleep(0.25)
+        return self.held().count == n
 
     def wait_for(self, n: int, timeout_s: float) -> bool:
         """Wait until exactly ``n`` executors are registered; False on timeout."""
