@@ -6,7 +6,8 @@ state it reads) into stages, in topological order, each owning what it measures:
 
 * :class:`SourceStage`: the batch's records of one source; its statistics (rows, latest
   event time), observed by Spark or, when a keyed stage's Spark combine sees exactly its
-  records, measured there on the combined rows, or when a Python chain reads exactly its
+  records, measured there on the combined rows, or when a keyed stage receives exactly its
+  records uncombined, measured there on them, or when a Python chain reads exactly its
   records, measured there on their Arrow batches (``exchange.SourceStats``). A source
   opened by splits (``sources.splits``) hands the chain after it its splits, whose records
   the chain reads itself; anything else gets the records;
@@ -35,7 +36,7 @@ from sluice.graph.specs import KeyByOp, UnionOp
 from sluice.plan.collocation import traffic_source
 from sluice.plan.physical import KeyedStagePlan, Plan
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange
+from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange, receives_records
 from sluice.runtime.joins import tagged_union
 from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.factory import keyed_kernel
@@ -322,10 +323,11 @@ def compile_batch(graph: JobGraph, plan: Plan, batch: BatchInputs) -> BatchLinea
         if op.is_source:
             info = next(s for s in batch.sources if s.op.id == op.id)
             reading = chain_reading(graph, op, plan)
-            measurer = combined_directly(graph, op, batch.kernel_of) or reading
+            received = received_directly(graph, op, plan, info.event_time, batch.kernel_of)
+            measurer = combined_directly(graph, op, batch.kernel_of) or reading or received
             stats = None
             if measurer is not None:
-                stats = measured[measurer] = SourceStats(op.id, info.event_time)
+                stats = measured[measurer] = SourceStats(op.id, info.event_time, records=measurer == received)
             # a chain the plan spreads over more tasks gets records: two splits make two tasks
             if (
                 info.splits_reader is not None
@@ -454,6 +456,23 @@ def combined_directly(graph: JobGraph, source: Operator, kernel_of=None) -> str 
         return None
     kernel = kernel_of(keyed[0]) if kernel_of is not None else keyed_kernel(keyed[0], [consumers[0].schema])
     return keyed[0].id if combined_by_spark(kernel, consumers[0].schema) else None
+
+
+def received_directly(graph: JobGraph, source: Operator, plan: Plan, event_time: str | None, kernel_of) -> str | None:
+    """The keyed operator whose exchange sends it exactly the source's records, uncombined
+    (the source feeds only a key_by that feeds only it, across an exchange that keeps the
+    source's event time column), if there is one.
+
+    That keyed stage measures the source's statistics on the records it receives anyway
+    (``exchange.receives_records``), as :func:`combined_directly` does on combined rows."""
+    consumers = graph.consumers(source.id)
+    if len(consumers) != 1 or not isinstance(consumers[0].spec, KeyByOp):
+        return None
+    keyed = graph.consumers(consumers[0].id)
+    if len(keyed) != 1 or not keyed[0].is_keyed or len(keyed[0].inputs) != 1 or not plan.exchanges_before(keyed[0].id):
+        return None
+    kernel = kernel_of(as_planned(keyed[0], plan))
+    return keyed[0].id if receives_records(kernel, consumers[0].schema, event_time) else None
 
 
 def as_planned(op: Operator, plan: Plan) -> Operator:

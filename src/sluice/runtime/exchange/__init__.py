@@ -43,7 +43,15 @@ from sluice.runtime.kernels.keyed import CombiningKernel, KeyedKernel
 from sluice.runtime.task_env import TaskEnv
 from sluice.runtime.task_metrics import MetricKey
 
-__all__ = ["Exchanged", "SourceStats", "collocated_input", "combined_by_spark", "exchange", "prepare_hash_exchange"]
+__all__ = [
+    "Exchanged",
+    "SourceStats",
+    "collocated_input",
+    "combined_by_spark",
+    "exchange",
+    "prepare_hash_exchange",
+    "receives_records",
+]
 
 
 class Exchanged(NamedTuple):
@@ -64,6 +72,16 @@ def combined_by_spark(kernel: KeyedKernel, in_schema: pa.Schema) -> bool:
     return supports_native_combine(kernel, in_schema)
 
 
+def receives_records(kernel: KeyedKernel, in_schema: pa.Schema, event_time: str | None) -> bool:
+    """True when the exchange before ``kernel`` sends the records of ``in_schema`` themselves,
+    uncombined, with the ``event_time`` column among theirs (if there is one): the keyed
+    stage can then measure the statistics of the source they come from as it receives them
+    (``SourceStats.records``), instead of Spark observing them."""
+    if supports_native_combine(kernel, in_schema) or isinstance(kernel, CombiningKernel):
+        return False
+    return event_time is None or event_time in kernel.input_columns(in_schema)
+
+
 def exchange(
     df,
     op: Operator,
@@ -77,7 +95,8 @@ def exchange(
     """Route ``df`` to the partitions of a keyed stage, combining first where the kernel can.
 
     ``env.source_stats``: the statistics of the source whose records ``df`` holds, to be
-    measured on Spark's combined rows (:class:`SourceStats`); only given when Spark combines.
+    measured on Spark's combined rows (:class:`SourceStats`), or by the keyed stage on the
+    records when they cross uncombined (:func:`receives_records`).
     ``upstream_keys``: the key columns of the keyed operator before, whose key groups' traffic
     to this operator's is to be counted (``plan.collocation.traffic_source``): only where the
     records themselves cross the exchange (a combine sends partials, one per key and pane).
@@ -94,9 +113,9 @@ def exchange(
             return {"side_late": write_late(combined, op, context, env.root)}
 
         return Exchanged(combined.frame, combined.schema, fetch_late)
-    if env.source_stats is not None:
-        raise ValueError(f"operator {op.name!r}: source statistics can only be observed on Spark's combine")
     if isinstance(kernel, CombiningKernel):
+        if env.source_stats is not None:
+            raise ValueError(f"operator {op.name!r}: source statistics are measured on Spark's combine or the records")
         df, in_schema = combine_stage(df, op, kernel, in_schema, env)
         return Exchanged(route(df, kernel.key_columns, stage, max_parallelism, in_schema.names), in_schema, None)
     read = kernel.input_columns(in_schema)  # only these cross the exchange
