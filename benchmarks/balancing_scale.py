@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 from sluice.control import FluxBalancing, KeyGroupBalancing, OneStepScaling, RingBalancing
+from sluice.examples.balancing_scale import scenario_graph
 from sluice.sim.balancing_scale import albic_scale, nephele_scale, partitions_needed, run_scenario, summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -118,7 +119,7 @@ def _run_all(scenario, runs: dict) -> dict:
     }
     for name, policies in runs.items():
         started = time.time()
-        records = run_scenario(scenario, policies)
+        records = run_scenario(scenario, scenario_graph(scenario), policies)
         s = summary(records, scenario)
         out["runs"][name] = {"summary": s, "batches": records}
         print(

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sluice.control import FluxBalancing, KeyGroupBalancing, OneStepScaling, RingBalancing
+from sluice.examples.balancing_scale import scenario_graph
 from sluice.plan.physical import KeyedStagePlan, Plan
 from sluice.sim.balancing_scale import albic_scale, nephele_scale, partitions_needed, run_scenario, summary
 from sluice.sim.keyed_stage import KeyedStageEngine
@@ -42,10 +43,9 @@ def test_the_engine_reports_what_the_balancer_reads():
 @pytest.mark.parametrize("policy", [KeyGroupBalancing, FluxBalancing, RingBalancing])
 def test_each_live_balancer_evens_the_partitions_in_the_simulator(policy):
     scenario = small_albic()
-    fixed = summary(run_scenario(scenario, None), scenario)
-    balanced = summary(
-        run_scenario(scenario, [policy(threshold=0.1, min_gain=0.2, window=1, max_migrations=40, time_limit=1.0)]), scenario
-    )
+    fixed = summary(run_scenario(scenario, scenario_graph(scenario), None), scenario)
+    balancer = policy(threshold=0.1, min_gain=0.2, window=1, max_migrations=40, time_limit=1.0)
+    balanced = summary(run_scenario(scenario, scenario_graph(scenario), [balancer]), scenario)
     assert fixed["mean_imbalance"] > 0.1 and fixed["key_groups_moved"] == 0
     assert balanced["key_groups_moved"] > 0 and balanced["rebalances"] >= 1
     assert balanced["mean_imbalance"] < fixed["mean_imbalance"]
@@ -54,7 +54,7 @@ def test_each_live_balancer_evens_the_partitions_in_the_simulator(policy):
 
 def test_one_step_scaling_meets_a_rate_step_in_one_rescale():
     scenario = nephele_scale(batches=12, period=100, nodes=4, cores_per_node=4, key_groups=256, partitions=8, step_at=5)
-    records = run_scenario(scenario, [OneStepScaling(target_utilization=0.7, window=1)])
+    records = run_scenario(scenario, scenario_graph(scenario), [OneStepScaling(target_utilization=0.7, window=1)])
     after_step = [
         (r["batch"], r["partitions"])
         for r, prev in zip(records[1:], records)

@@ -16,7 +16,7 @@ Both add one keyed ``join`` operator with two inputs; its output schema is the s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sluice.api.windows import resolve_time
 from sluice.core.location import user_location
@@ -27,7 +27,7 @@ from sluice.graph.ttl import StateTTL
 from sluice.graph.windows import Duration, EventTime, Sliding, parse_duration
 
 if TYPE_CHECKING:
-    from sluice.api.stream import KeyedStream, Stream
+    from sluice.api.stream import KeyedStream
 
 
 def signed_duration(value: Duration, what: str) -> int:
@@ -53,13 +53,6 @@ def _event_time(keyed: KeyedStream, time: str | None, side: str) -> str:
     return domain.column
 
 
-def _check_other(other: Any, what: str) -> None:
-    from sluice.api.stream import KeyedStream
-
-    if not isinstance(other, KeyedStream):
-        raise PipelineError(f"{what} needs a keyed stream (other.key_by(...)), got {other!r}")
-
-
 def add_join(
     left: KeyedStream,
     right: KeyedStream,
@@ -73,11 +66,11 @@ def add_join(
     suffixes: tuple[str, str],
     name: str | None,
     ttl: StateTTL | None = None,
-) -> Stream:
-    """Add a windowed or interval stream-stream join (``KeyedStream.join``)."""
+) -> JoinOp:
+    """The spec of a windowed or interval stream-stream join (``KeyedStream.join``), checked
+    against both sides; the stream adds the operator."""
     location = user_location()
     try:
-        _check_other(right, "join")
         if right.pipeline is not left.pipeline:
             raise PipelineError("join needs two streams of the same pipeline")
         bounds = None
@@ -95,7 +88,7 @@ def add_join(
         spec = StreamJoin(sides, how, window, bounds, parse_duration(allowed_lateness, "allowed_lateness", allow_zero=True))
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "join", location) from None
-    return _add(left, right, spec, name, ttl)
+    return _join_op(left, spec, ttl)
 
 
 def add_lookup(
@@ -108,11 +101,11 @@ def add_lookup(
     suffixes: tuple[str, str],
     name: str | None,
     ttl: StateTTL | None = None,
-) -> Stream:
-    """Add a table lookup (``KeyedStream.lookup``)."""
+) -> JoinOp:
+    """The spec of a table lookup (``KeyedStream.lookup``), checked against both sides; the
+    stream adds the operator."""
     location = user_location()
     try:
-        _check_other(table, "lookup")
         if table.pipeline is not stream.pipeline:
             raise PipelineError("lookup needs two streams of the same pipeline")
         spec = TableLookup(
@@ -120,16 +113,10 @@ def add_lookup(
         )
     except PipelineError as exc:
         raise PipelineError(str(exc), name or "lookup", location) from None
-    return _add(stream, table, spec, name, ttl)
+    return _join_op(stream, spec, ttl)
 
 
-def _add(
-    left: KeyedStream, right: KeyedStream, spec: StreamJoin | TableLookup, name: str | None, ttl: StateTTL | None = None
-) -> Stream:
-    from sluice.api.stream import Stream
-
-    # a spec: its schema rule and kernel factory are the join kind's (graph.kinds); with a ttl
-    # the buffers expire per key (runtime.kernels.ttl wraps the kernel)
-    join = JoinOp(keys=list(left.keys), join=spec, ttl=ttl)
-    op = Stream(left.pipeline, left.op)._then(join, name, inputs=(left.op.id, right.op.id))
-    return Stream(left.pipeline, op)
+def _join_op(left: KeyedStream, spec: StreamJoin | TableLookup, ttl: StateTTL | None) -> JoinOp:
+    # its schema rule and kernel factory are the join kind's (graph.kinds); with a ttl the
+    # buffers expire per key (runtime.kernels.ttl wraps the kernel)
+    return JoinOp(keys=list(left.keys), join=spec, ttl=ttl)

@@ -26,6 +26,7 @@ from sluice.graph.specs import (
     FilterExprOp,
     FilterFnOp,
     FlatMapOp,
+    JoinOp,
     KeyByOp,
     KeyedSpec,
     MapBatchesOp,
@@ -612,7 +613,8 @@ class KeyedStream:
         >>> clicks.join(views, window=W.tumbling("1m"), how="left").op.kind
         'join'
         """
-        return add_join(
+        _check_keyed(other, "join", name)
+        spec = add_join(
             self,
             other,
             window=window,
@@ -625,6 +627,7 @@ class KeyedStream:
             name=name,
             ttl=_ttl_params(ttl, ttl_time, name or "join").get("ttl"),
         )
+        return self._joined(spec, other, name)
 
     def lookup(
         self,
@@ -654,8 +657,14 @@ class KeyedStream:
         >>> orders.key_by("customer").lookup(customers.key_by("id"), version="seq").op.kind
         'join'
         """
+        _check_keyed(table, "lookup", name)
         ttl_spec = _ttl_params(ttl, ttl_time, name or "lookup").get("ttl")
-        return add_lookup(self, table, version=version, how=how, deleted=deleted, suffixes=suffixes, name=name, ttl=ttl_spec)
+        spec = add_lookup(self, table, version=version, how=how, deleted=deleted, suffixes=suffixes, name=name, ttl=ttl_spec)
+        return self._joined(spec, table, name)
+
+    def _joined(self, spec: JoinOp, other: KeyedStream, name: str | None) -> Stream:
+        op = Stream(self.pipeline, self.op)._then(spec, name, inputs=(self.op.id, other.op.id))
+        return Stream(self.pipeline, op)
 
 
 def _ttl_params(ttl, ttl_time: str, where: str) -> dict:
@@ -665,3 +674,8 @@ def _ttl_params(ttl, ttl_time: str, where: str) -> dict:
     except PipelineError as exc:
         raise PipelineError(str(exc), where, user_location()) from None
     return {} if parsed is None else {"ttl": parsed}
+
+
+def _check_keyed(other: Any, what: str, name: str | None) -> None:
+    if not isinstance(other, KeyedStream):
+        raise PipelineError(f"{what} needs a keyed stream (other.key_by(...)), got {other!r}", name or what, user_location())

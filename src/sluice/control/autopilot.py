@@ -62,11 +62,12 @@ from sluice.control.batch_sizing import LinearFit, ModelBatchSizing
 from sluice.control.chaining import DynamicChaining
 from sluice.control.collocation import CollocationBalancing
 from sluice.control.forecast import ArrivalForecaster, make_forecaster
-from sluice.control.goals import Goals
+from sluice.control.goals import Goals, make_goals
 from sluice.control.job_model import JobModel, build_model
 from sluice.control.policy import Policy
 from sluice.control.scaling import OneStepScaling, balanced_routing
 from sluice.control.view import ControlView
+from sluice.errors import ConfigError
 
 log = logging.getLogger("sluice.control")
 
@@ -462,11 +463,7 @@ class Autopilot(Policy):
         worse_margin: float = 0.25,
         members: list[Policy] | None = None,
     ):
-        from sluice.errors import ConfigError
-
         if isinstance(goals, dict):
-            from sluice.control.goals import make_goals
-
             goals = make_goals(**goals)
         self.goals = goals or Goals()
         if (

@@ -137,27 +137,12 @@ def keyed_scenario(
     )
 
 
-def scenario_graph(scenario: ScaleScenario):
-    """The job the scenario simulates: a keyed aggregate (its graph only; nothing runs)."""
-    import sluice
-    from sluice import agg, sinks, sources
-
-    p = sluice.Pipeline(scenario.name, max_parallelism=scenario.key_groups, partitions=scenario.partitions)
-    (
-        p.source(sources.generator(fields={"k": sources.Keys(scenario.key_groups)}), name="events")
-        .key_by("k")
-        .aggregate(n=agg.count(), name=OP)
-        .sink(sinks.callback(lambda batch_id, table: None), name="out")
-    )
-    return p.graph
-
-
-def run_scenario(scenario: ScaleScenario, policies: list | None) -> list[dict]:
-    """Run the scenario with these policies (None: the routing never changes, Spark's way);
+def run_scenario(scenario: ScaleScenario, graph, policies: list | None) -> list[dict]:
+    """Run the scenario's job ``graph`` (``sluice.examples.balancing_scale.scenario_graph``)
+    with these policies (None: the routing never changes, Spark's way);
     returns one record per batch: partitions, key groups moved into it, the partitions'
     load distance (ALBIC's epsilon, in percentage points of a core) and its share of the
     mean, the busiest partition's seconds, the batch's seconds and the controller's."""
-    graph = scenario_graph(scenario)
     plan = initial_plan(graph, scenario.partitions)
     engine = KeyedStageEngine(
         OP,
