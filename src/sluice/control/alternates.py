@@ -3,10 +3,15 @@
 A simple live policy for operators with alternates (the thesis's runtime adaptation of
 alternates, section 4.8.2, without the VM side: the elastic policies add executors):
 
-- **down** when the job falls behind: the relative throughput over the last batches (rows
-  processed a second over rows arriving a second) is under ``min_omega``, a latency
-  constraint is violated, or the cores are busier than ``high``. The operator switches to the most valuable of its less
-  valuable, cheaper alternates whose predicted load fits ``target``, else to the cheapest.
+- **down** when the job falls behind: a latency constraint is violated, the cores are busier
+  than ``high``, or the relative throughput over the last batches (rows processed a second
+  over rows arriving a second) is under ``min_omega`` while the active alternate's predicted
+  load at the offered rate is over ``target``. A throughput dip the active alternate's load
+  does not explain (one batch stalled by other work on the machine, with the cores mostly
+  idle) is no reason to give up value: a cheaper alternate would not have prevented it, and
+  switching down on it and back up once it passes is thrash. The operator switches to the
+  most valuable of its less valuable, cheaper alternates whose predicted load fits
+  ``target``, else to the cheapest.
 - **up** when there is slack: all is well and the predicted load with a more valuable
   alternate stays within ``target``. It switches to the most valuable such alternate.
 
@@ -59,7 +64,8 @@ class AlternatesByLoad(Policy):
         # swings with the length of the batch before it)
         omega = None if arriving is None else min(admitted / wall / arriving, 1.0) if arriving > 0 else 1.0
         violated = [name for name, s in view.status.items() if s.state == "violated"]
-        behind = (omega is not None and omega < self.min_omega) or bool(violated) or load > self.high
+        pressed = bool(violated) or load > self.high
+        slow = omega is not None and omega < self.min_omega
         actions: list[Action] = []
         for op_id, active in sorted(view.plan.alternates.items()):
             alternates = view.alternates(op_id)
@@ -83,7 +89,8 @@ class AlternatesByLoad(Policy):
                 + (f", Omega {omega:.2f}" if omega is not None else "")
                 + (f", {violated} violated" if violated else "")
             )
-            if behind:  # down: to a less valuable, cheaper alternate
+            # a throughput shortfall is the alternate's when its load at the offered rate is over the target
+            if pressed or (slow and load_at_offered(active) > self.target):  # down: to a cheaper alternate
                 known = {n: c for n, c in costs.items() if c is not None}  # the active one among them
                 lower = [
                     n
