@@ -1,12 +1,12 @@
-"""deduplicate and top-N on local Spark, across batches and a restart, against DuckDB over the
-records the source produced."""
+"""deduplicate and top-N on local Spark, across batches, a restart and key groups moved
+between 1-3 partitions after every batch, against DuckDB over the records the source produced."""
 
 from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
 import pytest
-from tests.keyed_harness import run_with_restart
+from tests.keyed_harness import RandomRebalancer, run_with_restart
 
 from sluice import Pipeline, sinks, sources
 from sluice.runtime.sinks import memory_batches
@@ -41,7 +41,9 @@ def build() -> Pipeline:
 
 
 def test_deduplicate_and_top_equal_duckdb_across_a_restart(spark, tmp_path, memory):
-    run_with_restart(build, str(tmp_path / "ckpt"), spark, 2)
+    dedup, top = RandomRebalancer("dedup", seed=3), RandomRebalancer("top3", seed=4)
+    run_with_restart(build, str(tmp_path / "ckpt"), spark, 2, controller=lambda m, plan: top(m, dedup(m, plan)))
+    assert sum(dedup.moves) > 10 and sum(top.moves) > 10  # key groups of both really moved
     raw = memory_batches("sel_raw")
     every = pa.concat_tables([t.append_column("b", pa.array([b] * t.num_rows, pa.int64())) for b, t in sorted(raw.items())])
     assert every.num_rows == ROWS
