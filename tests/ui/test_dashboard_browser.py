@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 
@@ -97,6 +98,9 @@ def test_dashboard_fills_while_a_pipeline_runs(spark, tmp_path):
             # local Spark: one executor (the driver), from the metrics; the plan's two keyed stages
             plan = page.inner_text("#plan")
             assert "executors: 1" in plan and "meter_stats 2 partitions" in plan.replace("\n", " ")
+            # when the executor joined, as a wall-clock time, not seconds since the epoch
+            since = re.search(r"since\s+(\S+)", plan)
+            assert since and ":" in since.group(1) and not re.fullmatch(r"[0-9.]+", since.group(1)), plan
             shot = tmp_path / "dashboard.png"
             page.wait_for_timeout(1500)  # one more poll, so the screenshot shows the latest batch
             page.screenshot(path=str(shot), full_page=True)

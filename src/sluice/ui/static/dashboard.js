@@ -180,7 +180,7 @@ function renderPlan(plan, executors) {
   if (executors !== null && executors !== undefined) {
     const list = Array.isArray(executors) ? executors : typeof executors === "object" ? Object.entries(executors).map(([k, v]) => ({ id: k, ...(typeof v === "object" ? v : { value: v }) })) : [{ count: executors }];
     html += `<p><b>executors</b>: ${list.length}</p><table><tbody>` + list.map(e =>
-      `<tr>${Object.entries(e).map(([k, v]) => `<td><span class="kv">${esc(k)}</span> ${esc(v)}</td>`).join("")}</tr>`).join("") + "</tbody></table>";
+      `<tr>${Object.entries(e).map(([k, v]) => `<td><span class="kv">${esc(k)}</span> ${esc(k === "since" && typeof v === "number" ? new Date(v * 1000).toLocaleTimeString() : v)}</td>`).join("")}</tr>`).join("") + "</tbody></table>";
   } else {
     html += `<p class="kv">executors: not reported by this job</p>`;
   }
