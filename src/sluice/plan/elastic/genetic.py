@@ -88,7 +88,11 @@ class GeneticScheduler:
         cores = slots.cores
         speed = slots.core_speed
         price = slots.price
-        hours = np.ceil((inp.period_s - (inp.now_s if runtime else 0.0)) / 3600.0)
+        # the rest of the period the VMs are paid for: ``now_s`` is the simulator's clock from 0,
+        # or a live job's epoch clock, so the time into the period is taken modulo its length
+        # (read as the time since the start, an epoch clock made the rest negative, the VMs'
+        # cost a gain, and every VM slot worth filling)
+        hours = np.ceil((inp.period_s - ((inp.now_s % inp.period_s) if runtime else 0.0)) / 3600.0)
         rate = np.asarray(inp.external_rate, dtype=float)
         n_alt = df.n_alternates
 
