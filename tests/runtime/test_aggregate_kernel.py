@@ -130,3 +130,33 @@ def test_output_rows_carry_the_numbering_of_their_input_rows():
     output_row_of = {int(key_id): i for i, key_id in enumerate(out_ids)}
     assert len(output_row_of) == result.output.num_rows  # one output row per key
     assert all(out_keys[output_row_of[int(key_id)]] == in_keys[i] for i, key_id in enumerate(row_ids))
+
+
+@pytest.mark.parametrize(
+    "dtype, values",
+    [
+        (pa.timestamp("us", "UTC"), [5, None, 1, 9, 3, None, 7, 2]),
+        (pa.timestamp("ms"), [5, None, 1, 9, 3, None, 7, 2]),
+    ],
+)
+def test_min_and_max_of_timestamps_with_a_time_zone_carry_across_batches(dtype, values):
+    """Arrow's element-wise min/max, which merge a key's state with a batch's partial, have
+    no kernel for time-zoned timestamps: the running extremes are still exact from the second
+    batch on."""
+    keys = ["k0"]
+    rows = pa.table({"k0": pa.array(["a", "b"] * 4), "t": pa.array(values, dtype)})
+    rows = rows.append_column(KEY_GROUP, pa.array([0, 1] * 4, pa.int32()))
+    kernel = AggregateKernel(keys, {"lo": agg.min("t"), "hi": agg.max("t")})
+    state_schema = kernel.state_schema(rows.drop_columns([KEY_GROUP]).schema).append(pa.field(KEY_GROUP, pa.int32()))
+    state, latest = state_schema.empty_table(), {}
+    for b in range(4):  # two rows (one per key) a batch
+        result = kernel.process(rows.slice(2 * b, 2), state, BatchContext(b, 0))
+        latest.update({r["k0"]: (r["lo"], r["hi"]) for r in result.output.to_pylist()})
+        pieces = [
+            t.append_column(DELETED, pa.array(np.zeros(t.num_rows, bool)))
+            for t in (state.select(state_schema.names), result.upserts.select(state_schema.names))
+        ]
+        state = merge_latest(pieces, keys).select(state_schema.names)
+    for key in ("a", "b"):
+        seen = [v for k, v in zip(rows["k0"].to_pylist(), rows["t"].to_pylist()) if k == key and v is not None]
+        assert latest[key] == (min(seen), max(seen)), key

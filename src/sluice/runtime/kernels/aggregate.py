@@ -53,6 +53,12 @@ def _combine(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Chunke
             return pc.add(pc.fill_null(old.cast(wide), zero), pc.fill_null(new.cast(wide), zero))
         return pc.add(pc.fill_null(old, 0), pc.fill_null(new, 0))
     fn = pc.min_element_wise if kind == "min" else pc.max_element_wise
+    if old.type != new.type:
+        old = old.cast(new.type)
+    if pa.types.is_timestamp(new.type) and new.type.tz is not None:
+        # Arrow's element-wise min/max have no kernel for time-zoned timestamps: compare their
+        # instants as integers in their unit
+        return fn(old.cast(pa.int64()), new.cast(pa.int64()), skip_nulls=True).cast(new.type)
     return fn(old, new, skip_nulls=True)
 
 
