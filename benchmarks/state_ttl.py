@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice import Pipeline, agg, sinks, sources
+from sluice.errors import StateError
 from sluice.runtime.session import spark_session
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,6 +84,8 @@ def run_sluice(spark, files: str, workdir: str, batches: int, per_batch: int, tt
     index = store.index(before_batch=max(m.batch_id for m in result.metrics) + 1)
     live = store.read(index, range(p.graph.max_parallelism))
     return {
+        # the live state after each batch, read back from the store: whether it levels off
+        "state_rows_per_batch": [_live_rows(store, m.batch_id, p.graph.max_parallelism) for m in data],
         "rows_per_s": round(rate, 1),
         "state_bytes": int(live.nbytes) if live is not None else 0,
         "state_rows": live.num_rows if live is not None else 0,
@@ -91,6 +94,15 @@ def run_sluice(spark, files: str, workdir: str, batches: int, per_batch: int, tt
         "batches": len(data),
         "expired": int(sum(m.operators.get("counts", {}).get("ttl_expired", 0) for m in data)),
     }
+
+
+def _live_rows(store, batch_id: int, key_groups: int) -> int | None:
+    """Keys held after ``batch_id`` (None: the store no longer keeps that batch's history)."""
+    try:
+        table = store.read(store.index(before_batch=batch_id + 1), range(key_groups))
+    except StateError:
+        return None
+    return table.num_rows if table is not None else 0
 
 
 class _Count:
