@@ -5,8 +5,7 @@ and an input that rises above what one executor holds, then falls.
 
 Run as ``python elastic_policies.py MASTER CHECKPOINT OUT POLICY`` (a driver of its own: the
 test process may already hold a local SparkSession). It stops a few batches after the job
-went back to one executor (GA: after the second one joined, since GA releases an executor
-only at the end of its billed hour, section 4.7), or after ``DURATION_S``."""
+went back to one executor, or after ``DURATION_S``."""
 
 from __future__ import annotations
 
@@ -73,8 +72,6 @@ def main(master: str, checkpoint: str, out: str, name: str) -> None:
             seen["grown_at"] = m.batch_id if seen["grown_at"] is None else seen["grown_at"]
         elif seen["grown_at"] is not None and seen["shrunk_at"] is None:
             seen["shrunk_at"] = m.batch_id
-        if name == "ga":  # it keeps the executor for the rest of its billed hour
-            return seen["grown_at"] is not None and m.batch_id >= seen["grown_at"] + 3
         return seen["shrunk_at"] is not None and m.batch_id >= seen["shrunk_at"] + 2
 
     build(out).run(
