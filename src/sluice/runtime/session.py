@@ -188,7 +188,7 @@ DRIVER_JAVA_OPTIONS = "-XX:MetaspaceSize=256m"
 operators, generated code, Arrow, Parquet): each time their metadata passed the default
 threshold (some 20 MB, raised a little each time), G1 ran a collection of the whole heap
 for it. Java Flight Recorder counted 0.5 s of collections in a restarted driver's first
-batch, 0.15 s of them for metadata (docs/results/startup.md, session 9)."""
+batch, 0.15 s of them for metadata (docs/results/startup.md)."""
 
 
 def submitted_master() -> str | None:
