@@ -144,7 +144,7 @@ def compare(truth, got) -> tuple[int, int]:
 def check(workdir: str, args) -> dict:
     import pyarrow as pa
 
-    from sluice.runtime import metrics as metrics_log
+    from sluice.runtime.batch import metrics as metrics_log
 
     source = pa.Table.from_batches(
         recovery.make_spec(args.rate, args.total_rows, args.rows_per_batch).generate(0, args.total_rows, 0)

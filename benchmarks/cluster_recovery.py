@@ -150,7 +150,7 @@ def main() -> None:
         child(args.child[0], args.child[1], args.child[2], int(args.child[3]))
         return
 
-    from sluice.runtime import metrics as metrics_log
+    from sluice.runtime.batch import metrics as metrics_log
     from sluice.runtime.cluster import LocalCluster
 
     record = Record("cluster_recovery", args.quick)

@@ -83,7 +83,7 @@ from tests.connector_services import (  # noqa: E402
 
 import sluice  # noqa: E402
 from sluice import sinks, sources  # noqa: E402
-from sluice.runtime import metrics as metrics_log  # noqa: E402
+from sluice.runtime.batch import metrics as metrics_log  # noqa: E402
 
 SCHEMA = pa.schema([("id", pa.int64()), ("key", pa.string()), ("v", pa.float64())])
 

@@ -179,7 +179,7 @@ def worker(system: str) -> None:
 
 def _run_sluice(spark, system, kind, src, dst, checkpoint, stop, progress) -> dict:
     from sluice.plan.mode import choose_mode
-    from sluice.runtime.executor import BatchExecutor
+    from sluice.runtime.batch.executor import BatchExecutor
 
     goal = GOAL_REAL_TIME if system == "sluice_realtime" else None
     pipeline = _sluice_pipeline(kind, src, dst, goal)

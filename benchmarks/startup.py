@@ -68,7 +68,7 @@ def instrument(mark: Marks) -> None:
     only: behaviour unchanged)."""
     import pyspark.sql.streaming.readwriter as rw
 
-    import sluice.runtime.executor as executor
+    import sluice.runtime.batch.executor as executor
     import sluice.runtime.rehearsal as rehearsal
     import sluice.runtime.schemas as schemas
     import sluice.runtime.session as session

@@ -9,7 +9,7 @@ import pytest
 from sluice.control import AlternatesByLoad, Controller
 from sluice.examples import grid
 from sluice.plan.physical import initial_plan
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 
 def test_the_regression_recovers_a_noise_free_day_and_the_moving_average_lags_it():

@@ -12,7 +12,7 @@ from sluice.control.actions import SwitchAlternate
 from sluice.errors import ConfigError, PipelineError, PlanError
 from sluice.graph.alternates import application_value, value_bounds, with_alternate
 from sluice.plan.physical import Plan, adapted_plan, initial_plan
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 
 def fast(batch):

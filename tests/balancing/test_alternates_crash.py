@@ -16,7 +16,7 @@ from tests import crash_harness as harness
 from tests.crash_harness import batch_rows, done_batches, kill_when, started_batches
 from tests.pipelines import alternates_crash
 
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
 from sluice.runtime.planlog import PlanLog
 
 pytestmark = pytest.mark.spark

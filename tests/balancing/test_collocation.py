@@ -15,7 +15,7 @@ from sluice.control.keygroups import key_group_stats
 from sluice.errors import PlanError
 from sluice.plan.collocation import collocation_groups
 from sluice.plan.physical import KeyedStagePlan, Plan, initial_plan, range_routing
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 
 def _graph(second_keys=("k",), first="aggregate", fan_out=False, cast=False):
@@ -116,7 +116,7 @@ def exchanges(spark, pipeline, plan: Plan, tmp_path) -> int:
     """Exchanges in Spark's physical plan of one batch of ``pipeline`` under ``plan``."""
     import datetime
 
-    from sluice.runtime.executor import BatchExecutor, SourceInfo
+    from sluice.runtime.batch.executor import BatchExecutor, SourceInfo
     from sluice.runtime.kernels.keyed import BatchContext
     from sluice.runtime.planlog import PlanLog
     from sluice.runtime.schemas import INGEST

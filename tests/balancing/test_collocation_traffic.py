@@ -16,7 +16,7 @@ from sluice.control.view import ControlView
 from sluice.plan.balancing import BalancePlan, collocation_factor
 from sluice.plan.collocation import traffic_source
 from sluice.plan.physical import KeyedStagePlan, Plan, range_routing
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 K = 8
 
@@ -182,7 +182,7 @@ def test_configurable_by_name():
 
 
 def test_sparse_counts_add_code_by_code():
-    from sluice.runtime.task_metrics import TRAFFIC, MetricKey, MetricsParam, SparseCounts
+    from sluice.runtime.batch.task_metrics import TRAFFIC, MetricKey, MetricsParam, SparseCounts
 
     a = SparseCounts.of(np.array([3, 1, 3, 7]), bins=8)
     b = SparseCounts.of(np.array([7, 7, 2]))
@@ -199,7 +199,7 @@ def test_live_collocation_raises_the_factor_and_the_output_is_unchanged(spark, t
     from sluice.control.decisions import read_decisions
     from sluice.job import RunOptions
     from sluice.job.run import run_pipeline
-    from sluice.runtime import metrics as metrics_log
+    from sluice.runtime.batch import metrics as metrics_log
     from sluice.runtime.planlog import PlanLog
 
     reference, expected = _meters_then_groups()
@@ -224,8 +224,8 @@ def test_live_collocation_raises_the_factor_and_the_output_is_unchanged(spark, t
 
 
 def test_a_batch_record_counts_local_rows_under_its_plan_and_keeps_the_heaviest_pairs():
-    from sluice.runtime.task_metrics import TRAFFIC, MetricKey, SparseCounts, collect
-    from sluice.runtime.traffic import MAX_PAIRS_PER_K, traffic_metrics
+    from sluice.runtime.batch.task_metrics import TRAFFIC, MetricKey, SparseCounts, collect
+    from sluice.runtime.batch.traffic import MAX_PAIRS_PER_K, traffic_metrics
 
     plan = _plan(down_routing=[1, 1, 0, 0, 0, 0, 0, 0])
     # (up 0 -> down 0): up 0 on partition 0, down 0 on 1: remote; (up 5 -> down 2): 1 and 0: remote;

@@ -16,7 +16,7 @@ from sluice.cli.run import read_plan_file
 from sluice.cli.status import status_text
 from sluice.cli.summary import run_summary
 from sluice.job import JobResult
-from sluice.runtime.metrics import BatchMetrics, append
+from sluice.runtime.batch.metrics import BatchMetrics, append
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "plan_linear_microdag.py"
 

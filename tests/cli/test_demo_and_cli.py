@@ -9,7 +9,7 @@ import pytest
 
 from sluice.cli import main as cli_main
 from sluice.demo import SPIKE_FACTOR, build_pipeline
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
 from sluice.runtime.sinks import read_files
 

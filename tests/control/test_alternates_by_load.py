@@ -10,7 +10,7 @@ import sluice
 from sluice import Alt, sinks, sources
 from sluice.control import AlternatesByLoad, Controller
 from sluice.plan.physical import initial_plan
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 ACCURATE_S, CHEAP_S = 1e-3, 2e-5
 

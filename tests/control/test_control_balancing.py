@@ -12,7 +12,7 @@ from sluice.control.actuators import plan_change
 from sluice.control.keygroups import DEFAULT_LOAD_S_PER_BYTE, balancing_problem, key_group_stats
 from sluice.plan.balancing import load_distance, node_loads
 from sluice.plan.physical import KeyedStagePlan, Plan, range_routing
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 K = 8
 

@@ -99,7 +99,7 @@ def test_an_operators_slowest_task_is_its_whole_time_in_the_task_however_many_ar
     by splits yields its own blocks): its slowest task's time is the task's sum of them, and the
     slowest task's over the tasks, or the latency split would give the operator's time to
     ``rest``."""
-    from sluice.runtime.task_metrics import MetricsParam, TaskMetrics, collect
+    from sluice.runtime.batch.task_metrics import MetricsParam, TaskMetrics, collect
 
     class Accumulator:  # what Spark's accumulator does with each task's values, on the driver
         value = MetricsParam().zero({})

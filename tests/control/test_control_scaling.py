@@ -8,7 +8,7 @@ import pytest
 
 from sluice.control import Controller, IncrementalScaling, OneStepScaling, Resources, build_policies
 from sluice.plan.physical import KeyedStagePlan, Plan, range_routing
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 K = 64
 

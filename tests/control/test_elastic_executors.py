@@ -17,7 +17,7 @@ from tests.crash_harness import batch_rows
 from tests.pipelines import __file__ as pipelines_init
 
 from sluice.control import Controller, Executors, Policy, read_decisions
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
 
 PIPELINE = os.path.join(os.path.dirname(pipelines_init), "elastic_executors.py")
 
@@ -96,7 +96,7 @@ def test_on_local_resources_an_executors_action_is_rejected_with_the_reason(tmp_
     from tests.pipelines.elastic_executors import build
 
     from sluice.plan.physical import Plan
-    from sluice.runtime.metrics import BatchMetrics
+    from sluice.runtime.batch.metrics import BatchMetrics
 
     graph = build(str(tmp_path / "out")).graph
     controller = Controller(graph, [AskForExecutors()], checkpoint=str(tmp_path))

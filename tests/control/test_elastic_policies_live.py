@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,7 +39,7 @@ def held(m) -> dict[str, dict]:
 
 @pytest.mark.parametrize("policy", ["ce", "ga", "plasticc"])
 def test_an_elastic_policys_executors_join_and_leave_and_output_stays_exactly_once(cluster, tmp_path, policy):
-    from tests.pipelines.elastic_policies import spec
+    from tests.pipelines.elastic_policies import LOW, spec
 
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
     log = tmp_path / "driver.log"
@@ -66,6 +67,11 @@ def test_an_elastic_policys_executors_join_and_leave_and_output_stays_exactly_on
     counts = [d["action"]["value"] for d in decisions]
     assert 2 in counts and 1 in counts[counts.index(2) :], decisions
     grow = next(d["batch_id"] for d in decisions if d["action"]["value"] == 2)
+    # the scale-out answers the rise (hundreds of readings/s offered), not the start's backlog
+    offered = float(
+        re.search(r"([\d,.]+) rows/s offered", decisions[counts.index(2)]["action"]["reason"]).group(1).replace(",", "")
+    )
+    assert offered > 2 * LOW, decisions
     shrink = next(d["batch_id"] for d in decisions if d["action"]["value"] == 1 and d["batch_id"] > grow)
     first = set(held(batches[grow]))
     assert len(first) == 1  # one executor until the policy asked for a second

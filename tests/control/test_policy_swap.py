@@ -17,7 +17,7 @@ from sluice.control import Controller, Guards, read_decisions
 from sluice.control.swap import REQUEST, PolicySwaps, request_policies
 from sluice.errors import ConfigError
 from sluice.plan.physical import initial_plan
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 TO_B = "policies:\n  - guards:\n      rules:\n        - {when: 'batch_id >= 0', use: {work: b}}\n"
 TO_A = "policies:\n  - guards:\n      rules:\n        - {when: 'rows >= 0', use: {work: a}}\n"

@@ -1,5 +1,5 @@
 """A fused chain runs the SQL filter after it in Arrow and combines a running aggregate's
-records per map task (``runtime.compile.chain_fusions``): the filter keeps exactly the rows
+records per map task (``runtime.batch.compile.chain_fusions``): the filter keeps exactly the rows
 Spark's would, the combined rows merge to exactly the state the records give, and a job so
 fused answers as a plain-Python reference does, across a restart."""
 
@@ -15,8 +15,8 @@ import pytest
 import sluice
 from sluice import agg, sinks, sources
 from sluice.plan.physical import initial_plan
-from sluice.runtime import metrics as metrics_log
-from sluice.runtime.compile import chain_fusions
+from sluice.runtime.batch import metrics as metrics_log
+from sluice.runtime.batch.compile import chain_fusions
 from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext

@@ -144,7 +144,7 @@ def test_a_running_job_pays_for_the_executors_it_asked_for_from_the_request_on()
     from dataclasses import replace
 
     from sluice.plan.physical import initial_plan
-    from sluice.runtime.executor import executors_held
+    from sluice.runtime.batch.executor import executors_held
 
     plan = initial_plan(tweets().graph, 1)
     registered = [{"id": "driver"}, {"id": "0"}, {"id": "1"}]

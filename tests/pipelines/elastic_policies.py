@@ -19,7 +19,8 @@ import sluice
 from sluice import sinks, sources
 
 WAIT_S = 2e-3  # seconds a reading: about 500 readings/s a core
-HIGH, LOW, HIGH_S = 600.0, 60.0, 35.0  # 600/s needs two executors, 60/s one
+# 60/s while the query starts (one executor holds it), 600/s for 35 s (two needed), 60/s again
+HIGH, LOW, RISE_S, FALL_S = 600.0, 60.0, 10.0, 45.0
 DURATION_S = 90.0
 
 
@@ -27,7 +28,7 @@ def spec():
     return sources.generator(
         fields={"meter": sources.Keys(50, prefix="m"), "kwh": sources.Uniform(0.0, 2.0)},
         seed=5,
-        rate=[(0, HIGH), (HIGH_S, LOW)],
+        rate=[(0, LOW), (RISE_S, HIGH), (FALL_S, LOW)],
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import sluice
 from sluice import sinks, sources
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
 from sluice.runtime.sinks import clear_memory, memory_table
 from sluice.runtime.sources.admission import DEFAULT_MAX_ROWS_PER_BATCH
 

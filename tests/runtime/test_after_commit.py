@@ -12,7 +12,7 @@ import pytest
 import sluice
 from sluice import agg, sinks, sources
 from sluice.errors import SluiceError
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
 from sluice.runtime.sinks import clear_memory, memory_table
 
 ROWS, PER_BATCH = 4_000, 1_000

@@ -11,7 +11,7 @@ import pytest
 import sluice
 from sluice import agg, sinks, sources
 from sluice.errors import StateCorruptionError, from_traceback
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.sinks import clear_memory, memory_batches
 

@@ -12,11 +12,11 @@ import pytest
 
 from sluice.control.decisions import DecisionLog, read_decisions
 from sluice.errors import CheckpointError
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
+from sluice.runtime.batch.metrics import BatchMetrics
 from sluice.runtime.checkpoint import METRICS, Checkpoint
 from sluice.runtime.jsonlines import DamagedLineWarning
 from sluice.runtime.lease import LEASE, Lease
-from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.planlog import PlanLog
 
 

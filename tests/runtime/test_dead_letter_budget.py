@@ -16,7 +16,7 @@ from sluice import sinks, sources
 from sluice.cli import main as cli_main
 from sluice.core.metrics import OperatorProgress, StageProgress
 from sluice.errors import ConfigError, DeadLetterBudgetExceeded
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
 from sluice.runtime.sinks import clear_memory, memory_table
 

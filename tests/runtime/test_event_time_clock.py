@@ -8,7 +8,7 @@ import pyarrow as pa
 from sluice import agg, sources
 from sluice import windows as W
 from sluice.graph.windows import EventTime, ProcessingTime, WindowQuery
-from sluice.runtime.event_time import EventClock, SourceTime, processing_time_due
+from sluice.runtime.batch.event_time import EventClock, SourceTime, processing_time_due
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.sources.generator import GeneratorStreamReader
 from sluice.runtime.sources.ticks import TickingReader, TickRequest, next_offset, read_tick_request, request_tick

@@ -9,8 +9,8 @@ import pytest
 import sluice
 from sluice import Alt, sinks, sources
 from sluice.control import Guards, read_decisions
+from sluice.runtime.batch.task_metrics import MetricKey, TaskMetrics
 from sluice.runtime.reporting import report, reporting_to
-from sluice.runtime.task_metrics import MetricKey, TaskMetrics
 
 
 def rough(batch: pa.RecordBatch) -> pa.RecordBatch:

@@ -14,11 +14,11 @@ import pytest
 
 from sluice import agg
 from sluice.graph.windows import EventTime, Sliding, WindowQuery
+from sluice.runtime.batch.stages import _attach_ingest
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.panes import PaneTable, PartialLayout, merge_tables, sort_codes
 from sluice.runtime.kernels.windows import COMBINE_TASK, PANE_STATE, PARTIAL_PREFIX, RECORDS, WindowAggregateKernel
 from sluice.runtime.schemas import INGEST
-from sluice.runtime.stages import _attach_ingest
 from sluice.runtime.state.format import DELETED, merge_latest
 
 TS = pa.timestamp("us", tz="UTC")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 from sluice.core.checkpoint import METRICS, Checkpoint
-from sluice.runtime import metrics as metrics_log
-from sluice.runtime.metrics import BatchMetrics, KeyGroupLoad, OperatorProgress, SinkProgress, StageProgress, Traffic
+from sluice.runtime.batch import metrics as metrics_log
+from sluice.runtime.batch.metrics import BatchMetrics, KeyGroupLoad, OperatorProgress, SinkProgress, StageProgress, Traffic
 from sluice.ui.job_view import batch_point
 
 OLD_LINE = {

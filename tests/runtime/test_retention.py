@@ -10,10 +10,10 @@ import pytest
 
 from sluice.control.decisions import DecisionLog, read_decisions
 from sluice.errors import ConfigError
-from sluice.runtime import metrics as metrics_log
 from sluice.runtime import retention
+from sluice.runtime.batch import metrics as metrics_log
+from sluice.runtime.batch.metrics import BatchMetrics
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.metrics import BatchMetrics
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.ui import job_view
 from sluice.ui.job_view import JobView

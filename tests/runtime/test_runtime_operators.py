@@ -18,7 +18,7 @@ import pytest
 
 import sluice
 from sluice import agg, sinks, sources
-from sluice.runtime import metrics as metrics_log
+from sluice.runtime.batch import metrics as metrics_log
 from sluice.runtime.side_outputs import DEAD_LETTER, read_side_output
 from sluice.runtime.sinks import clear_memory, memory_batches, memory_table
 

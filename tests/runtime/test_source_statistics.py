@@ -46,7 +46,7 @@ def _pipeline(tag: str) -> Pipeline:
 
 
 def test_a_source_read_by_a_chain_is_measured_as_an_observation_measures_it(spark, tmp_path, monkeypatch):
-    from sluice.runtime import compile as compile_module
+    from sluice.runtime.batch import compile as compile_module
     from sluice.runtime.sinks import clear_memory, memory_table
 
     runs = {}
@@ -72,7 +72,7 @@ def test_a_source_read_by_a_chain_is_measured_as_an_observation_measures_it(spar
 
 def test_only_a_chain_reading_the_source_alone_measures_it():
     from sluice.plan.physical import initial_plan
-    from sluice.runtime.compile import chain_reading
+    from sluice.runtime.batch.compile import chain_reading
 
     graph = _pipeline("plan").graph
     assert chain_reading(graph, graph["readings"], initial_plan(graph, 2)) == "later"
@@ -87,8 +87,8 @@ def test_only_a_chain_reading_the_source_alone_measures_it():
 def test_a_chain_run_twice_counts_its_source_rows_once():
     """A second job over the same partitions (a window's late records run the chain again)
     adds the same rows per partition: they count once; the latest event time is a maximum."""
+    from sluice.runtime.batch.task_metrics import MetricsParam, TaskMetrics, collect
     from sluice.runtime.exchange import SourceStats
-    from sluice.runtime.task_metrics import MetricsParam, TaskMetrics, collect
 
     ts = pa.timestamp("us", tz="UTC")
     stats = SourceStats("readings", "ts")
@@ -127,7 +127,7 @@ def test_a_source_whose_records_cross_to_a_keyed_stage_is_measured_there_as_an_o
 ):
     """source -> key_by -> running aggregate: the records cross the exchange uncombined and
     the keyed stage measures them as it receives them, instead of Spark observing them."""
-    from sluice.runtime import compile as compile_module
+    from sluice.runtime.batch import compile as compile_module
     from sluice.runtime.sinks import clear_memory, memory_table
 
     runs = {}
@@ -151,7 +151,7 @@ def test_a_source_whose_records_cross_to_a_keyed_stage_is_measured_there_as_an_o
 
 def test_only_a_keyed_stage_receiving_the_source_records_alone_measures_them():
     from sluice.plan.physical import initial_plan
-    from sluice.runtime.compile import received_directly
+    from sluice.runtime.batch.compile import received_directly
     from sluice.runtime.kernels.factory import keyed_kernel
 
     def kernel_of(op):
@@ -170,8 +170,8 @@ def test_only_a_keyed_stage_receiving_the_source_records_alone_measures_them():
 
 
 def test_records_received_by_a_keyed_stage_are_counted_with_their_latest_event_time():
+    from sluice.runtime.batch.task_metrics import MetricsParam, TaskMetrics, collect
     from sluice.runtime.exchange import SourceStats
-    from sluice.runtime.task_metrics import MetricsParam, TaskMetrics, collect
 
     ts = pa.timestamp("us", tz="UTC")
     stats = SourceStats("readings", "ts", records=True)

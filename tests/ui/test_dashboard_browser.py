@@ -119,7 +119,7 @@ def test_prometheus_endpoint_reads_the_checkpoint(tmp_path):
     """/metrics serves the checkpoint's figures with conventional names and labels."""
     import urllib.request
 
-    from sluice.runtime.metrics import BatchMetrics, append
+    from sluice.runtime.batch.metrics import BatchMetrics, append
 
     checkpoint = str(tmp_path)
     for i, rows in enumerate([100, 250]):

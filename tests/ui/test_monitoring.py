@@ -9,7 +9,7 @@ import os
 import urllib.request
 
 from sluice.cli.status import status_text
-from sluice.runtime.metrics import BatchMetrics, append
+from sluice.runtime.batch.metrics import BatchMetrics, append
 from sluice.ui import serve
 
 T0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC

@@ -16,7 +16,7 @@ import pytest
 
 from sluice import Pipeline, agg, sinks, sources
 from sluice import windows as W
-from sluice.runtime.executor import ended_in_offset_log
+from sluice.runtime.batch.executor import ended_in_offset_log
 from sluice.runtime.kernels.panes import END_OF_TIME
 from sluice.runtime.side_outputs import read_side_output
 from sluice.runtime.sinks import clear_memory, memory_batches
@@ -99,9 +99,9 @@ def test_offset_log_entry_names_the_ended_sources():
 def _executor(sources_: list[tuple[str, str | None]], seen: dict[str, int]):
     """A BatchExecutor with just what ``_watermark`` reads (no Spark)."""
     from sluice.graph.operators import Operator
-    from sluice.runtime.compile import SourceInfo
-    from sluice.runtime.event_time import EventClock
-    from sluice.runtime.executor import BatchExecutor
+    from sluice.runtime.batch.compile import SourceInfo
+    from sluice.runtime.batch.event_time import EventClock
+    from sluice.runtime.batch.executor import BatchExecutor
 
     executor = object.__new__(BatchExecutor)
     executor.sources = [SourceInfo(Operator(name, "source", name), i, time, 100) for i, (name, time) in enumerate(sources_)]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from windows_harness import assert_rows_equal
 
 from sluice import agg
 from sluice.graph.operators import Operator
@@ -20,6 +19,7 @@ from sluice.runtime.exchange.spark_combine import late_records, native_combine, 
 from sluice.runtime.kernels.keyed import KEY_GROUP, BatchContext
 from sluice.runtime.kernels.windows import WindowAggregateKernel
 from sluice.runtime.schemas import INGEST, to_spark
+from windows_harness import assert_rows_equal
 
 pytestmark = pytest.mark.spark
 
@@ -230,7 +230,7 @@ def test_a_source_feeding_spark_combine_is_measured_on_the_combined_rows(spark, 
     same watermarks, same windows."""
     import json
 
-    from sluice.runtime.compile import combined_directly
+    from sluice.runtime.batch.compile import combined_directly
     from sluice.runtime.sinks import clear_memory, memory_table
 
     runs = {}
@@ -284,8 +284,8 @@ def test_a_keyed_stage_refuses_rows_of_key_groups_routed_elsewhere(spark, tmp_pa
     """State is owned by one partition per key group: rows of a key group that reach another
     partition (here: combined for one routing table, run with another) fail the batch rather
     than split the key group's state."""
-    from sluice.runtime.stages import keyed_stage
-    from sluice.runtime.task_env import TaskEnv
+    from sluice.runtime.batch.stages import keyed_stage
+    from sluice.runtime.batch.task_env import TaskEnv
 
     records = _records(seed=2)
     kernel = WindowAggregateKernel(["meter"], _queries()[:1])

@@ -1,6 +1,6 @@
 """Windows close on a quiet stream: after the last batch of data moves the watermark past
 every open session and window, no more data comes, and still every one is emitted, exactly
-once (a batch without new input follows, ``runtime.event_time``, ``sources.ticks``); also
+once (a batch without new input follows, ``runtime.batch.event_time``, ``sources.ticks``); also
 across a stop and a SIGKILL right after that last batch; processing-time windows close by
 the clock alone; and a quiet source with ``idle_timeout`` stops holding the others back."""
 

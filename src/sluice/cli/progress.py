@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Mapping
 
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 from sluice.ui.job_view import action_text
 
 

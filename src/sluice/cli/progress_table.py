@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sluice.cli.progress import EscalationLines, control_summary, format_backlog
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 
 @dataclass

@@ -7,7 +7,7 @@ import os
 
 from sluice.cli.progress import control_summary
 from sluice.cli.progress_table import RunTotals
-from sluice.runtime.metrics import BatchMetrics
+from sluice.runtime.batch.metrics import BatchMetrics
 
 
 def median(values: list[float]) -> float:

@@ -135,7 +135,7 @@ class DynamicChaining(Policy):
     def _costs(self, run: tuple[str, ...], plan, batches, cores: int) -> RunCosts | None:
         """The run's costs per batch from the batches' operator metrics, or None if not measured.
 
-        Each pass reports its tasks under its first operator (``runtime.stages.python_chain``);
+        Each pass reports its tasks under its first operator (``runtime.batch.stages.python_chain``);
         the tasks of the run's first pass are its input's partitions unless a rebalance
         precedes it, in which case the partitions measured before are used."""
         ops = [[m.operators.get(op) or OperatorProgress() for m in batches] for op in run]

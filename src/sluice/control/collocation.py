@@ -4,7 +4,7 @@ operators keyed differently are routed to the same partition index (section 4.3.
 A keyed operator B whose rows come from a keyed operator A keyed differently (through
 forward, row-wise operators) has an exchange before it: its partition q reads the rows A's
 partitions emitted for the key groups routed to q. The runtime counts those rows per (A's key
-group, B's key group) pair (``runtime.traffic``). After each batch, for each such pair of
+group, B's key group) pair (``runtime.batch.traffic``). After each batch, for each such pair of
 stages with the same partition count, this policy takes the last ``window`` batches run under
 the routing in force and, while the measured *collocation factor* (the share of B's rows
 that A emitted in the same partition index) is below ``target``, runs one ALBIC round

@@ -284,7 +284,7 @@ class Controller:
         if p95s:
             measured["p95_ms"] = max(p95s)
         traffic = {op: t.collocation for op, t in metrics.traffic.items() if t.collocation is not None}
-        if traffic:  # beside a collocation's expected factor: the one measured (runtime.traffic)
+        if traffic:  # beside a collocation's expected factor: the one measured (runtime.batch.traffic)
             measured["collocation"] = {op: round(factor, 4) for op, factor in traffic.items()}
         for decision_id, action in self.unmeasured:
             record = Measured(

@@ -15,7 +15,7 @@ what reading state cost (``state_read_s`` and ``state_read_bytes``). From these:
 
 Between two consecutive keyed operators keyed differently the runtime also counts the rows
 per (upstream key group, key group) pair (``traffic`` in ``BatchMetrics``, see
-``runtime.traffic``): ``key_group_traffic`` sums a window of them into ALBIC's ``Traffic``,
+``runtime.batch.traffic``): ``key_group_traffic`` sums a window of them into ALBIC's ``Traffic``,
 ``collocation_problem`` builds the problem across both stages (units: both operators' key
 groups; nodes: partition indexes) and ``routings_of`` splits its plan into the two tables.
 

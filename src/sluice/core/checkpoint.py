@@ -10,7 +10,7 @@ Layout::
 
     plans/<version>.json                    the plan log (runtime.planlog)
     batches/<batch>.start.json              a batch's processing time and watermark, fixed
-    batches/<batch>.done.json               a batch committed (runtime.executor)
+    batches/<batch>.done.json               a batch committed (runtime.batch.executor)
     metrics.jsonl                           one line of BatchMetrics per batch
     sources/<source>.<what>.json            control files of the running sources
     dead_letter/batch=<batch>/...           records an operator raised on (side_outputs)

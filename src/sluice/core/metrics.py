@@ -197,7 +197,7 @@ class KeyGroupLoad(_Figures):
 @dataclass
 class Traffic(_Figures):
     """A keyed operator's input from the keyed operator before it (``upstream``), keyed
-    differently, in a batch (``runtime.traffic``): its rows, those whose two key groups the
+    differently, in a batch (``runtime.batch.traffic``): its rows, those whose two key groups the
     batch's Plan routes to the same partition index, and the rows per (upstream key group,
     key group) pair, heaviest first (``dropped_rows``: those of the lighter pairs left out)."""
 

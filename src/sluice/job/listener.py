@@ -1,4 +1,4 @@
-"""The job's side of each batch (``runtime.listener.BatchListener``): the lease's fence, the
+"""The job's side of each batch (``runtime.batch.listener.BatchListener``): the lease's fence, the
 sources' backlog, the restart's admission put back, the control loop and the caller's hooks."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from sluice.control import Controller
 from sluice.core.metrics import BatchMetrics
 from sluice.job.options import RunOptions
 from sluice.plan.physical import Plan
-from sluice.runtime.compile import SourceInfo
+from sluice.runtime.batch.compile import SourceInfo
+from sluice.runtime.batch.listener import BatchListener
 from sluice.runtime.lease import Lease
-from sluice.runtime.listener import BatchListener
 from sluice.runtime.sources import read_backlog
 
 

@@ -2,7 +2,7 @@
 ``foreachBatch`` executes the plan, and stop when asked (or when finite input is done).
 
 The composition root: the Spark session, the sources (``job.sources``), the checkpoint's
-lease, the control loop (``sluice.control``) and the batch executor (``runtime.executor``)
+lease, the control loop (``sluice.control``) and the batch executor (``runtime.batch.executor``)
 meet here and nowhere else; the executor hears the job through one ``job.listener``."""
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from sluice.job.listener import JobListener
 from sluice.job.options import RunOptions
 from sluice.job.result import JobResult
 from sluice.plan.physical import Plan
-from sluice.runtime import metrics as metrics_log
 from sluice.runtime import rehearsal, session, shipping
+from sluice.runtime.batch import metrics as metrics_log
+from sluice.runtime.batch.compile import SourceInfo
+from sluice.runtime.batch.executor import BatchExecutor
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.compile import SourceInfo
 from sluice.runtime.dead_letters import check_budget_value
-from sluice.runtime.executor import BatchExecutor
 from sluice.runtime.executor_pool import ExecutorPool, SparkExecutors, is_standalone
 from sluice.runtime.interrupt import StopOnSigint
 from sluice.runtime.lease import Lease

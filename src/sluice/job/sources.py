@@ -13,9 +13,9 @@ from sluice.graph.sources import SparkSource
 from sluice.graph.specs import SourceOp
 from sluice.runtime import files
 from sluice.runtime import sources as streams
+from sluice.runtime.batch.compile import SourceInfo
+from sluice.runtime.batch.executor import MICROS
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.compile import SourceInfo
-from sluice.runtime.executor import MICROS
 from sluice.runtime.schemas import SOURCE_ID
 from sluice.runtime.sources.admission import DEFAULT_MAX_ROWS_PER_BATCH
 from sluice.runtime.sources.datasource import reads_by_splits, stream_reader, stream_schema

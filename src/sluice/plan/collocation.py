@@ -21,7 +21,7 @@ The condition, per pair ``up -> key_by -> down``:
 
 A Plan keeps collocated operators in groups (``Plan.collocated``, head first): they share one
 routing table and partition count, and a routing or partitions change of one applies to all
-(``Plan.with_routing``). The runtime exchanges before the head only (``runtime.executor``).
+(``Plan.with_routing``). The runtime exchanges before the head only (``runtime.batch.executor``).
 
 Pure: no Spark.
 """

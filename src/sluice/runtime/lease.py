@@ -16,7 +16,7 @@ Taking it means claiming the next epoch: ``lease/<epoch>.claim`` is created excl
 one of two standbys racing for one epoch gets it), then ``lease.json`` is written with it.
 
 **Fencing.** The holder checks ``Lease.check()`` before a batch writes its sinks and before it
-commits its state and its done record (``runtime.executor``): it fails with ``FencedError``
+commits its state and its done record (``runtime.batch.executor``): it fails with ``FencedError``
 once ``lease.json`` names another holder, or once its own renewals have lapsed
 (``now > expires_at - margin``: a driver paused longer than its lease may already be
 replaced) and another driver has claimed the next epoch; a lapse nobody acted on is

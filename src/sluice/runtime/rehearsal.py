@@ -19,9 +19,9 @@ import shutil
 import tempfile
 import time
 
+from sluice.runtime.batch.compile import SourceInfo
+from sluice.runtime.batch.executor import MICROS, BatchExecutor
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.compile import SourceInfo
-from sluice.runtime.executor import MICROS, BatchExecutor
 from sluice.runtime.kernels.keyed import BatchContext
 from sluice.runtime.pipeline_record import open_checkpoint
 from sluice.runtime.planlog import PlanLog

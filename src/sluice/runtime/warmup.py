@@ -20,7 +20,7 @@ import importlib
 import threading
 from concurrent.futures import Future
 
-RUNTIME_MODULES = ("sluice.runtime.sources.datasource", "sluice.runtime.stages", "sluice.runtime.kernels.factory")
+RUNTIME_MODULES = ("sluice.runtime.sources.datasource", "sluice.runtime.batch.stages", "sluice.runtime.kernels.factory")
 
 
 def _import_runtime(batches):

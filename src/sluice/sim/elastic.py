@@ -8,7 +8,7 @@ the executors held, which a ``SimulatedExecutors`` actuator adds (after ``startu
 releases. With ``tasks`` the work is that many equal tasks, which Spark hands to a slot as
 it frees up or registers: an executor that registers while they run takes one at once and
 runs it only when its Python workers are up (``warmup_s``), and the batch waits for it.
-Each batch yields a ``runtime.metrics.BatchMetrics`` with the fields the controller reads
+Each batch yields a ``runtime.batch.metrics.BatchMetrics`` with the fields the controller reads
 (rows, backlog, per-operator rows and useful time, executors with their ``since``, the
 alternates that ran), so ``control.Controller`` and the very same policy
 objects run on it unchanged.

@@ -10,7 +10,7 @@ One interface, :func:`exchange`, picks one of three ways, by what the kernel can
   pre-aggregates each map task's records in one ``mapInArrow`` pass, then the rows are routed.
 * **Routing** (``routing``): the rows themselves, with their key group and the partition the
   Plan's routing table gives it, exchanged by that partition (``repartitionById``). Rows a
-  fused Python chain combined already (a running aggregate's partials, ``runtime.compile``)
+  fused Python chain combined already (a running aggregate's partials, ``runtime.batch.compile``)
   are routed the same way.
 
 A keyed operator collocated with the keyed operator before it (``plan.collocation``) needs no
@@ -30,6 +30,8 @@ import pyarrow as pa
 
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.batch.task_env import TaskEnv
+from sluice.runtime.batch.task_metrics import MetricKey
 from sluice.runtime.exchange.python_combine import combine_stage
 from sluice.runtime.exchange.routing import MAX_PACKED_PARALLELISM, route, with_key_group
 from sluice.runtime.exchange.spark_combine import (
@@ -40,8 +42,6 @@ from sluice.runtime.exchange.spark_combine import (
     write_late,
 )
 from sluice.runtime.kernels.keyed import CombiningKernel, KeyedKernel
-from sluice.runtime.task_env import TaskEnv
-from sluice.runtime.task_metrics import MetricKey
 
 __all__ = [
     "Exchanged",

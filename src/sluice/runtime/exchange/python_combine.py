@@ -21,11 +21,11 @@ import time
 import pyarrow as pa
 
 from sluice.graph.operators import Operator
+from sluice.runtime.batch.task_env import TaskEnv
+from sluice.runtime.batch.task_metrics import COMBINE, TaskMetrics
 from sluice.runtime.kernels.keyed import BatchContext, CombiningKernel
 from sluice.runtime.schemas import INGEST, partition_id, to_spark, with_hidden
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter, combine_stage_name
-from sluice.runtime.task_env import TaskEnv
-from sluice.runtime.task_metrics import COMBINE, TaskMetrics
 
 
 def combine_stage(df, op: Operator, kernel: CombiningKernel, in_schema: pa.Schema, env: TaskEnv):

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from sluice.graph.operators import Operator
 from sluice.graph.windows import EventTime
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.batch.task_metrics import SOURCE, TaskFigures
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange.routing import routing_columns
 from sluice.runtime.exchange.salt import SALT, salt_sql
@@ -59,7 +60,6 @@ from sluice.runtime.kernels.windows import (
 from sluice.runtime.schemas import INGEST, PARTITION
 from sluice.runtime.schemas import quote as _q
 from sluice.runtime.side_outputs import SideOutputWriter, combine_stage_name
-from sluice.runtime.task_metrics import SOURCE, TaskFigures
 
 _MAX_EVENT = "__max_event_us"  # per group, for the source's statistics
 _KEY = "__combine_key"  # the key columns as Spark's combine groups them

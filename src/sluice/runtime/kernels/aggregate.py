@@ -5,7 +5,7 @@ key's new values as one array), never once per record.
 
 When every aggregate is a built-in and the keys group exactly (:meth:`AggregateKernel.combinable`),
 the fused Python chain before the exchange can run the first step itself, per map task
-(:meth:`AggregateKernel.combine`, ``runtime.compile``): one row of partials per key and map
+(:meth:`AggregateKernel.combine`, ``runtime.batch.compile``): one row of partials per key and map
 task crosses the exchange instead of every record, and :meth:`AggregateKernel.process`
 merges those rows as it merges records. Spark's own partial aggregate did the same work
 slower (docs/runtime.md section 5): it needs a second pass over the records in the JVM,

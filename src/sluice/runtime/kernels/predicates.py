@@ -3,7 +3,7 @@
 A ``filter("wh >= 0")`` (kind ``filter_expr``) right after a fused Python chain is a Spark operator of its own: the
 chain's records go from Python back to the JVM only to be filtered there. When the filter's
 expression falls in the subset below, the chain evaluates it on its Arrow batches instead
-(``runtime.compile``), which also lets a map-side combine follow it in the same pass.
+(``runtime.batch.compile``), which also lets a map-side combine follow it in the same pass.
 
 The subset, each part chosen because Arrow computes exactly what Spark does:
 
@@ -296,7 +296,7 @@ def _compare(left: Any, op: str, right: Any, schema: pa.Schema) -> Predicate:
 
 
 class ArrowFilterKernel(Kernel):
-    """A native ``filter`` run inside a fused Python chain (``runtime.compile``): its
+    """A native ``filter`` run inside a fused Python chain (``runtime.batch.compile``): its
     predicate in Arrow; the records it keeps keep their ingest times."""
 
     def __init__(self, op: Operator, in_schema: pa.Schema, predicate: Predicate):

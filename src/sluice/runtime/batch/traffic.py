@@ -22,7 +22,7 @@ import numpy as np
 
 from sluice.core.metrics import Traffic
 from sluice.plan.physical import Plan
-from sluice.runtime.task_metrics import SparseCounts
+from sluice.runtime.batch.task_metrics import SparseCounts
 
 MAX_PAIRS_PER_K = 8
 

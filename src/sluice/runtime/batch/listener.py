@@ -1,6 +1,6 @@
 """What the batch executor tells the one who runs it, and asks of it, around each batch.
 
-The executor (``runtime.executor``) knows nothing of the lease, the sources' admission files
+The executor (``runtime.batch.executor``) knows nothing of the lease, the sources' admission files
 or the control plane: the job (``sluice.job``) hands it one ``BatchListener`` and the executor
 calls its methods at fixed points of a batch (docs/runtime.md, section 3):
 

@@ -2,7 +2,7 @@
 
 Inside ``foreachBatch(df, batch_id)``:
 1. take the Plan for ``batch_id`` from the plan log (a replay uses the plan it ran with);
-2. build the batch's DataFrame lineage (``runtime.compile``: named stages for sources, native
+2. build the batch's DataFrame lineage (``runtime.batch.compile``: named stages for sources, native
    expressions, fused Python chains, and exchanges by key group into keyed stages over the
    key-group store, read through the batch's ``StateTransaction``); persist at fan-out points;
 3. write every sink idempotently for ``batch_id``;
@@ -32,12 +32,17 @@ from sluice.graph.specs import FunctionSpec
 from sluice.models.economics import EconomicsMeter
 from sluice.models.latency import split_path_latency
 from sluice.plan.physical import Plan
-from sluice.runtime import metrics as metrics_log
 from sluice.runtime import sinks
+from sluice.runtime.batch import metrics as metrics_log
+from sluice.runtime.batch.compile import BatchInputs, BatchLineage, SourceInfo, compile_batch
+from sluice.runtime.batch.event_time import EventClock, SourceTime, kernel_queries, processing_time_due
+from sluice.runtime.batch.listener import BatchListener
+from sluice.runtime.batch.metrics import BatchMetrics, KeyGroupLoad, SinkProgress
+from sluice.runtime.batch.stages import HOLDING
+from sluice.runtime.batch.task_metrics import MetricsParam, TaskFigures, collect
+from sluice.runtime.batch.traffic import traffic_metrics
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.compile import BatchInputs, BatchLineage, SourceInfo, compile_batch
 from sluice.runtime.dead_letters import DEFAULT_BUDGET, check_budget
-from sluice.runtime.event_time import EventClock, SourceTime, kernel_queries, processing_time_due
 from sluice.runtime.exchange import prepare_hash_exchange
 from sluice.runtime.executor_pool import executor_infos
 from sluice.runtime.file_rolling import remove_if_empty, roll
@@ -45,16 +50,11 @@ from sluice.runtime.kernels.factory import keyed_kernel
 from sluice.runtime.kernels.keyed import BatchContext, KeyedKernel
 from sluice.runtime.kernels.process import NEXT_TIMER_NEG
 from sluice.runtime.kernels.windows import LATE
-from sluice.runtime.listener import BatchListener
-from sluice.runtime.metrics import BatchMetrics, KeyGroupLoad, SinkProgress
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import INGEST
 from sluice.runtime.side_outputs import DEAD_LETTER, clear_side_output, read_side_output
-from sluice.runtime.stages import HOLDING
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
-from sluice.runtime.task_metrics import MetricsParam, TaskFigures, collect
-from sluice.runtime.traffic import traffic_metrics
 from sluice.runtime.warmup import in_background
 
 MICROS = 1_000_000
@@ -80,7 +80,7 @@ class BatchExecutor:
     ):
         self.spark = spark
         # the job's side of each batch: the lease's fence, the sources' backlog, the control
-        # loop, the progress display (``runtime.listener``)
+        # loop, the progress display (``runtime.batch.listener``)
         self.listener = listener or BatchListener()
         self.graph = graph
         self.checkpoint = Checkpoint.of(checkpoint)
@@ -175,7 +175,7 @@ class BatchExecutor:
     def _watermark(self, ended: set[str], now_us: int | None = None) -> int | None:
         """Minimum over event-time sources of (max event time seen so far - delay) for a batch
         processed at ``now_us``; an ended source, or an idle one, no longer holds it back, and
-        it never goes back (``runtime.event_time``)."""
+        it never goes back (``runtime.batch.event_time``)."""
         return self.clock.watermark_at(self._source_times(), ended, now_us)
 
     # ---- the batch -------------------------------------------------------------------------
@@ -349,7 +349,7 @@ class BatchExecutor:
     def _build(
         self, df, batch_id: int, plan: Plan, context: BatchContext, state: StateTransaction | None = None
     ) -> tuple[dict, BatchLineage]:
-        """Step 2: the batch's lineage (``runtime.compile``) built over ``df``; returns the
+        """Step 2: the batch's lineage (``runtime.batch.compile``) built over ``df``; returns the
         frames by operator id, and the lineage that finishes and releases them."""
         state = state if state is not None else StateTransaction(self.stores, batch_id)
         lineage = compile_batch(
@@ -490,7 +490,7 @@ class BatchExecutor:
             self.clock.saw(src.op.id, out.get(src.op.id), int(rows.get(src.op.id, 0)), processing_time)
         return out
 
-    # ---- batches without new input (``runtime.event_time``, ``sources.ticks``) -------------
+    # ---- batches without new input (``runtime.batch.event_time``, ``sources.ticks``) -------------
     def _tick_due(self, batch_id: int, state: StateTransaction | None, now_us: int) -> int | None:
         """When a batch with no new input should follow batch ``batch_id`` (None: none is
         needed). Only an operator with state that time alone can close asks for one."""

@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 from sluice.errors import StateError
 from sluice.graph.operators import Operator
 from sluice.plan.physical import KeyedStagePlan
+from sluice.runtime.batch.task_env import TaskEnv
+from sluice.runtime.batch.task_metrics import COMBINE, SparseCounts, TaskMetrics
 from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.factory import keyed_kernel, python_kernel
 from sluice.runtime.kernels.grouping import dense_ids, exact_key_type
@@ -28,8 +30,6 @@ from sluice.runtime.schemas import INGEST, partition_id, to_arrow, to_spark, wit
 from sluice.runtime.side_outputs import DEAD_LETTER, SideOutputWriter
 from sluice.runtime.sources.splits import read_splits
 from sluice.runtime.state import KeyGroupStore
-from sluice.runtime.task_env import TaskEnv
-from sluice.runtime.task_metrics import COMBINE, SparseCounts, TaskMetrics
 
 
 # ---- fused Python chains ---------------------------------------------------------------------

@@ -15,7 +15,7 @@ state it reads) into stages, in topological order, each owning what it measures:
 * :class:`ChainStage`: consecutive Python operators fused into one ``mapInArrow`` pass;
 * :class:`KeyedStage`: the exchange by key group (``runtime.exchange``; none for an operator
   collocated with the keyed operator before it) and the keyed stage over the key-group
-  store (``runtime.stages``); after the job, its late records.
+  store (``runtime.batch.stages``); after the job, its late records.
 
 ``BatchLineage.build(df)`` builds every stage's frame (persisting at fan-out points, so no
 branch recomputes its upstream) and returns the frames by operator id; once the sinks have run
@@ -35,6 +35,9 @@ from sluice.graph.operators import Operator
 from sluice.graph.specs import KeyByOp, UnionOp
 from sluice.plan.collocation import traffic_source
 from sluice.plan.physical import KeyedStagePlan, Plan
+from sluice.runtime.batch.stages import chain_schemas, keyed_stage, python_chain
+from sluice.runtime.batch.task_env import TaskEnv
+from sluice.runtime.batch.task_metrics import MetricKey, TaskFigures
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange, receives_records
 from sluice.runtime.joins import tagged_union
@@ -48,11 +51,8 @@ from sluice.runtime.kernels.ttl import TTLKernel
 from sluice.runtime.schemas import INGEST, SOURCE_ID, apply_native, quote, with_hidden
 from sluice.runtime.sources.native_files import records_of_files
 from sluice.runtime.sources.splits import records_of_splits
-from sluice.runtime.stages import chain_schemas, keyed_stage, python_chain
 from sluice.runtime.state import KeyGroupStore
 from sluice.runtime.state.transaction import StateTransaction
-from sluice.runtime.task_env import TaskEnv
-from sluice.runtime.task_metrics import MetricKey, TaskFigures
 
 BATCH_INPUT = "__batch__"  # the frames' entry of the batch's input DataFrame
 

@@ -1,5 +1,5 @@
 """What the tasks of one stage of a batch know: one named record, made once per batch by
-``runtime.compile`` and pickled with each stage's ``mapInArrow`` function, instead of the
+``runtime.batch.compile`` and pickled with each stage's ``mapInArrow`` function, instead of the
 batch's id, context, checkpoint, metrics accumulator and key-group count travelling as
 separate parameters through the exchange, the combines and the stages."""
 
