@@ -87,8 +87,8 @@ def test_only_a_chain_reading_the_source_alone_measures_it():
 def test_a_chain_run_twice_counts_its_source_rows_once():
     """A second job over the same partitions (a window's late records run the chain again)
     adds the same rows per partition: they count once; the latest event time is a maximum."""
+    from sluice.runtime.batch.source_stats import SourceStats
     from sluice.runtime.batch.task_metrics import MetricsParam, TaskMetrics, collect
-    from sluice.runtime.exchange import SourceStats
 
     ts = pa.timestamp("us", tz="UTC")
     stats = SourceStats("readings", "ts")
@@ -170,8 +170,8 @@ def test_only_a_keyed_stage_receiving_the_source_records_alone_measures_them():
 
 
 def test_records_received_by_a_keyed_stage_are_counted_with_their_latest_event_time():
+    from sluice.runtime.batch.source_stats import SourceStats
     from sluice.runtime.batch.task_metrics import MetricsParam, TaskMetrics, collect
-    from sluice.runtime.exchange import SourceStats
 
     ts = pa.timestamp("us", tz="UTC")
     stats = SourceStats("readings", "ts", records=True)

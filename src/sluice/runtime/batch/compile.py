@@ -8,7 +8,7 @@ state it reads) into stages, in topological order, each owning what it measures:
   event time), observed by Spark or, when a keyed stage's Spark combine sees exactly its
   records, measured there on the combined rows, or when a keyed stage receives exactly its
   records uncombined, measured there on them, or when a Python chain reads exactly its
-  records, measured there on their Arrow batches (``exchange.SourceStats``). A source
+  records, measured there on their Arrow batches (``batch.source_stats.SourceStats``). A source
   opened by splits (``sources.splits``) hands the chain after it its splits, whose records
   the chain reads itself; anything else gets the records;
 * :class:`NativeStage`: a Spark expression (filter, select, with_columns), a key_by or a union;
@@ -35,11 +35,12 @@ from sluice.graph.operators import Operator
 from sluice.graph.specs import KeyByOp, UnionOp
 from sluice.plan.collocation import traffic_source
 from sluice.plan.physical import KeyedStagePlan, Plan
+from sluice.runtime.batch.source_stats import SourceStats
 from sluice.runtime.batch.stages import chain_schemas, keyed_stage, python_chain
 from sluice.runtime.batch.task_env import TaskEnv
 from sluice.runtime.batch.task_metrics import MetricKey, TaskFigures
 from sluice.runtime.checkpoint import Checkpoint
-from sluice.runtime.exchange import SourceStats, collocated_input, combined_by_spark, exchange, receives_records
+from sluice.runtime.exchange import collocated_input, combined_by_spark, exchange, receives_records
 from sluice.runtime.joins import tagged_union
 from sluice.runtime.kernels.aggregate import AggregateKernel
 from sluice.runtime.kernels.factory import keyed_kernel
@@ -445,7 +446,7 @@ def combined_directly(graph: JobGraph, source: Operator, kernel_of=None) -> str 
     source feeds only a key_by that feeds only it), if there is one.
 
     The source's statistics (rows, latest event time) are then measured by that keyed
-    stage on the combined rows, a few per key and pane (``exchange.SourceStats``),
+    stage on the combined rows, a few per key and pane (``batch.source_stats.SourceStats``),
     rather than observed on every record: an observation is an operator Spark cannot
     compile into the stage's generated code, so it costs on every row it sees."""
     consumers = graph.consumers(source.id)

@@ -57,7 +57,7 @@ def python_chain(
     with this reader first (``sources.splits``).
 
     ``env.source_stats``: the statistics of the source whose records are the chain's input,
-    to measure on them (``exchange.SourceStats``). ``fused``: kernels of native operators run
+    to measure on them (``batch.source_stats.SourceStats``). ``fused``: kernels of native operators run
     after the chain's own, in the same pass (a filter evaluated in Arrow). ``combine``: the
     keyed aggregate operator after the chain (its id and kernel, bound to the records'
     schema): each task's records leave combined into one row of partials per key
@@ -126,7 +126,7 @@ def keyed_stage(
     :class:`KeyedTask` per partition.
 
     ``env.source_stats``: the statistics of the source whose records Spark combined into
-    these rows, to measure here (``exchange.SourceStats``). ``kernel``: the operator's
+    these rows, to measure here (``batch.source_stats.SourceStats``). ``kernel``: the operator's
     kernel, as the exchange before saw it (default: made from the operator). ``traffic_from``:
     the keyed operator before, when the rows' key group column also holds their key group
     there (``exchange.routing.with_key_group``): the rows per (its key group, this one's) are

@@ -12,7 +12,7 @@ from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.kernels.keyed import BatchContext
 
 if TYPE_CHECKING:
-    from sluice.runtime.exchange.spark_combine import SourceStats
+    from sluice.runtime.batch.source_stats import SourceStats
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class TaskEnv:
     accumulator: Any  # the job's task-metrics accumulator (``task_metrics.MetricsParam``)
     max_parallelism: int  # key groups of the job (``Plan.max_parallelism``)
     # the statistics of the source whose records this stage sees first, to measure on them
-    # (``exchange.SourceStats``); None: Spark observes them, or another stage measures them
+    # (``batch.source_stats.SourceStats``); None: Spark observes them, or another stage measures them
     source_stats: SourceStats | None = None
 
     @property

@@ -35,7 +35,6 @@ from sluice.runtime.batch.task_metrics import MetricKey
 from sluice.runtime.exchange.python_combine import combine_stage
 from sluice.runtime.exchange.routing import MAX_PACKED_PARALLELISM, route, with_key_group
 from sluice.runtime.exchange.spark_combine import (
-    SourceStats,
     native_combine,
     prepare_hash_exchange,
     supports_native_combine,
@@ -45,7 +44,6 @@ from sluice.runtime.kernels.keyed import CombiningKernel, KeyedKernel
 
 __all__ = [
     "Exchanged",
-    "SourceStats",
     "collocated_input",
     "combined_by_spark",
     "exchange",

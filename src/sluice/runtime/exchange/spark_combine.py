@@ -37,12 +37,11 @@ from typing import Any, TypeGuard
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sluice.graph.operators import Operator
 from sluice.graph.windows import EventTime
 from sluice.plan.physical import KeyedStagePlan
-from sluice.runtime.batch.task_metrics import SOURCE, TaskFigures
+from sluice.runtime.batch.source_stats import MAX_EVENT, SourceStats
 from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.exchange.routing import routing_columns
 from sluice.runtime.exchange.salt import SALT, salt_sql
@@ -61,7 +60,6 @@ from sluice.runtime.schemas import INGEST, PARTITION
 from sluice.runtime.schemas import quote as _q
 from sluice.runtime.side_outputs import SideOutputWriter, combine_stage_name
 
-_MAX_EVENT = "__max_event_us"  # per group, for the source's statistics
 _KEY = "__combine_key"  # the key columns as Spark's combine groups them
 _INT64_MAX = "9223372036854775807L"
 _INT64_MIN = "(-9223372036854775807L - 1L)"
@@ -123,67 +121,6 @@ def _partial_sql(f: PartialField, layout: PartialLayout, schema: pa.Schema) -> s
     else:
         identity = "CAST('Infinity' AS DOUBLE)" if f.kind == "min" else "CAST('-Infinity' AS DOUBLE)"
     return f"coalesce({f.kind}({value}), {identity})"
-
-
-@dataclass(frozen=True)
-class SourceStats:
-    """A source's statistics, measured on the combined rows of its records by the keyed stage
-    that receives them, on the records themselves by a keyed stage whose exchange sends them
-    uncombined (``records``), or on the records by the Python chain that reads them first:
-    ``rows`` (the records) and ``max_event_us`` (their latest event time, when it has one).
-    Each task adds its share to the metrics accumulator as the source's
-    (``task_metrics.SOURCE``); the driver reads them as the source's observation (:meth:`take`).
-
-    An observation (``DataFrame.observe``) of the combined rows would do the same in Spark,
-    but it is an operator outside the stage's generated code, evaluated row by row, and one
-    more transformation to analyze every batch (with its result fetched after the job: some
-    10 ms of a small batch on the driver)."""
-
-    source: str  # the source operator's id
-    event_time: str | None
-    # measured on the records as they cross the exchange (one row each), not on partials
-    records: bool = False
-
-    def measure(self, rows: pa.Table, metrics) -> None:
-        """Add one task's received rows (combined, or the records) to ``metrics`` (a
-        ``TaskMetrics``)."""
-        if rows.num_rows == 0:
-            return
-        if self.records:
-            metrics.add(self.source, "rows", rows.num_rows, SOURCE)
-            latest = _latest_us(rows[self.event_time]) if self.event_time is not None else None
-        else:
-            metrics.add(self.source, "rows", int(pc.sum(rows[RECORDS]).as_py() or 0), SOURCE)
-            latest = pc.max(rows[_MAX_EVENT]).as_py() if self.event_time is not None else None
-        if latest is not None:
-            metrics.peak(self.source, "max_event_us", int(latest), SOURCE)
-
-    def measuring(self, batches, metrics, partition: int):
-        """Pass one task's batches of the source's records themselves through, measuring them
-        (what a Python chain reading the source directly does, on the Arrow batches it
-        receives anyway). Rows count per partition and by maximum, so a job that runs the
-        chain again over the same partitions (a window's late records) counts them once."""
-        rows = 0
-        for batch in batches:
-            rows += batch.num_rows
-            if self.event_time is not None and batch.num_rows:
-                latest = _latest_us(batch.column(self.event_time))
-                if latest is not None:
-                    metrics.peak(self.source, "max_event_us", int(latest), SOURCE)
-            yield batch
-        metrics.peak(self.source, partition, rows, SOURCE)  # by partition: its largest count
-
-    def take(self, figures: TaskFigures) -> dict:
-        """The statistics, from the batch's task metrics, as an observation gives them."""
-        summed = figures.sources.get(self.source, {})
-        peaks = figures.source_peaks.get(self.source, {})
-        rows = summed.get("rows", 0) + sum(n for part, n in peaks.items() if isinstance(part, int))
-        return {"rows": int(rows), "max_event_us": peaks.get("max_event_us")}
-
-
-def _latest_us(times) -> int | None:
-    """The latest of a timestamp column, in microseconds since the epoch (None: all null)."""
-    return pc.max(times.cast(pa.timestamp("us", tz=times.type.tz)).cast(pa.int64())).as_py()
 
 
 @dataclass
@@ -256,7 +193,7 @@ def native_combine(
     # one key group per key, so any aggregate will do
     selected += [f"min({INGEST}) AS {INGEST}", f"max({routing[KEY_GROUP]}) AS {KEY_GROUP}", f"count(1) AS {RECORDS}"]
     if source_stats is not None and source_stats.event_time:  # every record is in one group
-        selected.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {_MAX_EVENT}")
+        selected.append(f"max(unix_micros({_q(source_stats.event_time)})) AS {MAX_EVENT}")
     frame = spark.sql(
         f"SELECT {', '.join(selected)} FROM (SELECT *, {', '.join(columns)} FROM {view}) GROUP BY {', '.join(groups)}"
     )
