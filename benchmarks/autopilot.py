@@ -2,6 +2,10 @@
 compressed day: SIMULATED (``sluice.sim.job``), at 50 one-core workers.
 
     .venv/bin/python benchmarks/autopilot.py [--quick] [--seeds N]
+    .venv/bin/python benchmarks/autopilot.py --live [--quick]
+
+``--live`` runs the same scenario on a standalone cluster of 4 one-core workers instead
+(``benchmarks/autopilot_live.py`` says how; its figures go into autopilot.json's ``live``).
 
 Everything here runs on the simulator: this machine has 2 cores, and a standalone cluster of
 4 workers on it has no capacity beyond 2 cores, so executor-seconds and attainment measured
@@ -252,7 +256,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="half the day (under 10 minutes)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds to average over (default 1 quick, 3 full)")
+    parser.add_argument("--live", action="store_true", help="the scenario on a standalone cluster (autopilot_live.py)")
+    parser.add_argument("--only", default=None, help="--live: comma-separated configurations to run (a smoke run; not published)")
+    parser.add_argument("--day", type=float, default=None, help="--live: the day's seconds (a smoke run; not published)")
+    parser.add_argument("--outage", type=float, default=None, help="--live: the outage's seconds (a smoke run; not published)")
     args = parser.parse_args()
+    if args.live:
+        return main_live(args)
     record = Record("autopilot", args.quick)
     day_s = DAY_S / 2 if args.quick else DAY_S
     seeds = args.seeds or (1 if args.quick else 3)
@@ -398,6 +408,25 @@ def main() -> None:
         **no_outputs("a simulation (the live tests check the autopilot's changes keep exactly-once)"),
         indent=1,
     )
+
+
+def main_live(args) -> None:
+    """The live scenario (``autopilot_live.main``); its figures go into autopilot.json's
+    ``live`` beside the simulated ones (a run with overrides only prints them)."""
+    import json
+
+    import autopilot_live
+
+    only = args.only.split(",") if args.only else None
+    live = autopilot_live.main(args.quick, only=only, day_s=args.day, outage_s=args.outage)
+    live["quick"] = args.quick
+    path = RESULTS / "autopilot.json"
+    if not (only or args.day or args.outage):
+        full = json.loads(path.read_text()) if path.exists() else {"benchmark": "autopilot"}
+        full["live"] = live
+        path.write_text(json.dumps(full, indent=1, default=float) + "\n")
+    brief = {k: v for k, v in live.items() if k != "configurations"}
+    print(json.dumps({"benchmark": "autopilot", "live": brief}, default=float), flush=True)
 
 
 if __name__ == "__main__":
