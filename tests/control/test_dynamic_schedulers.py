@@ -396,3 +396,24 @@ def test_plasticc_counts_a_micro_batchs_latency():
     assert plan.step_omegas(plan.evaluate()[0]).tolist() == pytest.approx([1.0, 1.0])
     plan = _Plan(dataclasses.replace(fluid, batch_s=5.0))
     assert plan.step_omegas(plan.evaluate()[0]).tolist() == pytest.approx([1250 / 1500, 1750 / 2000])
+
+
+@pytest.mark.parametrize("steps", [4, 6, 8])
+def test_plasticc_scales_out_though_a_joining_executors_stall_costs_steps_already_missed(steps):
+    # one executor at 350 msg/s, 600 msg/s forecast and 1,500 waiting: every step misses
+    # Omega-hat. A VM started now (15 s to join, its last 3 s a warm-up during which the job
+    # stalls) holds up 1,050 msg in step 2, a step past saving anyway, and from step 3 on
+    # processes 1,750 msg more a step: the stall is paid once, the gain by the interval's end
+    # outweighs it, so the VM starts now (weighed against every step it made no better, the
+    # stall vetoed it and PLAStiCC held one executor whatever the look-ahead)
+    from sluice.models.dynamic import VMClass
+
+    df, _ = one_pe(((1.0, 1 / 350),))
+    vm = VMClass("executor", 1, 1.0, 1e12, 1.0, 15.0, warmup_s=3.0)
+    inp = every_step(df, vm, [600.0] * steps, queue=1500.0, before=1200.0, max_vms=2, dt=5.0)
+    d = PlasticcScheduler().adapt(inp)
+    assert len(d.start) == 1
+    held, grown = planned_omegas(inp, PlasticcScheduler().adapt(dataclasses.replace(inp, max_vms=1))), planned_omegas(inp, d)
+    assert (held < 0.9).all()  # one executor misses Omega-hat at every step
+    assert grown[2] < held[2]  # the step of the stall is worse
+    assert grown[-1] > held[-1] and (grown[3:] > held[3:]).all()  # every step after it better

@@ -184,3 +184,36 @@ def test_the_simulator_runs_no_batch_before_input_arrives():
     engine = ElasticEngine(g, lambda t: 100.0 if t >= 5.0 else 0.0, overhead_s=0.5)
     batches = run(engine, None, initial_plan(g, 1), 8.0)
     assert batches[0].started_at == pytest.approx(5.1) and all(m.rows_in > 0 for m in batches)
+
+
+def test_plasticc_scales_out_though_a_joining_executor_stalls_the_job(tmp_path):
+    # one executor holds 60 rows/s and not 600 (a served model at 2 ms a row, no lighter
+    # alternate); a new executor registers 10 s after the request and its Python workers take
+    # 5 s more, during which the job stalls. The stall holds up steps that already miss Omega-hat
+    # and is repaid over the look-ahead: PLAStiCC asks for the second executor during the rise
+    p = sluice.Pipeline("served")
+    s = p.source(sources.generator(fields={"k": sources.Keys(10)}, rate=100), name="meters")
+    s.map_batches(alternates={"model": Alt(same, value=1.0, cost=2e-3)}, name="serve").sink(
+        sinks.memory("served_out"), name="out"
+    )
+    g = p.economics(price_per_hour=1.0, billing="second").graph
+
+    def served(policy, name):
+        engine = ElasticEngine(g, lambda t: 600.0 if 20.0 <= t < 70.0 else 60.0, overhead_s=0.3, tasks=2)
+        executors = engine.executors = SimulatedExecutors(
+            lambda: engine.clock, held=1, max_executors=2, startup_s=15.0, warmup_s=5.0
+        )
+        checkpoint = str(tmp_path / name)
+        controller = Controller(g, [policy] if policy else [], executors=executors, checkpoint=checkpoint)
+        batches = run(engine, controller, initial_plan(g, 2), 100.0)
+        return batches, [d for d in read_decisions(checkpoint) if d["type"] == "decision"] if policy else []
+
+    options = {"price_per_hour": 1.0, "interval_s": 5.0, "startup_s": 15.0, "warmup_s": 5.0, "horizon": 6}
+    batches, decisions = served(plasticc_policy(**options), "plasticc")
+    out = first_scale_out(decisions, batches)
+    assert out is not None and 20.0 < out < 70.0
+    grown = [m for m in batches if len([e for e in m.executors if e["id"] != "driver"]) == 2]
+    assert grown  # the executor joined
+    static, _ = served(None, "static")
+    worst = max(sum(m.backlog.values()) for m in batches)
+    assert worst < max(sum(m.backlog.values()) for m in static)  # fewer rows waited than on one executor

@@ -257,10 +257,12 @@ class PlasticcScheduler:
         """Algorithm 5 with the QoS constraint held at every step of the interval (the
         period's Omega, ``period_processed`` pooled in, must stay >= Omega-hat - eps however
         soon the period ends): the cross-over is the first step that misses it;
-        ScaleUpOrDecAppValue takes, of the actions that bring it closer there and leave no
-        other step further from it (an alternate switched, or an instance added, from any step
-        up to it), the one that loses the least Theta for the shortfall it removes; with no
-        step missing,
+        ScaleUpOrDecAppValue takes, of the actions that bring it closer there (an alternate
+        switched, or an instance added, from any step up to it), miss it at no step that met
+        it and leave no fewer messages out by the interval's end, the one that loses the least
+        Theta for the shortfall it removes. A new VM's warm-up stall is so paid once, against
+        what the VM adds over the interval: the steps it holds up may get further from
+        Omega-hat only where they miss it anyway. With no step missing,
         ScaleDownOrIncAppValue takes the action that gains Theta most (an instance released
         or a more valuable alternate, from the earliest step that keeps every step as it
         was). A step no action can bring up to Omega-hat (a backlog no start-up can clear in
@@ -286,7 +288,10 @@ class PlasticcScheduler:
         df, inp = plan.df, plan.inp
         sigma = inp.profit.sigma
         thr, _, _ = plan.evaluate()
-        before = self._shortfall(plan, lo)
+        omegas_before = plan.step_omegas(thr)
+        before = np.maximum(lo - omegas_before, 0.0)
+        met = before <= 1e-9
+        end_before = float(omegas_before[-1])
         offered = thr.input_rate[: k + 1].sum(axis=0)
         done = thr.processed[: k + 1].sum(axis=0) / plan.dt
         omega_i = np.where(offered > 0, done / np.where(offered > 0, offered, 1), 1.0)
@@ -297,12 +302,14 @@ class PlasticcScheduler:
             """Weigh one action; True when it meets Omega-hat at k (then the same action from an
             earlier step, which loses more, need not be weighed)."""
             apply()
-            after = self._shortfall(plan, lo)
+            omegas = plan.step_omegas(plan.evaluate()[0])
             undo()
-            # it must bring step k closer and leave no other step further from Omega-hat (a new
-            # executor's stall may cost the steps before it)
-            others = np.delete(after - before, k)
-            if after[k] < before[k] - 1e-12 and (others <= 1e-9).all():
+            after = np.maximum(lo - omegas, 0.0)
+            # it must bring step k closer and miss Omega-hat at no step that met it. A new
+            # executor's warm-up stall costs the rows it holds up once: steps that already miss
+            # (the stall falls before k, on steps past saving) may get further from Omega-hat,
+            # as long as no fewer rows are out by the end of the interval than without it
+            if after[k] < before[k] - 1e-12 and (after[met] <= 1e-9).all() and omegas[-1] >= end_before - 1e-9:
                 options.append((after[k], loss, apply))
                 return bool(after[k] <= 1e-9)
             return False
