@@ -18,11 +18,22 @@ out of order):
 
 Both use 2 shuffle/keyed partitions on local[2] and collect their output rows (the row
 numbers of both sides) to the driver every batch. Throughput is sustained throughput: the
-median over the batches after the warm-up of input rows (both sides) / batch period. State
-size: Spark's ``memoryUsedBytes`` and ``numRowsTotal`` of its join state (max over
-batches); Sluice's committed key-group state bytes (Arrow IPC files, after compaction as
-it runs) and buffered records (max over batches). The results must be equal: the benchmark
-compares the two sets of (left row, right row) pairs and exits non-zero if they differ.
+median over the batches after the warm-up of input rows (both sides) / batch period.
+
+State is compared in the same units on both sides:
+
+- **rows held**: the records buffered in the join's state, both sides together, the most
+  over the batches (Spark: ``numRowsTotal`` of its join operator, the rows of its
+  key-with-index-to-value stores; Sluice: the join's ``buffered`` records);
+- **bytes on disk** of each checkpoint's state directory (``<checkpoint>/state/``; Spark:
+  its state store's delta and snapshot files; Sluice: its key-group store's Arrow IPC
+  deltas, snapshots and records), sampled four times a second while the query runs (the
+  peak) and once after it stops (the end), every version each keeps for recovery included.
+
+Spark's ``memoryUsedBytes`` (its state in the JVM for the default store, RocksDB's estimate
+for RocksDB) is reported beside, labelled; Sluice's memory for state (its workers' cache of
+state files) is not measured, so it has no counterpart. The results must be equal: the benchmark compares the two sets of
+(left row, right row) pairs and exits non-zero if they differ.
 
 The machine is shared, so full mode runs each system three times, alternating (A, B, B, A,
 A, B), and keeps the best run of each.
@@ -34,12 +45,15 @@ Sluice's throughput over Spark's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -72,6 +86,40 @@ def make_spec(side: str, keys: int, rows: int, per_batch: int, span_s: float, de
     )
 
 
+def dir_bytes(path: str) -> int:
+    """Bytes of the files under ``path`` (0 if it does not exist yet); files that vanish while
+    it walks (a compaction, Spark's maintenance) are skipped."""
+    total = 0
+    for root, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.path.getsize(os.path.join(root, name))
+    return total
+
+
+class DiskSampler:
+    """The most bytes a directory held, sampled every ``interval`` s on a thread while a query
+    runs (a walk of a few hundred files: no measurable cost to either system)."""
+
+    def __init__(self, path: str, interval: float = 0.25):
+        self.path, self.interval, self.peak = path, interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, dir_bytes(self.path))
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, dir_bytes(self.path))
+
+
 def pair_codes(table, left: str, right: str, n: int) -> np.ndarray:
     """Each output row's (left row, right row) as one int64."""
     return np.asarray(table[left].to_numpy(), np.int64) * n + np.asarray(table[right].to_numpy(), np.int64)
@@ -87,7 +135,9 @@ def run_sluice(spark, specs, workdir: str, warmup: int, n: int) -> dict:
     left.join(right, between=(LOWER_S, UPPER_S), name="join").sink(
         sinks.callback(lambda batch_id, table: pairs.append(pair_codes(table, "left_row", "right_row", n)))
     )
-    result = p.run(checkpoint, spark=spark)
+    state_dir = os.path.join(checkpoint, "state")  # the key-group store
+    with DiskSampler(state_dir) as disk:
+        result = p.run(checkpoint, spark=spark)
     data = [m for m in result.metrics if m.rows_in]  # the end-of-input batch has no Spark twin
     batches = [(m.started_at, m.started_at + m.duration_s, m.rows_in) for m in data]
     state_bytes = max((m.key_groups["join"].total_state_bytes for m in result.metrics if "join" in m.key_groups), default=0)
@@ -95,8 +145,10 @@ def run_sluice(spark, specs, workdir: str, warmup: int, n: int) -> dict:
     return {
         "throughput": sustained(batches, warmup),
         "batches": len(batches),
-        "state_bytes": int(state_bytes),
         "state_rows": int(buffered),
+        "state_disk_peak_bytes": disk.peak,
+        "state_disk_end_bytes": dir_bytes(state_dir),
+        "state_committed_bytes": int(state_bytes),  # the live key groups' bytes the store reports
         "pairs": np.sort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64),
     }
 
@@ -133,26 +185,30 @@ def run_spark(spark, specs, workdir: str, warmup: int, n: int) -> dict:
     def collect(df, batch_id):
         pairs.append(pair_codes(df.toArrow(), "left_row", "right_row", n))
 
-    query = (
-        joined.writeStream.outputMode("append")
-        .foreachBatch(collect)
-        .option("checkpointLocation", checkpoint)
-        .trigger(processingTime="0 seconds")
-        .start()
-    )
-    try:
-        while query.isActive and not (is_exhausted(controls, "left") and is_exhausted(controls, "right")):
-            time.sleep(0.1)
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    state_dir = os.path.join(checkpoint, "state")  # Spark's state store files
+    with DiskSampler(state_dir) as disk:
+        query = (
+            joined.writeStream.outputMode("append")
+            .foreachBatch(collect)
+            .option("checkpointLocation", checkpoint)
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        try:
+            while query.isActive and not (is_exhausted(controls, "left") and is_exhausted(controls, "right")):
+                time.sleep(0.1)
+            query.processAllAvailable()
+        finally:
+            query.stop()
     batches = [(start, end, rows) for start, end, rows, _ in spark_batches(query)]
     states = [op for progress in query.recentProgress for op in progress.get("stateOperators", [])]
     return {
         "throughput": sustained(batches, warmup),
         "batches": len(batches),
-        "state_bytes": max((op["memoryUsedBytes"] for op in states), default=0),
         "state_rows": max((op["numRowsTotal"] for op in states), default=0),
+        "state_disk_peak_bytes": disk.peak,
+        "state_disk_end_bytes": dir_bytes(state_dir),
+        "state_memory_bytes": max((op["memoryUsedBytes"] for op in states), default=0),
         "pairs": np.sort(np.concatenate(pairs)) if pairs else np.zeros(0, np.int64),
     }
 
@@ -166,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats", type=int, choices=(1, 2, 3), default=None, help="runs of each system, best kept (default: 1 quick, 3 full)"
     )
+    parser.add_argument("--out", type=Path, default=RESULTS / "joins.json", help="results file")
     args = parser.parse_args(argv)
     record = Record("joins", args.quick)
     per_batch = args.rows_per_batch or (50_000 if args.quick else 150_000)
@@ -210,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, r in done.items():
             print(
                 f"  {name:>14}: {r['throughput']:>10,.0f} rows/s, {len(r['pairs']):,} pairs, state "
-                f"{r['state_bytes']:,} bytes / {r['state_rows']:,} rows",
+                f"{r['state_rows']:,} rows held, {r['state_disk_peak_bytes']:,} bytes on disk at peak "
+                f"({r['state_disk_end_bytes']:,} at the end)",
                 flush=True,
             )
     best = best_anchor(anchors)
@@ -240,18 +298,30 @@ def main(argv: list[str] | None = None) -> int:
         "spark_runs_rows_per_s": [round(r["throughput"]) for r in runs["spark"]],
         "ratio": round(ratio, 3),
         "pairs": len(native["pairs"]),
-        "sluice_state_bytes": sluice["state_bytes"],
-        "spark_state_bytes": native["state_bytes"],
-        "sluice_state_rows": sluice["state_rows"],
-        "spark_state_rows": native["state_rows"],
+        "state": {
+            "rows_held": {"sluice": sluice["state_rows"], "spark": native["state_rows"]},
+            "disk_bytes_peak": {"sluice": sluice["state_disk_peak_bytes"], "spark": native["state_disk_peak_bytes"]},
+            "disk_bytes_end": {"sluice": sluice["state_disk_end_bytes"], "spark": native["state_disk_end_bytes"]},
+            "spark_by_store": {
+                store: {k: r[k] for k in ("state_rows", "state_disk_peak_bytes", "state_disk_end_bytes", "state_memory_bytes")}
+                for store, r in best.runs.items()
+            },
+            "sluice_committed_bytes": sluice["state_committed_bytes"],
+            "spark_memory_bytes": native["state_memory_bytes"],
+            "units": "rows_held: records buffered in the join's state, both sides, most over the batches (Spark: "
+            "numRowsTotal of the join; Sluice: the join's buffered records). disk_bytes_*: bytes of the files under "
+            "<checkpoint>/state/ (Spark: its state store's deltas and snapshots; Sluice: its key-group store), "
+            "sampled four times a second while the query ran (peak) and after it stopped (end), every version kept for "
+            "recovery included. sluice_committed_bytes: the live key groups' bytes Sluice's store reports; "
+            "spark_memory_bytes: Spark's memoryUsedBytes (JVM memory for the default store, RocksDB's estimate "
+            "for RocksDB), no Sluice counterpart (its workers' cache of state files is not measured)",
+        },
         "spark_store": best.best,
         **{f"spark_{store}_rows_per_s": round(r["throughput"]) for store, r in best.runs.items()},
-        "state_units": "Sluice: committed key-group state bytes on disk (Arrow IPC); Spark: memoryUsedBytes of its "
-        "join state (in the JVM for the default store, RocksDB's estimate for RocksDB): not the same units",
     }
     shutil.rmtree(workdir, ignore_errors=True)
     record.publish(
-        RESULTS / "joins.json",
+        args.out,
         results,
         {"benchmark": "joins"}
         | {
@@ -261,10 +331,14 @@ def main(argv: list[str] | None = None) -> int:
                 "sluice_rows_per_s",
                 "spark_rows_per_s",
                 "spark_store",
-                "sluice_state_bytes",
-                "spark_state_bytes",
                 "pairs",
             )
+        }
+        | {
+            "sluice_state_rows": sluice["state_rows"],
+            "spark_state_rows": native["state_rows"],
+            "sluice_state_disk_bytes": sluice["state_disk_peak_bytes"],
+            "spark_state_disk_bytes": native["state_disk_peak_bytes"],
         },
         anchor=Anchor(
             ran="Spark Structured Streaming's stream-stream join, the better of its two state stores",
