@@ -52,14 +52,14 @@ def test_figures_count_the_outage_against_the_goal_and_time_recovery_and_drain()
             t = up
             continue
         slow = kill <= t < kill + 10 or up <= t < up + 4  # after the kill and the outage
-        p95 = 8.0 if slow else 1.0
-        backlog = 5000 if up <= t < up + 4 else 100
+        p95 = 2 * al.BOUND_S if slow else al.BOUND_S / 2
+        backlog = int(2 * al.BOUND_S * al.BASE) if up <= t < up + 4 else 100
         batches.append(al.Batch(t, t + 1.0, p95, 100, backlog))
         t += 1.0
     f = al.figures(batches, trace, executor_seconds=400.0, reconfigurations=3)
     # 10 s after the kill, the outage's 20 s and 4 s after it are out of the goal
     assert f["attainment"] == pytest.approx(1 - (10 + 20 + 4) / trace.day_s, abs=0.01)
-    assert f["worst_p95_s"] == 8.0
+    assert f["worst_p95_s"] == 2 * al.BOUND_S
     assert f["recover_kill_s"] == pytest.approx(11.0, abs=1.0)
     assert f["drain_outage_s"] == pytest.approx(4.0, abs=1.0)
     assert f["executor_seconds"] == 400.0 and f["reconfigurations"] == 3
