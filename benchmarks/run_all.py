@@ -80,7 +80,7 @@ BENCHMARKS: dict[str, Bench] = {
         Bench("plan_validation", 150),
         Bench("startup", 100),
         Bench("recovery", 180),
-        Bench("chaos", 150),
+        Bench("chaos", 760),  # 20 kills: 21 x 33 s of input, then the checks
         Bench("connectors", 150),
         Bench("latency_floor", 170),
         Bench("nexmark", 240, module="benchmarks.nexmark"),

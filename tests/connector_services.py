@@ -12,12 +12,15 @@ Tests that restart a broker start a private one of their own on a free port
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import glob
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 
@@ -279,3 +282,124 @@ def kafka_records(topic: str, committed: bool = True, timeout: float = 30) -> li
     consumer.close()
     assert not left, f"topic {topic}: partitions {left} not read to their end in {timeout} s"
     return sorted(got, key=lambda r: (r[0], r[1]))
+
+
+# --- private Kafka and PostgreSQL, for tests that restart them -----------------------------------
+
+KAFKA_LIBS = os.environ.get("SLUICE_KAFKA_LIBS", "/var/tmp/sluice-services/kafka-4.1.1/libs")
+PG_BIN = os.environ.get("SLUICE_PG_BIN") or max(glob.glob("/usr/lib/postgresql/*/bin"), default="/usr/lib/postgresql/15/bin")
+
+
+def _wait_listening(port: int, proc: subprocess.Popen | None, what: str, log: str, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not reachable(port):
+        if time.time() > deadline or (proc is not None and proc.poll() is not None):
+            tail = open(log, errors="replace").read()[-2000:] if os.path.exists(log) else ""
+            raise RuntimeError(f"{what} on port {port} did not start; its log ends:\n{tail}")
+        time.sleep(0.1)
+
+
+class PrivateKafka:
+    """A single-node KRaft broker of this test's own, on free ports, from the Kafka jars that
+    scripts/start_services.sh resolved (its log directory survives a stop, like a real disk)."""
+
+    def __init__(self, work: str):
+        self.work = work
+        self.port, self.controller = free_port(), free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.conf = os.path.join(work, "server.properties")
+        self.log = os.path.join(work, "kafka.log")
+        self.proc: subprocess.Popen | None = None
+
+    def _java(self, *args: str, **kwargs) -> subprocess.Popen:
+        if not os.path.isdir(KAFKA_LIBS):
+            pytest.fail(f"no Kafka jars at {KAFKA_LIBS}: scripts/start_services.sh resolves them", pytrace=False)
+        log4j = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "kafka", "log4j2.yaml")
+        return subprocess.Popen(
+            ["java", "-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-cp", f"{KAFKA_LIBS}/*"]
+            + [f"-Dlog4j2.configurationFile={log4j}", *args],
+            **kwargs,
+        )
+
+    def start(self) -> None:
+        if not os.path.exists(self.conf):
+            os.makedirs(self.work, exist_ok=True)
+            settings = {
+                "process.roles": "broker,controller",
+                "node.id": "1",
+                "controller.quorum.voters": f"1@127.0.0.1:{self.controller}",
+                "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller}",
+                "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.listener.names": "CONTROLLER",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "offsets.topic.replication.factor": "1",
+                "offsets.topic.num.partitions": "1",
+                "transaction.state.log.replication.factor": "1",
+                "transaction.state.log.min.isr": "1",
+                "transaction.state.log.num.partitions": "1",
+                "group.initial.rebalance.delay.ms": "0",
+                "log.dirs": os.path.join(self.work, "data"),
+            }
+            with open(self.conf, "w") as f:
+                f.writelines(f"{k}={v}\n" for k, v in settings.items())
+            cluster = "-"
+            while cluster.startswith("-"):  # a leading '-' would read as an option
+                cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+            with open(self.log, "ab") as log:
+                fmt = self._java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", self.conf, stdout=log, stderr=log)
+            if fmt.wait(120) != 0:
+                raise RuntimeError(f"formatting the private Kafka's log directory failed; see {self.log}")
+        with open(self.log, "ab") as log:
+            self.proc = self._java("kafka.Kafka", self.conf, stdout=log, stderr=log)
+        _wait_listening(self.port, self.proc, "private Kafka", self.log)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of this test's own (initdb into a fresh directory, run as the
+    ``postgres`` user when the test runs as root, trust auth on 127.0.0.1) on a free port,
+    that it may stop and start again with its data kept."""
+
+    def __init__(self):
+        self.port = free_port()
+        # not pytest's tmp_path: the postgres user must be able to enter it
+        self.dir = tempfile.mkdtemp(prefix="sluice-pg-")
+        self.data = os.path.join(self.dir, "data")
+        self.log = os.path.join(self.dir, "server.log")
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._as: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses root: the server runs as the postgres user
+            shutil.chown(self.dir, "postgres", "postgres")
+            self._as = ["runuser", "-u", "postgres", "--"]
+
+    def _run(self, *args: str) -> None:
+        proc = subprocess.run([*self._as, *args], capture_output=True, text=True, timeout=120, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(args[:2])} failed ({proc.returncode}): {proc.stderr.strip()[-1500:]}")
+
+    def start(self) -> None:
+        if not os.path.exists(os.path.join(PG_BIN, "pg_ctl")):
+            pytest.fail(f"no PostgreSQL server binaries in {PG_BIN} (Debian's postgresql package)", pytrace=False)
+        if not os.path.exists(self.data):
+            self._run(os.path.join(PG_BIN, "initdb"), "-D", self.data, "-U", "postgres", "--auth=trust", "--no-sync")
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off"
+        self._run(os.path.join(PG_BIN, "pg_ctl"), "-D", self.data, "-l", self.log, "-o", options, "-w", "start")
+        _wait_listening(self.port, None, "private PostgreSQL", self.log)
+
+    def stop(self, mode: str = "fast") -> None:
+        if os.path.exists(os.path.join(self.data, "postmaster.pid")):
+            self._run(os.path.join(PG_BIN, "pg_ctl"), "-D", self.data, "-m", mode, "-w", "stop")
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)

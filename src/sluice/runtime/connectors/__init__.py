@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
 import threading
 import time
 from typing import Any, TypeGuard
@@ -100,15 +101,25 @@ def write(
     from sluice.runtime.connectors import reader
 
     job = job_id(checkpoint)
-    deadline = time.monotonic() + spec.patience_s
+    began = time.monotonic()
+    said = None  # when the last waiting line was printed (None: none yet)
     while True:
         try:
             rejects = writer.write(table, batch_id, job)
             break
         except reader.BrokerDown as e:
-            if time.monotonic() > deadline:
+            down = time.monotonic() - began
+            if down > spec.patience_s:
                 raise SinkError(f"sink {spec.target} has been unreachable for {spec.patience_s:g} s: {e}") from None
+            if said is None or down - said >= reader.WAIT_LINE_EVERY_S:
+                # the job is not stuck: it waits for the server, and says so (as a source does)
+                said = down
+                print(
+                    f"sluice: waiting for {spec.target} ({down:.0f} s of {spec.patience_s:g}): {e}", file=sys.stderr, flush=True
+                )
             time.sleep(reader.RETRY_S)
+    if said is not None:
+        print(f"sluice: sink {spec.target} reached its server again", file=sys.stderr, flush=True)
     if rejects:
         _dead_letters(spec, table, rejects, batch_id, checkpoint)
 

@@ -63,6 +63,8 @@ from sluice.runtime.connectors.reader import (
 from sluice.runtime.sources.control import BacklogReporter
 
 TIMEOUT_S = 10.0  # one request to the broker, at most (never longer than the spec's patience)
+PROBE_AFTER_S = 2.0  # a read that gets nothing this long asks the broker whether it is there
+PROBE_TIMEOUT_S = 3.0  # ... and takes no answer in this long for an outage (a retry, not a failure)
 CONSUME_BATCH = 10_000  # messages per consume() call
 MIN_SPLIT = 20_000  # offsets in the smallest piece a partition's range is split into
 PRODUCE_WAIT_S = 0.05  # wait for the producer's queue to drain when it is full
@@ -289,6 +291,7 @@ class KafkaStreamReader(ConnectorStreamReader):
         try:
             consumer.assign([TopicPartition(span.topic, span.partition, span.start)])
             deadline = time.monotonic() + self.spec.patience_s
+            quiet_since = time.monotonic()
             while at < span.end:
                 messages = consumer.consume(min(CONSUME_BATCH, span.end - at), timeout=1.0)
                 records = [m for m in messages if m.error() is None]
@@ -309,7 +312,13 @@ class KafkaStreamReader(ConnectorStreamReader):
                     got.extend(records)
                     at = max(at, last + 1)
                     deadline = time.monotonic() + self.spec.patience_s
-                elif time.monotonic() > deadline:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since > PROBE_AFTER_S:
+                    # the consumer stays silent while its broker is away: ask the broker, so
+                    # an outage is retried as one (BrokerDown), not taken for missing records
+                    consumer.list_topics(span.topic, timeout=min(PROBE_TIMEOUT_S, timeout_s(self.spec)))
+                    quiet_since = time.monotonic()
+                if not records and time.monotonic() > deadline:
                     raise SourceError(
                         f"source {self.name!r}: {self.spec.broker}: partition {span.topic}:"
                         f"{span.partition} gave nothing at offset {at} for {self.spec.patience_s:g} s "

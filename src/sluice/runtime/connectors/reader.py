@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,6 +52,7 @@ from sluice.runtime.sources.admission import admission_cap, default_read_limit
 from sluice.runtime.sources.control import BacklogReporter
 
 RETRY_S = 0.5  # seconds between tries while a broker is unreachable
+WAIT_LINE_EVERY_S = 3.0  # a read or write waiting for its broker says so this often (stderr)
 MIN_SPLIT_ROWS = 20_000
 """Messages below which a batch is read by one task (a task's start costs more than it saves)."""
 INGEST_FIELD = pa.field(INGEST_TS, TIMESTAMP)
@@ -317,14 +319,29 @@ class ConnectorStreamReader(DataSourceStreamReader):
         writer.flush()
 
     def with_patience(self, work: Callable[[], Any]) -> Any:
-        """``work()``, retried while the broker is down, for at most ``spec.patience_s``."""
-        deadline = time.monotonic() + self.spec.patience_s
+        """``work()``, retried while the broker is down, for at most ``spec.patience_s``.
+        A read that waits says so on stderr (the task's: the terminal on local Spark, the
+        executor's log on a cluster), as the driver does for a plan that waits."""
+        began = time.monotonic()
+        said = None  # when the last waiting line was printed (None: none yet)
         while True:
             try:
-                return work()
+                result = work()
+                break
             except BrokerDown as e:
-                if time.monotonic() > deadline:
+                down = time.monotonic() - began
+                if down > self.spec.patience_s:
                     raise SourceError(
                         f"source {self.name!r}: {self.spec.broker} has been unreachable for {self.spec.patience_s:g} s: {e}"
                     ) from None
+                if said is None or down - said >= WAIT_LINE_EVERY_S:
+                    said = down
+                    print(
+                        f"sluice: waiting for {self.spec.broker} ({down:.0f} s of {self.spec.patience_s:g}): {e}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 time.sleep(RETRY_S)
+        if said is not None:
+            print(f"sluice: source {self.name!r} reached its broker again", file=sys.stderr, flush=True)
+        return result
