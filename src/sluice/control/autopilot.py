@@ -10,7 +10,8 @@ runs this one policy. Its members are the policies an expert would otherwise nam
   ``control.forecast``, and the rising line through the last 30 s of arrivals);
 - ``balancing`` / ``collocation``: key groups moved off hot partitions; between two keyed
   stages keyed differently with measured traffic, ALBIC's collocation, which balances both
-  stages itself (one owner per stage: balancing never touches a collocated pair);
+  stages itself (when both propose for a stage in one round, collocation's change goes
+  ahead; afterwards the stage is its re-router's within the undo window, below);
 - ``chaining``: Python operators fused or split by measured work (``DynamicChaining``);
 - ``alternates_by_load``: each operator's alternate by the load (when it has alternates).
 
@@ -549,24 +550,21 @@ class Autopilot(Policy):
         undo = self.arbiter.observe(view, model, now)
         if undo:
             return undo
-        paired = _collocated_stages(view)
         busy = self.arbiter.busy()
-        candidates: list[tuple[str, Action]] = []
+        proposals: list[tuple[Policy, Action]] = []
         for member in self.members:
             if isinstance(member, AlternatesByLoad) and not view.plan.alternates:
                 continue
             if busy and not isinstance(member, (ModelBatchSizing, AlternatesByLoad)):
                 continue  # a structural change is being applied or measured: nothing else structural yet
-            rebalancer = isinstance(member, (KeyGroupBalancing, CollocationBalancing))
+            rebalancer = member if isinstance(member, (KeyGroupBalancing, CollocationBalancing)) else None
             if rebalancer and view.batch_id < self._quiet_until.get(member.name, -1):
                 continue  # found nothing worth moving lately: a solve a batch would cost more than it finds
             proposed = member.propose(view)
-            if rebalancer and not proposed:
+            if rebalancer and not proposed and _measured(view, rebalancer.window):
                 self._quiet_until[member.name] = view.batch_id + self.rebalance_every
-            for action in proposed:
-                if type(member) is KeyGroupBalancing and isinstance(action, Routing) and action.target in paired:
-                    continue  # collocation owns this stage: it balances the pair itself
-                candidates.append((member.name, replace(action, reason=f"{member.name}: {action.reason}")))
+            proposals.extend((member, action) for action in proposed)
+        candidates = [(m.name, replace(a, reason=f"{m.name}: {a.reason}")) for m, a in _collocation_first(proposals)]
         accepted = [self._placed(view, a) for a in self.arbiter.judge(candidates, view, model, now)]
         return self._bounded(view, model, self._keeping_up(view, model, accepted))
 
@@ -675,15 +673,26 @@ class Autopilot(Policy):
         return placed
 
 
-def _collocated_stages(view: ControlView) -> set[str]:
-    """Keyed operators fed by a keyed operator keyed differently, with measured traffic, and
-    those operators: the stages collocation owns."""
-    latest = view.latest
-    out: set[str] = set()
-    for op_id, traffic in latest.traffic.items() if latest is not None else ():
-        if traffic.upstream in view.plan.keyed and op_id in view.plan.keyed:
-            out.update((op_id, traffic.upstream))
-    return out
+def _measured(view: ControlView, window: int) -> bool:
+    """Whether ``window`` batches ran under the plan in force (a rebalancer that had fewer
+    found nothing because it could not look yet, not because nothing is worth moving)."""
+    return sum(1 for m in view.batches() if m.plan_version == view.plan.version) >= window
+
+
+def _collocation_first(proposals: list[tuple[Policy, Action]]) -> list[tuple[Policy, Action]]:
+    """The round's proposals without balancing's routing of a stage collocation re-routes in
+    the same round: collocation balances the pair itself, and re-routing it twice at once
+    would leave one of the two tables unmeasured. A stage collocation leaves alone (it found
+    no pair worth collocating there) stays balancing's to even out."""
+    collocating: set[str] = set()
+    for member, action in proposals:
+        if isinstance(member, CollocationBalancing) and isinstance(action, Routing):
+            collocating |= action.stages
+    return [
+        (member, action)
+        for member, action in proposals
+        if not (type(member) is KeyGroupBalancing and isinstance(action, Routing) and action.stages & collocating)
+    ]
 
 
 def _trend_ahead(view: ControlView, horizon_s: float, span_s: float = 30.0) -> float | None:
