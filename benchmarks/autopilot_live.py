@@ -297,6 +297,13 @@ def kill_at(cluster, when: float, killed: dict) -> threading.Thread:
     return thread
 
 
+def outage_left(trace: LiveTrace, t0: float, stopped: float) -> float:
+    """Seconds to stay down after a stop at ``stopped``: until the outage's end, and at least
+    the outage's length (a job whose last batch ran past the outage's start stops late; the
+    input must still wait ``outage_s`` for it, or a short outage would be no outage at all)."""
+    return max(0.0, t0 + trace.outage[1] - time.time(), stopped + trace.outage_s - time.time())
+
+
 def run_sluice(
     spark, pool, cluster, trace: LiveTrace, workdir: str, name: str, executors: int, policies, lead_s: float, fixed: bool
 ) -> dict:
@@ -326,7 +333,7 @@ def run_sluice(
     )
     run_pipeline(p, checkpoint, RunOptions(duration=max(t0 + trace.outage[0] - time.time(), 1.0), **common))
     stopped = time.time()  # the job stops with the batch running at the outage's start
-    time.sleep(max(0.0, t0 + trace.outage[1] - time.time()))  # the outage: no driver, the input keeps arriving
+    time.sleep(outage_left(trace, t0, stopped))  # the outage: no driver, the input keeps arriving
     restarted = time.time()
     run_pipeline(p, checkpoint, RunOptions(duration=max(t0 + trace.day_s - time.time(), 5.0), **common))
     held.stop.set()
@@ -466,7 +473,7 @@ def run_spark_da(spark, cluster, trace: LiveTrace, workdir: str, lead_s: float) 
     collect(query, t0 + trace.outage[0])
     query.stop()
     collect(query, 0)
-    time.sleep(max(0.0, t0 + trace.outage[1] - time.time()))
+    time.sleep(outage_left(trace, t0, time.time()))
     query = start()
     collect(query, t0 + trace.day_s)
     query.stop()
@@ -500,7 +507,7 @@ def run_spark_da(spark, cluster, trace: LiveTrace, workdir: str, lead_s: float) 
     return out
 
 
-QUICK = {"day_s": 60.0, "outage_s": 6.0, "lead_s": 6.0}  # six runs of about 90 s: under 12 minutes
+QUICK = {"day_s": 120.0, "outage_s": 20.0, "lead_s": 6.0}  # six runs of about 150 s: about 16 minutes
 FULL = {"day_s": 600.0, "outage_s": 60.0, "lead_s": 15.0}
 FLINK_STABILIZATION_S, FLINK_SCALE_DOWN_S = 300.0, 3600.0  # Flink's defaults over a real day
 

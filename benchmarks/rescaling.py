@@ -7,7 +7,8 @@ executors.
 
 Each run lasts 60 s before the step and 300 s after it (with 90 s after it, on a loaded
 machine, every run was still behind at the end, so its time to the target rate could not be
-measured). ``--quick``: 15 s and 90 s, and only DS2 and the anchor (Spark's restart).
+measured). ``--quick``: 15 s and 90 s, and no one-at-a-time baseline (DS2 and every Spark
+configuration run).
 
 Each run's input starts ``LEAD_S`` after it is launched (its session, executors and Python
 workers are up by then). Batches admit all the input waiting (no cap): while the job is
@@ -398,7 +399,7 @@ def plot(runs: dict, pre: float, path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="shorter phases, and only DS2 and the anchor (Spark's restart)")
+    parser.add_argument("--quick", action="store_true", help="shorter phases, and no one-at-a-time baseline")
     args = parser.parse_args()
     record = Record("rescaling", args.quick)
     pre, post = (15.0, 90.0) if args.quick else (60.0, 300.0)  # after the step: time to catch up on a loaded machine
@@ -428,35 +429,33 @@ def main() -> None:
         chosen = next((s["value"] for s in ds2_steps if s["kind"] == "executors"), needed_executors(R2))
         print(f"running spark_restart (restart {decide_after:.1f} s after the step, {chosen} executors) ...", flush=True)
         runs["spark_restart"] = run_spark_restart(spark, pool, workdir, pre, post, decide_after, chosen)
-        spark_extras = not args.quick  # static peak and dynamic allocation: full mode only
-        if spark_extras:
-            peak = needed_executors(R2)
-            print(f"running spark_static_peak ({peak} executors from the start) ...", flush=True)
-            runs["spark_static_peak"] = run_spark_query(spark, pool, workdir, pre, post, "spark_static_peak", executors=peak)
+        # Spark's other two ways, in every mode: static peak, and dynamic allocation
+        peak = needed_executors(R2)
+        print(f"running spark_static_peak ({peak} executors from the start) ...", flush=True)
+        runs["spark_static_peak"] = run_spark_query(spark, pool, workdir, pre, post, "spark_static_peak", executors=peak)
         spark.stop()
         # Spark's dynamic allocation on Spark's own query, in a session of its own (the
         # allocation manager is set when the context starts; shuffle tracking stands in for
         # the external shuffle service a standalone cluster here does not run)
-        if spark_extras:
-            print("running spark_dynamic_allocation ...", flush=True)
-            spark = spark_session(
-                cluster.master_url,
-                app_name="rescaling_dynamic_allocation",
-                conf={
-                    "spark.executor.memory": "512m",
-                    "spark.dynamicAllocation.enabled": "true",
-                    "spark.dynamicAllocation.shuffleTracking.enabled": "true",
-                    "spark.dynamicAllocation.minExecutors": "1",
-                    "spark.dynamicAllocation.initialExecutors": "1",
-                    "spark.dynamicAllocation.maxExecutors": str(WORKERS),
-                    "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
-                    "spark.dynamicAllocation.executorIdleTimeout": "60s",
-                },
-            )
-            runs["spark_dynamic_allocation"] = run_spark_query(
-                spark, HeldBySpark(spark), workdir, pre, post, "spark_dynamic_allocation", executors=None
-            )
-            spark.stop()
+        print("running spark_dynamic_allocation ...", flush=True)
+        spark = spark_session(
+            cluster.master_url,
+            app_name="rescaling_dynamic_allocation",
+            conf={
+                "spark.executor.memory": "512m",
+                "spark.dynamicAllocation.enabled": "true",
+                "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+                "spark.dynamicAllocation.minExecutors": "1",
+                "spark.dynamicAllocation.initialExecutors": "1",
+                "spark.dynamicAllocation.maxExecutors": str(WORKERS),
+                "spark.dynamicAllocation.schedulerBacklogTimeout": "1s",
+                "spark.dynamicAllocation.executorIdleTimeout": "60s",
+            },
+        )
+        runs["spark_dynamic_allocation"] = run_spark_query(
+            spark, HeldBySpark(spark), workdir, pre, post, "spark_dynamic_allocation", executors=None
+        )
+        spark.stop()
 
     results = {name: figures(run, pre) for name, run in runs.items()}
     for name, fig in results.items():
