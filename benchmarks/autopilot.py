@@ -2,7 +2,7 @@
 compressed day: SIMULATED (``sluice.sim.job``), at 50 one-core workers.
 
     .venv/bin/python benchmarks/autopilot.py [--quick] [--seeds N]
-    .venv/bin/python benchmarks/autopilot.py --live [--quick]
+    .venv/bin/python benchmarks/autopilot.py --live [--quick] [--search]
 
 ``--live`` runs the same scenario on a standalone cluster of 4 one-core workers instead
 (``benchmarks/autopilot_live.py`` says how; its figures go into autopilot.json's ``live``).
@@ -260,6 +260,11 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="--live: comma-separated configurations to run (a smoke run; not published)")
     parser.add_argument("--day", type=float, default=None, help="--live: the day's seconds (a smoke run; not published)")
     parser.add_argument("--outage", type=float, default=None, help="--live: the outage's seconds (a smoke run; not published)")
+    parser.add_argument(
+        "--search",
+        action="store_true",
+        help="--live: run only the static search, adding its runs to the live figures on record (same mode)",
+    )
     args = parser.parse_args()
     if args.live:
         return main_live(args)
@@ -418,9 +423,15 @@ def main_live(args) -> None:
     import autopilot_live
 
     only = args.only.split(",") if args.only else None
-    live = autopilot_live.main(args.quick, only=only, day_s=args.day, outage_s=args.outage)
-    live["quick"] = args.quick
     path = RESULTS / "autopilot.json"
+    prior = None
+    if args.search:
+        recorded = json.loads(path.read_text()).get("live") if path.exists() else None
+        if not recorded or bool(recorded.get("quick")) != args.quick:
+            raise SystemExit(f"--search: {path} holds no live run in this mode (quick={args.quick}) to add the search to")
+        prior = recorded["configurations"]
+    live = autopilot_live.main(args.quick, only=only, day_s=args.day, outage_s=args.outage, prior=prior)
+    live["quick"] = args.quick
     if not (only or args.day or args.outage):
         full = json.loads(path.read_text()) if path.exists() else {"benchmark": "autopilot"}
         full["live"] = live

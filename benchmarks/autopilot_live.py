@@ -544,8 +544,27 @@ def cheapest_static(runs: dict[str, dict], need: float) -> str | None:
     return min(statics)[1] if statics else None
 
 
-def main(quick: bool, only: list[str] | None = None, day_s: float | None = None, outage_s: float | None = None) -> dict:
-    """Every configuration on one cluster, one after the other; returns ``live: {...}``."""
+def counts_to_search(runs: dict[str, dict], need: float) -> list[int]:
+    """The static executor counts still to run to find the cheapest attaining ``need``: the
+    counts below the cheapest known to attain it and above the largest known to miss it
+    (attainment grows with the executors held), cheapest first."""
+    known = {r["start_executors"]: r["attainment"] for name, r in runs.items() if name.startswith("static")}
+    attaining = [e for e, a in known.items() if a >= need]
+    missing = [e for e, a in known.items() if a < need]
+    low, high = max(missing, default=0), min(attaining, default=WORKERS + 1)
+    return [e for e in range(low + 1, min(high, WORKERS + 1)) if e not in known]
+
+
+def main(
+    quick: bool,
+    only: list[str] | None = None,
+    day_s: float | None = None,
+    outage_s: float | None = None,
+    prior: dict[str, dict] | None = None,
+) -> dict:
+    """Every configuration on one cluster, one after the other; returns ``live: {...}``.
+    ``prior``: the configurations of a recorded run on the same settings: only the static
+    search runs, and its runs join them."""
     import tempfile
 
     from pyspark import cloudpickle
@@ -585,9 +604,9 @@ def main(quick: bool, only: list[str] | None = None, day_s: float | None = None,
         ),
         "autopilot": dict(executors=mean_e, fixed=False, policies=None),  # the job's goals: the autopilot
     }
-    wanted = only or [*configs, "spark_da"]
+    wanted = [] if prior else only or [*configs, "spark_da"]
     os.environ.setdefault("SLUICE_SPARK_UI", "0")
-    runs: dict[str, dict] = {}
+    runs: dict[str, dict] = dict(prior or {})
     with (
         tempfile.TemporaryDirectory(prefix="autopilot_live_") as workdir,
         LocalCluster(workers=WORKERS, cores=1, memory="1g", root=os.path.join(workdir, "cluster")) as cluster,
@@ -603,13 +622,16 @@ def main(quick: bool, only: list[str] | None = None, day_s: float | None = None,
             runs[name]["wall_s"] = round(time.time() - started, 1)
             print(f"live {name}: {runs[name]}", flush=True)
         need = runs["autopilot"]["attainment"] if "autopilot" in runs else 0.95
-        if not quick:  # the search: every static count not run yet, live (1..WORKERS)
-            for e in range(1, WORKERS + 1):
-                if e not in (peak_e, mean_e):
-                    runs[f"static_{e}"] = run_sluice(
-                        spark, pool, cluster, trace, workdir, f"static_{e}", e, None, settings["lead_s"], True
-                    )
-                    print(f"live static_{e}: {runs[f'static_{e}']}", flush=True)
+        # the search for the cheapest static configuration attaining as much: every count in
+        # the full run; in --quick only the counts that can still change the answer
+        search = [e for e in range(1, WORKERS + 1) if f"static_{e}" not in runs] if not quick else counts_to_search(runs, need)
+        for e in search:
+            if e in (peak_e, mean_e):
+                continue  # run as static_peak and static_mean
+            runs[f"static_{e}"] = run_sluice(
+                spark, pool, cluster, trace, workdir, f"static_{e}", e, None, settings["lead_s"], True
+            )
+            print(f"live static_{e}: {runs[f'static_{e}']}", flush=True)
         spark.stop()
         if "spark_da" in wanted:
             # Spark's dynamic allocation is set when a context starts: a session of its own
@@ -642,7 +664,10 @@ def main(quick: bool, only: list[str] | None = None, day_s: float | None = None,
         "bound_s": BOUND_S,
         "day_s": trace.day_s,
         "outage_s": trace.outage_s,
-        "search": "live over 1..4 executors" if not quick else "none in --quick: the cheapest of the static runs made",
+        "search": "live over 1..4 executors"
+        if not quick
+        else "live over the counts between the largest static count missing the autopilot's attainment "
+        "and the smallest attaining it",
         "note": (
             "the Python step's per-record work is waiting (WORK_S a row), not CPU: this machine has 2 cores, "
             "and executors beyond two would add no CPU; a waiting task needs an executor core, not a CPU"
