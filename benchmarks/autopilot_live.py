@@ -364,6 +364,15 @@ def run_sluice(
     out["outage_s"] = round(restarted - stopped, 1)  # the job's actual stop, its last batch's end to the restart
     out["timeline"] = [[round(b.start, 1), round(b.end, 1), round(b.p95_s, 2), b.rows, b.backlog] for b in batches]
     out["executors_held"] = held.samples
+    # what the controller changed and why (seconds from the input's start), and what it held
+    out["decisions"] = [
+        {"batch": d["batch_id"], "kind": d["action"]["kind"], "value": d["action"]["value"], "reason": d["action"]["reason"]}
+        for d in decisions
+        if d["action"]["kind"] != "admission"
+    ]
+    out["held"] = [
+        {"batch": d.get("batch_id"), "reason": d.get("reason")} for d in read_decisions(checkpoint) if d["type"] == "held"
+    ][:200]
     return out
 
 
