@@ -633,7 +633,12 @@ def main(
         need = runs["autopilot"]["attainment"] if "autopilot" in runs else 0.95
         # the search for the cheapest static configuration attaining as much: every count in
         # the full run; in --quick only the counts that can still change the answer
-        search = [e for e in range(1, WORKERS + 1) if f"static_{e}" not in runs] if not quick else counts_to_search(runs, need)
+        if only and not prior:
+            search = []  # a smoke run of the configurations named: no search
+        elif quick:
+            search = counts_to_search(runs, need)
+        else:
+            search = [e for e in range(1, WORKERS + 1) if f"static_{e}" not in runs]
         for e in search:
             if e in (peak_e, mean_e):
                 continue  # run as static_peak and static_mean
