@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -54,6 +55,15 @@ OPERATORS = {  # model name -> (operator, thread counts to profile)
     "batch_file_write": ("batch_file_write.py:BatchFileWrite", (1, 2, 4)),
     "table": ("table_lookup.py:TableLookup", (1, 2, 4, 8, 16, 32)),
     "blob": ("blob_fetch.py:BlobFetch", (1, 2, 4, 8, 16, 32)),
+}
+
+# what plan_validation_models.json records besides the models (a profile, not a comparison)
+MODELS_RECORD = {
+    "anchor": Anchor(
+        ran="none: the operators' profiled cost models, the input of plan_validation.json (whose anchor is the measured rates)",
+        formulation="each operator alone on local[1] at each thread count",
+    ).to_json(),
+    **no_outputs("a profile of each operator, not a second run of the same work"),
 }
 
 # (name, [(task id, model), ...] as a chain, allocation, mapping, slots): plans for one core and
@@ -89,6 +99,8 @@ def profile_all(quick: bool, duration: float) -> None:
     from sluice.runtime.profiler import profile_on_spark
     from sluice.runtime.session import spark_session
 
+    load = {"before": [round(x, 2) for x in os.getloadavg()]}
+
     ensure_table()
     spark = spark_session(master="local[1]", app_name="sluice-profile-all")
     models = {}
@@ -108,7 +120,8 @@ def profile_all(quick: bool, duration: float) -> None:
             models[name] = model.to_dict()
             print(f"profiled {name} in {time.monotonic() - t0:.0f} s", flush=True)
     spark.stop()
-    MODELS_FILE.write_text(json.dumps(models, indent=2) + "\n")
+    load["after"] = [round(x, 2) for x in os.getloadavg()]
+    MODELS_FILE.write_text(json.dumps({**models, **MODELS_RECORD, "load": load}, indent=2) + "\n")
 
 
 # ---- phase 2: plan, predict, measure on local[2] --------------------------------------------------
@@ -225,7 +238,8 @@ def main() -> int:
             return 1
     from sluice.models.performance import PerformanceModel
 
-    models = {n: PerformanceModel.from_dict(d) for n, d in json.loads(MODELS_FILE.read_text()).items()}
+    profiled = json.loads(MODELS_FILE.read_text())
+    models = {n: PerformanceModel.from_dict(profiled[n]) for n in OPERATORS}  # the record's fields aside
     print("\nmeasured models (threads: rate t/s, CPU %):")
     for n, m in models.items():
         print(f"  {n:<17}" + "  ".join(f"{p.threads}: {p.rate:.0f}, {p.cpu:.0%}" for p in m.points))
