@@ -347,7 +347,8 @@ def run_sluice(
         p95 = goal if goal is not None else m.latency_ms.get("p95", 0.0)
         backlog = sum(v or 0 for v in m.backlog.values())
         batches.append(Batch(m.started_at - t0, m.started_at + m.duration_s - t0, p95 / 1000, m.rows_in, backlog))
-    decisions = [d for d in read_decisions(checkpoint) if d["type"] == "decision"]
+    logged = read_decisions(checkpoint)
+    decisions = [d for d in logged if d["type"] == "decision"]
     out = figures(batches, trace, executor_seconds(held.samples, trace.day_s), reconfiguration_count(decisions))
     admitted = sum(m.rows_in for m in metrics)
     spec = p.graph.sources()[0].connector
@@ -370,9 +371,7 @@ def run_sluice(
         for d in decisions
         if d["action"]["kind"] != "admission"
     ]
-    out["held"] = [
-        {"batch": d.get("batch_id"), "reason": d.get("reason")} for d in read_decisions(checkpoint) if d["type"] == "held"
-    ][:200]
+    out["held"] = [{"batch": d.get("batch_id"), "reason": d.get("reason")} for d in logged if d["type"] == "held"][:200]
     return out
 
 
