@@ -8,7 +8,7 @@ import pytest
 import sluice
 from sluice import agg, sinks, sources
 from sluice.control import Controller, build_policies
-from sluice.control.actions import Routing
+from sluice.control.actions import Executors, Routing
 from sluice.control.autopilot import Autopilot
 from sluice.control.goals import GOAL_CONSTRAINT
 from sluice.control.policy import Policy
@@ -156,6 +156,40 @@ def test_a_change_that_measured_worse_is_undone_and_not_retried_for_a_while():
     assert changes[1]["action"]["reason"].startswith("undo balancing's routing change")
     assert list(plan.keyed["counts"].routing) != one_partition
     assert any(r["type"] == "held" and "measured worse" in r["reason"] for r in controller.log.records)
+
+
+class _SlowScaleOut(Policy):
+    """A member that asks for 4 executors once, at batch 10; from then on every batch of the
+    simulated job carries ``slower`` more fixed cost (a scale-out that measures worse than
+    the model before it predicted, as new executors' warm-up on a rising input does)."""
+
+    name = "scaling"
+
+    def __init__(self, sim, slower: float):
+        self.sim, self.slower, self.asked = sim, slower, False
+
+    def propose(self, view):
+        if view.batch_id < 10 or self.asked:
+            return []
+        self.asked = True
+        self.sim.c.overhead_s += self.slower
+        return [Executors(count=4, reason="scale out")]
+
+
+@pytest.mark.parametrize("bound, kept", [("2s", True), ("20s", False)])
+def test_a_scale_out_that_measured_worse_is_kept_only_while_the_job_needs_it(bound, kept):
+    g = _graph(bound)
+    sim = _sim(6_000, 200, held=2, max_executors=4)
+    autopilot = Autopilot(g.goals, members=[_SlowScaleOut(sim, 3.0)], forecaster=None)
+    _, _, controller = _autopilot_run(sim, g, autopilot)
+    counts = [r["action"]["value"] for r in _structural(controller) if r["action"]["kind"] == "executors"]
+    held = [r["reason"] for r in controller.log.records if r["type"] == "held"]
+    if kept:  # before it, the model said 2 executors would not hold a 2 s p95 at 6,000 rows/s
+        assert counts == [4]
+        assert any(r.startswith("kept: its batches took") for r in held)
+    else:  # nor would they be pressed by a 20 s one: the change that measured worse is undone
+        assert counts == [4, 2]
+        assert not any(r.startswith("kept:") for r in held)
 
 
 def test_an_escalation_waits_while_scaling_can_still_help_and_names_the_bottleneck():

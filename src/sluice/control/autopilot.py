@@ -31,7 +31,9 @@ it changed:
 - **undo what measured worse**: a change meant to add capacity whose batches then take
   ``worse_margin`` longer than the model predicted for them before it, or a scale-in after
   which the job falls behind, is undone, and the same change is not made again for
-  ``ban_s``.
+  ``ban_s``; a scale-out is kept while the job would be under pressure without it (the
+  batches after it carry the new executors' warm-up, and on a rising input giving the
+  capacity back would leave the job short for the ban's length).
 
 Held proposals are logged once per reason (``notes``: the controller writes them to
 ``decisions.jsonl`` as ``held``). Pure: no Spark.
@@ -144,6 +146,7 @@ class Change:
     applied_at: float | None = None
     judged: bool = False
     revert: bool = False  # this change undoes an earlier one
+    scale_out: bool = False  # it adds executors or partitions
 
 
 @dataclass
@@ -222,6 +225,18 @@ class GoalArbiter:
             measured = sum(m.duration_s for m in after)
             if predicted <= 0 or measured <= predicted * (1 + self.worse_margin):
                 return []
+            if change.scale_out and self._short_without(change, model):
+                # on a rising input the batches after a scale-out carry the new executors'
+                # warm-up and growth the fit extrapolates badly; giving the capacity back
+                # while the job would be short of it leaves it short for the ban's length
+                self._note(
+                    view,
+                    change.member,
+                    change.actions[0],
+                    f"kept: its batches took {measured / predicted:.2f}x what the model predicted before it, "
+                    "but the job would be short of capacity without it",
+                )
+                return []
             why = (
                 f"its batches took {measured / predicted:.2f}x what the model predicted for them before it "
                 f"({measured * 1000 / len(after):.0f} ms against {predicted * 1000 / len(after):.0f} ms)"
@@ -270,7 +285,8 @@ class GoalArbiter:
                 for action in actions:
                     self._note(view, member, action, why)
                 continue
-            intent = "cost" if any(self._direction(view, a) == "in" for a in actions) else "capacity"
+            directions = {self._direction(view, a) for a in actions}
+            intent = "cost" if "in" in directions else "capacity"
             before = view.batches(5)
             rows = sum(m.rows_in for m in before)
             self.pending = Change(
@@ -282,6 +298,7 @@ class GoalArbiter:
                 view.plan.version,
                 model.fit,
                 sum(m.duration_s for m in before) / rows if rows else None,
+                scale_out="out" in directions,
             )
             out.extend(actions)
             break
@@ -314,14 +331,8 @@ class GoalArbiter:
         directions = {self._direction(view, a) for a in actions}
         high, low = self.band[1], self.band[2]
         u = model.utilization
-        if "out" in directions:
-            ahead = model.utilization_at(model.ahead)
-            rate = max(model.rate or 0.0, model.ahead or 0.0)
-            latency = model.latency_s(rate) if rate > 0 else None
-            near = latency is not None and model.bound_s is not None and latency > 0.9 * model.bound_s
-            pressed = model.behind or near or (u is not None and u > high) or (ahead is not None and ahead > high)
-            if not pressed and u is not None:
-                return f"held: no pressure to scale out (utilization {u:.2f} within the band, goal kept)"
+        if "out" in directions and not self._pressed(model) and u is not None:
+            return f"held: no pressure to scale out (utilization {u:.2f} within the band, goal kept)"
         if "in" in directions:
             if model.behind:
                 return "held: no scale-in while the job is behind its goal"
@@ -351,6 +362,30 @@ class GoalArbiter:
                     f"{model.bound_s * 1000:.0f} ms bound"
                 )
         return None
+
+    def _pressed(self, model: JobModel) -> bool:
+        """Whether the job needs more capacity than it has: it is behind, the latency at the
+        measured or forecast rate nears the bound, or the utilization (measured or forecast)
+        is over the band's top."""
+        high, u = self.band[1], model.utilization
+        ahead = model.utilization_at(model.ahead)
+        rate = max(model.rate or 0.0, model.ahead or 0.0)
+        latency = model.latency_s(rate) if rate > 0 else None
+        near = latency is not None and model.bound_s is not None and latency > 0.9 * model.bound_s
+        return model.behind or near or (u is not None and u > high) or (ahead is not None and ahead > high)
+
+    def _short_without(self, change: Change, model: JobModel) -> bool:
+        """Whether the model from before ``change`` (a scale-out) says the job would be under
+        pressure at today's rate (measured or forecast) without it: the utilization over the
+        band's top, or the goal's latency within 10 % of the bound. Judged on the fit from
+        before, not on the batches since, which carry what made the change measure worse."""
+        fit, rate = change.baseline, max(model.rate or 0.0, model.ahead or 0.0)
+        if fit is None or rate <= 0:
+            return False
+        u = rate * fit.b
+        if u >= self.band[1]:
+            return True
+        return model.bound_s is not None and model.k * (fit.a + model.gap_s) / (1 - u) > 0.9 * model.bound_s
 
     def _undoes(self, member: str, action: Action, now: float) -> str | None:
         """Who made the change within the window that ``action`` would undo, if any."""
