@@ -63,6 +63,7 @@ is one JSON object.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import time
@@ -401,8 +402,13 @@ def main() -> None:
         "cheapest_static_95_executors": [r.get("executors") for r in runs.get("cheapest_static_95", [])],
         "runs": runs,
     }
+    path = RESULTS / "autopilot.json"
+    if path.exists():  # the live scenario's figures, recorded by --live, stay beside the simulated ones
+        live = json.loads(path.read_text()).get("live")
+        if live is not None:
+            out["live"] = live
     record.publish(
-        RESULTS / "autopilot.json",
+        path,
         out,
         {**summary, "targets_met": targets},
         anchor=Anchor(
@@ -418,8 +424,6 @@ def main() -> None:
 def main_live(args) -> None:
     """The live scenario (``autopilot_live.main``); its figures go into autopilot.json's
     ``live`` beside the simulated ones (a run with overrides only prints them)."""
-    import json
-
     import autopilot_live
 
     only = args.only.split(",") if args.only else None

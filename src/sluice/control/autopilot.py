@@ -42,6 +42,7 @@ Held proposals are logged once per reason (``notes``: the controller writes them
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -332,7 +333,12 @@ class GoalArbiter:
         high, low = self.band[1], self.band[2]
         u = model.utilization
         if "out" in directions and not self._pressed(model) and u is not None:
-            return f"held: no pressure to scale out (utilization {u:.2f} within the band, goal kept)"
+            ahead = model.utilization_at(model.ahead)
+            return (
+                f"held: no pressure to scale out (utilization {u:.2f}"
+                + ("" if ahead is None else f", {ahead:.2f} at the forecast rate")
+                + " within the band, goal kept)"
+            )
         if "in" in directions:
             if model.behind:
                 return "held: no scale-in while the job is behind its goal"
@@ -365,14 +371,16 @@ class GoalArbiter:
 
     def _pressed(self, model: JobModel) -> bool:
         """Whether the job needs more capacity than it has: it is behind, the latency at the
-        measured or forecast rate nears the bound, or the utilization (measured or forecast)
-        is over the band's top."""
+        measured or forecast rate nears the bound, the measured latency's rising line crosses
+        90 % of it within the time a scale-out takes, or the utilization (measured or
+        forecast) is over the band's top."""
         high, u = self.band[1], model.utilization
         ahead = model.utilization_at(model.ahead)
         rate = max(model.rate or 0.0, model.ahead or 0.0)
         latency = model.latency_s(rate) if rate > 0 else None
         near = latency is not None and model.bound_s is not None and latency > 0.9 * model.bound_s
-        return model.behind or near or (u is not None and u > high) or (ahead is not None and ahead > high)
+        rising = model.projected_s is not None and model.bound_s is not None and model.projected_s > 0.9 * model.bound_s
+        return model.behind or near or rising or (u is not None and u > high) or (ahead is not None and ahead > high)
 
     def _short_without(self, change: Change, model: JobModel) -> bool:
         """Whether the model from before ``change`` (a scale-out) says the job would be under
@@ -528,8 +536,10 @@ class Autopilot(Policy):
         self.forecaster: ArrivalForecaster | None = make_forecaster(forecaster) if forecaster else None
         self.startup_s = startup_s
         self.catch_up_s = catch_up_s  # a backlog over the bound's worth of input is to drain within this
-        self.rebalance_every = 20  # batches a balancing member that found nothing waits before it looks again
-        self._quiet_until: dict[str, int] = {}
+        # a balancing member that found nothing waits this long before it looks again (in
+        # seconds, not batches: after a surge a batch may take as long as twenty small ones)
+        self.rebalance_every_s = 20.0
+        self._quiet_until: dict[str, float] = {}
         self.arbiter = GoalArbiter(self.goals.favour, undo_window_s, scale_down_delay_s, ban_s, measure_batches, worse_margin)
 
     def describe(self) -> dict:
@@ -575,7 +585,7 @@ class Autopilot(Policy):
             # catch up: size for the arrivals plus the backlog drained within catch_up_s
             ahead = max(ahead or 0.0, rate + backlog / self.catch_up_s)
         self.scaling.ahead = ahead
-        model = build_model(view, ahead=ahead)
+        model = build_model(view, ahead=ahead, horizon_s=self.startup_s)
         # the utilization DS2 sizes for: the band's target, or lower when the goal needs it
         # (the batches' cycle (a + gap) / (1 - u) times k must stay within 80 % of the bound)
         target = BANDS[self.goals.favour][0]
@@ -593,11 +603,11 @@ class Autopilot(Policy):
             if busy and not isinstance(member, (ModelBatchSizing, AlternatesByLoad)):
                 continue  # a structural change is being applied or measured: nothing else structural yet
             rebalancer = member if isinstance(member, (KeyGroupBalancing, CollocationBalancing)) else None
-            if rebalancer and view.batch_id < self._quiet_until.get(member.name, -1):
+            if rebalancer and now < self._quiet_until.get(member.name, -math.inf):
                 continue  # found nothing worth moving lately: a solve a batch would cost more than it finds
             proposed = member.propose(view)
             if rebalancer and not proposed and _measured(view, rebalancer.window):
-                self._quiet_until[member.name] = view.batch_id + self.rebalance_every
+                self._quiet_until[member.name] = now + self.rebalance_every_s
             proposals.extend((member, action) for action in proposed)
         candidates = [(m.name, replace(a, reason=f"{m.name}: {a.reason}")) for m, a in _collocation_first(proposals)]
         accepted = [self._placed(view, a) for a in self.arbiter.judge(candidates, view, model, now)]

@@ -24,7 +24,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from sluice.control.batch_sizing import LinearFit, _gap_s, fit_batch_time, latency_targets
+from sluice.control.batch_sizing import LinearFit, Target, _gap_s, fit_batch_time, latency_targets
 from sluice.control.qos import VIOLATED
 from sluice.control.view import ControlView
 
@@ -44,6 +44,7 @@ class JobModel:
     cores: int
 
     busy_per_row: float | None = None  # core-seconds of useful task time a row (every operator)
+    projected_s: float | None = None  # the goal's measured latency on its rising line, a horizon ahead
 
     @property
     def utilization(self) -> float | None:
@@ -79,8 +80,9 @@ class JobModel:
         return self.violated or self.growing
 
 
-def build_model(view: ControlView, *, ahead: float | None = None, window: int = 20) -> JobModel:
-    """The job's model after the view's latest batch (see the module's docstring)."""
+def build_model(view: ControlView, *, ahead: float | None = None, horizon_s: float = 0.0, window: int = 20) -> JobModel:
+    """The job's model after the view's latest batch (see the module's docstring);
+    ``horizon_s``: how far ahead ``projected_s`` looks (what a scale-out takes to act)."""
     version = view.plan.version
     batches = [m for m in view.batches() if m.plan_version == version][-window:]
     fit = fit_batch_time([m.rows_in for m in batches], [m.duration_s for m in batches]) if len(batches) >= 4 else None
@@ -107,7 +109,32 @@ def build_model(view: ControlView, *, ahead: float | None = None, window: int = 
         growing=_growing(view),
         executors=view.resources.target,
         cores=view.resources.cores,
+        projected_s=_projected_s(view, tight, horizon_s) if tight and horizon_s > 0 else None,
     )
+
+
+def _projected_s(view: ControlView, target: Target, horizon_s: float, last: int = 6) -> float | None:
+    """The goal's measured latency ``horizon_s`` ahead on the line through its last batches,
+    when it rises in every one of the last three (None: not rising, or too few batches). A
+    rising latency is the earliest sign of a ramp the resources will not hold: the batches
+    grow before the goal breaks or the backlog outgrows a batch."""
+    key = "mean_ms" if target.measure == "mean" else "p95_ms"
+    points = []
+    for m in view.batches(last):
+        value = ((m.paths or {}).get(target.constraint) or {}).get(key)
+        if value:
+            points.append((m.started_at + m.duration_s, value / 1000))
+    if len(points) < 4 or not all(b[1] > a[1] for a, b in itertools.pairwise(points[-3:])):
+        return None
+    times, values = zip(*points)
+    end = times[-1]
+    n = len(times)
+    mean_t, mean_v = sum(t - end for t in times) / n, sum(values) / n
+    var = sum((t - end - mean_t) ** 2 for t in times)
+    if var <= 0:
+        return None
+    slope = sum((t - end - mean_t) * (v - mean_v) for t, v in zip(times, values)) / var
+    return values[-1] + slope * horizon_s if slope > 0 else None
 
 
 def _growing(view: ControlView, last: int = 4) -> bool:
