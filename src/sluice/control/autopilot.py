@@ -113,9 +113,13 @@ class AheadScaling(OneStepScaling):
         cores = max(target * max(resources.cores_per_executor, 1), 1)
         out = [a for a in actions if not isinstance(a, Partitions)]
         plan = view.plan
-        for ops in sorted(plan.keyed_stages()):
+        stages = sorted(plan.keyed_stages())
+        busy = {ops: sum(view.operator_cpu(op) for op in ops) for ops in stages}
+        for ops in stages:
             stage = plan.keyed[ops[0]]
             need = min(cores, plan.max_parallelism)
+            if need > stage.partitions and busy[ops] < 0.1 * max(sum(busy.values()), 1e-9):
+                continue  # a stage with a tenth of the job's work gains nothing from more partitions
             if need != stage.partitions:
                 out.insert(
                     0,

@@ -54,7 +54,11 @@ class DynamicChaining(Policy):
     ``min_gain``: the predicted saving a change must promise (a share of the run's time);
     ``min_batches``: batches measured under the layout in force before judging it;
     ``worse_by``: how much slower per row a change may measure before it is undone;
-    ``ban_batches``: how long an undone change is not proposed again.
+    ``ban_batches``: how long an undone change is not proposed again;
+    ``min_saving_s``: the least predicted saving a batch worth adding a rebalance (an
+    exchange is a stage of its own, whose fixed cost the per-row estimate leaves out; a
+    saving of a few milliseconds a batch is within the noise of the work it is predicted
+    from).
     """
 
     name = "chaining"
@@ -67,6 +71,7 @@ class DynamicChaining(Policy):
         exchange_us_per_row: float = EXCHANGE_US_PER_ROW,
         worse_by: float = 0.05,
         ban_batches: int = 50,
+        min_saving_s: float = 0.01,
     ):
         if not 0 < min_gain < 1:
             raise ValueError(f"min_gain must be between 0 and 1, got {min_gain}")
@@ -78,6 +83,7 @@ class DynamicChaining(Policy):
         self.exchange_us_per_row = exchange_us_per_row
         self.worse_by = worse_by
         self.ban_batches = ban_batches
+        self.min_saving_s = min_saving_s
         self.trial: _Trial | None = None
         self.banned: dict[Layout, int] = {}  # layout -> banned until this batch
         self.input_tasks: dict[str, float] = {}  # run head -> partitions of its input, as last measured
@@ -89,6 +95,7 @@ class DynamicChaining(Policy):
             "min_batches": self.min_batches,
             "pass_us_per_row": self.pass_us_per_row,
             "exchange_us_per_row": self.exchange_us_per_row,
+            "min_saving_s": self.min_saving_s,
         }
 
     def propose(self, view: ControlView) -> list[Action]:
@@ -114,7 +121,11 @@ class DynamicChaining(Policy):
                 max(costs.tasks, 1.0), cores
             )
             best, predicted = best_cut(costs)
-            if (best == at and passes == (2 if at else 1)) or predicted > now * (1 - self.min_gain):
+            if (
+                (best == at and passes == (2 if at else 1))
+                or predicted > now * (1 - self.min_gain)
+                or (best is not None and now - predicted < self.min_saving_s)
+            ):
                 continue
             chains, rebalance = with_layout(plan.chains, plan.rebalance, run, best, cores)
             new = _layout(chains, rebalance)
