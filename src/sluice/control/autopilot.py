@@ -87,6 +87,10 @@ class AheadScaling(OneStepScaling):
     def __init__(self, target_utilization: float = 0.7, window: int = 3, tolerance: float = 0.25):
         super().__init__(target_utilization, window, tolerance, whole_job=True)
         self.ahead: float | None = None  # set by the autopilot before each proposal
+        # set likewise: the job's latency or backlog is rising (size now, do not wait for a
+        # steady rate), and whether its backlog outgrows its batches (falling behind)
+        self.urgent = False
+        self.behind = False
 
     def offered(self, view: ControlView) -> float | None:
         measured = super().offered(view)
@@ -95,6 +99,8 @@ class AheadScaling(OneStepScaling):
         return max(measured, self.ahead)
 
     def _steady(self, view: ControlView) -> bool:
+        if self.urgent:
+            return True  # under pressure on a ramp the rate never holds still: size for it now
         measured = super().offered(view)
         if self.ahead is not None and measured is not None and self.ahead > measured * (1 + self.tolerance):
             return True  # sized for the forecast's level, not the moving measured one
@@ -109,6 +115,21 @@ class AheadScaling(OneStepScaling):
         resources = view.resources
         if not resources.elastic:
             return actions
+        most = resources.max_executors or resources.target
+        grows = any(isinstance(a, Executors) and a.count > resources.target for a in actions)
+        if self.behind and not grows and resources.target < most and self._measured(view):
+            # the job falls behind although its measured work fits the
+            # executors held (work the task times do not see: fixed costs, skew, a backlog
+            # to drain): one more executor, as Spark's dynamic allocation adds them while
+            # tasks wait; the arbiter measures each step before the next
+            actions = [a for a in actions if not isinstance(a, Executors)] + [
+                Executors(
+                    count=resources.target + 1,
+                    reason=f"the job falls behind though its measured work fits {resources.target} "
+                    f"executor(s): hold {resources.target + 1}",
+                    expected={"executors": resources.target + 1},
+                )
+            ]
         target = next((a.count for a in actions if isinstance(a, Executors)), resources.target)
         cores = max(target * max(resources.cores_per_executor, 1), 1)
         out = [a for a in actions if not isinstance(a, Partitions)]
@@ -133,6 +154,10 @@ class AheadScaling(OneStepScaling):
                 )
                 break  # one stage a step
         return out
+
+    def _measured(self, view: ControlView) -> bool:
+        """Whether ``window`` batches ran under the plan in force (a step is sized on them)."""
+        return sum(1 for m in view.batches() if m.plan_version == view.plan.version) >= self.window
 
 
 @dataclass
@@ -383,8 +408,7 @@ class GoalArbiter:
         rate = max(model.rate or 0.0, model.ahead or 0.0)
         latency = model.latency_s(rate) if rate > 0 else None
         near = latency is not None and model.bound_s is not None and latency > 0.9 * model.bound_s
-        rising = model.projected_s is not None and model.bound_s is not None and model.projected_s > 0.9 * model.bound_s
-        return model.behind or near or rising or (u is not None and u > high) or (ahead is not None and ahead > high)
+        return model.behind or near or _rising(model) or (u is not None and u > high) or (ahead is not None and ahead > high)
 
     def _short_without(self, change: Change, model: JobModel) -> bool:
         """Whether the model from before ``change`` (a scale-out) says the job would be under
@@ -596,6 +620,9 @@ class Autopilot(Policy):
         if model.fit is not None and model.bound_s is not None:
             target = min(target, max(1 - model.k * (model.fit.a + model.gap_s) / (0.8 * model.bound_s), 0.3))
         self.scaling.target_utilization = target
+        # rising now (not a bound broken by a fixed cost more executors cannot cut)
+        self.scaling.urgent = model.growing or _rising(model)
+        self.scaling.behind = model.growing
         undo = self.arbiter.observe(view, model, now)
         if undo:
             return undo
@@ -720,6 +747,12 @@ class Autopilot(Policy):
         if self.arbiter.pending is not None:
             self.arbiter.pending.actions = tuple(placed if a is action else a for a in self.arbiter.pending.actions)
         return placed
+
+
+def _rising(model: JobModel) -> bool:
+    """Whether the goal's measured latency is rising to cross 90 % of the bound within the
+    time a scale-out takes."""
+    return model.projected_s is not None and model.bound_s is not None and model.projected_s > 0.9 * model.bound_s
 
 
 def _measured(view: ControlView, window: int) -> bool:
