@@ -596,6 +596,12 @@ def main(
     # the job's functions live in this module, which Spark's Python workers cannot import:
     # they go to the executors by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    if os.environ.get("AUTOPILOT_DEBUG"):  # the autopilot's model and candidates, batch by batch
+        import logging
+
+        handler = logging.StreamHandler(sys.stdout)
+        logging.getLogger("sluice.control").addHandler(handler)
+        logging.getLogger("sluice.control").setLevel(logging.DEBUG)
     settings = dict(QUICK if quick else FULL)
     if day_s:
         settings["day_s"] = day_s

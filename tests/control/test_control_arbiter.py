@@ -45,6 +45,22 @@ def test_one_structural_change_then_wait_for_the_flush():
     assert [a.kind for a in verdict.accepted] == ["threads"]
 
 
+def test_a_policy_that_judges_its_own_changes_is_not_held_by_the_flush_rule():
+    qos = QoSManager([make_constraint("latency_1", "1s", over="3.5s")])
+    arbiter = Arbiter()
+    qos.observe(batch(0, 0.0, rows=10, mean_ms=100.0))
+    assert arbiter.arbitrate([_partitions(4, "autopilot")], 0, qos, {}).accepted
+    qos.observe(batch(1, 1.0, rows=10, mean_ms=100.0))
+    proposals = [_partitions(6, "autopilot"), _partitions(8, "ds2")]
+    verdict = arbiter.arbitrate(proposals, 1, qos, {}, frozenset({"autopilot"}))
+    assert [(a.policy, a.value) for a in verdict.accepted] == [("autopilot", 6)]
+    assert [a.policy for a, _ in verdict.deferred] == ["ds2"]
+    # a named policy's change still waits for the flush
+    qos.observe(batch(2, 2.0, rows=10, mean_ms=100.0))
+    verdict = arbiter.arbitrate([_partitions(8, "ds2")], 2, qos, {}, frozenset({"autopilot"}))
+    assert not verdict.accepted and "flush" in verdict.deferred[0][1]
+
+
 def test_first_policy_wins_a_contested_size_and_no_ops_are_dropped():
     qos = QoSManager([make_constraint("latency_1", "1s")])
     verdict = Arbiter().arbitrate(

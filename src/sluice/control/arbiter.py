@@ -4,6 +4,9 @@
   applied at batch b, further structural proposals wait until the QoS manager's windows hold
   no measurement of batch b or earlier (Nephele's flush rule): the controller never reacts
   to the transient of its own change.
+- A policy that judges its own changes (``Policy.arbitrates``: the autopilot, whose arbiter
+  measures each change before the next) is not held back by the flush rule: it would hold
+  a scale-out the job needs for a whole window after any change.
 - An ``executors`` change may go with one other structural change of the same policy in the
   same batch: the resources and the parallelism that uses them move in one step (DS2).
 - Batch sizing (``admission``) may act every batch; if several policies size the same
@@ -44,9 +47,15 @@ class Arbiter:
         return True
 
     def arbitrate(
-        self, proposals: list[Action], batch_id: int, qos: QoSManager, in_force: dict[tuple[str, str], object]
+        self,
+        proposals: list[Action],
+        batch_id: int,
+        qos: QoSManager,
+        in_force: dict[tuple[str, str], object],
+        self_judged: frozenset[str] = frozenset(),
     ) -> Verdict:
-        """``in_force``: (kind, target) -> the value in force now, to drop no-op proposals."""
+        """``in_force``: (kind, target) -> the value in force now, to drop no-op proposals;
+        ``self_judged``: the policies that measure their own changes (no flush rule for them)."""
         accepted: list[Action] = []
         deferred: list[tuple[Action, str]] = []
         sized: set[str] = set()
@@ -73,7 +82,7 @@ class Arbiter:
                 switched.add((action.kind, action.target))
             elif in_force.get((action.kind, action.target)) == action.value:
                 continue
-            elif waiting:
+            elif waiting and action.policy not in self_judged:
                 deferred.append(
                     (
                         action,

@@ -520,6 +520,7 @@ class Autopilot(Policy):
     """
 
     name = "autopilot"
+    arbitrates = True  # its GoalArbiter measures each change before the next
 
     def __init__(
         self,
@@ -623,6 +624,17 @@ class Autopilot(Policy):
         # rising now (not a bound broken by a fixed cost more executors cannot cut)
         self.scaling.urgent = model.growing or _rising(model)
         self.scaling.behind = model.growing
+        log.debug(
+            "autopilot batch %s: rate %s ahead %s u %s p95 projected %s behind %s pressed %s urgent %s",
+            view.batch_id,
+            model.rate and round(model.rate),
+            ahead and round(ahead),
+            model.utilization and round(model.utilization, 2),
+            model.projected_s and round(model.projected_s, 1),
+            model.behind,
+            self.arbiter._pressed(model),
+            self.scaling.urgent,
+        )
         undo = self.arbiter.observe(view, model, now)
         if undo:
             return undo
@@ -641,6 +653,9 @@ class Autopilot(Policy):
                 self._quiet_until[member.name] = now + self.rebalance_every_s
             proposals.extend((member, action) for action in proposed)
         candidates = [(m.name, replace(a, reason=f"{m.name}: {a.reason}")) for m, a in _collocation_first(proposals)]
+        log.debug(
+            "autopilot batch %s: candidates %s", view.batch_id, [(m, a.kind, a.value) for m, a in candidates if a.structural]
+        )
         accepted = [self._placed(view, a) for a in self.arbiter.judge(candidates, view, model, now)]
         return self._bounded(view, model, self._keeping_up(view, model, accepted))
 

@@ -138,7 +138,8 @@ class Controller:
             proposals.extend(proposed)
             for note in notes:  # proposals a policy held back itself, and why
                 self.log.append({"type": "held", "batch_id": metrics.batch_id, "time": _now(), "policy": policy.name, **note})
-        verdict = self.arbiter.arbitrate(proposals, metrics.batch_id, self.qos, self._in_force(plan))
+        self_judged = frozenset(p.name for p in self.policies if getattr(p, "arbitrates", False))
+        verdict = self.arbiter.arbitrate(proposals, metrics.batch_id, self.qos, self._in_force(plan), self_judged)
         new_plan = None
         escalating = set()
         for action in verdict.accepted:

@@ -17,6 +17,9 @@ class Policy:
     """Base class of every control policy. Subclasses set ``name`` and implement ``propose``."""
 
     name: str = "policy"
+    arbitrates: bool = False
+    """True for a policy that measures each of its changes before the next (the autopilot):
+    the controller's flush rule does not hold its structural changes back."""
 
     def propose(self, view: ControlView) -> list[Action]:
         raise NotImplementedError
