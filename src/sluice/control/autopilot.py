@@ -565,8 +565,10 @@ class Autopilot(Policy):
         self.forecaster: ArrivalForecaster | None = make_forecaster(forecaster) if forecaster else None
         self.startup_s = startup_s
         self.catch_up_s = catch_up_s  # a backlog over the bound's worth of input is to drain within this
-        # a balancing member that found nothing waits this long before it looks again (in
-        # seconds, not batches: after a surge a batch may take as long as twenty small ones)
+        # a balancing member whose solve found nothing worth moving waits this long before it
+        # looks again (in seconds, not batches: after a surge a batch may take as long as twenty
+        # small ones); a look that finds the loads within the threshold costs nothing and is
+        # made every batch, so a hot set that moves is seen at once
         self.rebalance_every_s = 20.0
         self._quiet_until: dict[str, float] = {}
         self.arbiter = GoalArbiter(self.goals.favour, undo_window_s, scale_down_delay_s, ban_s, measure_batches, worse_margin)
@@ -647,9 +649,9 @@ class Autopilot(Policy):
                 continue  # a structural change is being applied or measured: nothing else structural yet
             rebalancer = member if isinstance(member, (KeyGroupBalancing, CollocationBalancing)) else None
             if rebalancer and now < self._quiet_until.get(member.name, -math.inf):
-                continue  # found nothing worth moving lately: a solve a batch would cost more than it finds
+                continue  # a solve found nothing worth moving lately: one a batch would cost more than it finds
             proposed = member.propose(view)
-            if rebalancer and not proposed and _measured(view, rebalancer.window):
+            if rebalancer and not proposed and rebalancer.solved:
                 self._quiet_until[member.name] = now + self.rebalance_every_s
             proposals.extend((member, action) for action in proposed)
         candidates = [(m.name, replace(a, reason=f"{m.name}: {a.reason}")) for m, a in _collocation_first(proposals)]
@@ -768,12 +770,6 @@ def _rising(model: JobModel) -> bool:
     """Whether the goal's measured latency is rising to cross 90 % of the bound within the
     time a scale-out takes."""
     return model.projected_s is not None and model.bound_s is not None and model.projected_s > 0.9 * model.bound_s
-
-
-def _measured(view: ControlView, window: int) -> bool:
-    """Whether ``window`` batches ran under the plan in force (a rebalancer that had fewer
-    found nothing because it could not look yet, not because nothing is worth moving)."""
-    return sum(1 for m in view.batches() if m.plan_version == view.plan.version) >= window
 
 
 def _collocation_first(proposals: list[tuple[Policy, Action]]) -> list[tuple[Policy, Action]]:
