@@ -139,6 +139,18 @@ def test_policy_undoes_a_change_that_measured_worse_and_does_not_oscillate():
     assert controller.decisions == 2  # the try and its undoing, nothing after
 
 
+def test_policy_adds_no_rebalance_for_a_few_milliseconds_of_work():
+    """A run on one partition whose work is 2 ms a batch: a rebalance would halve it on paper,
+    but an exchange is a stage of its own, so a saving under ``min_saving_s`` is not taken."""
+    graph = _graph(2)
+    run = ("op0", "op1")
+    engine = ChainEngine(run, (1.0, 1.0), rows=200, tasks=1, cores=2, pass_us=0.3, exchange_us=1.0)
+    _, plan, controller = _drive(engine, graph, initial_plan(graph, 2), DynamicChaining())
+    assert plan.rebalance == {} and controller.decisions == 0
+    _, plan, controller = _drive(engine, graph, initial_plan(graph, 2), DynamicChaining(min_saving_s=0.0))
+    assert plan.rebalance == {"op0": 2}  # the same run with no floor is rebalanced
+
+
 def test_policy_respects_chain_false():
     p = sluice.Pipeline("pinned")
     s = p.source(sources.generator(fields={"k": sources.Keys(10)}, total_rows=10))
