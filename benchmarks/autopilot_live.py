@@ -543,15 +543,27 @@ def summarize(runs: dict[str, dict], cheapest: str | None) -> dict:
         return None if a is None or not b else round(a / b, 3)
 
     ds2 = runs.get("ds2")
+    cost_ratio = ratio(auto and auto["executor_seconds"], base and base["executor_seconds"])
+    reconfig_ratio = ratio(auto and auto["reconfigurations"], ds2 and ds2["reconfigurations"])
+    targets = {
+        "attainment >= 0.95": auto is not None and auto["attainment"] >= 0.95,
+        "cost_ratio <= 0.7": cost_ratio is not None and cost_ratio <= 0.7,
+        "reconfig_ratio <= 0.5": reconfig_ratio is not None and reconfig_ratio <= 0.5,
+        "beats spark_da on attainment at no more cost": auto is not None
+        and da is not None
+        and auto["attainment"] > da["attainment"]
+        and auto["executor_seconds"] <= da["executor_seconds"],
+    }
     return {
         "attainment": auto and auto["attainment"],
         "attainment_running": auto and auto.get("attainment_running"),
-        "cost_ratio": ratio(auto and auto["executor_seconds"], base and base["executor_seconds"]),
+        "cost_ratio": cost_ratio,
         "cheapest_static": cheapest,
-        "reconfig_ratio": ratio(auto and auto["reconfigurations"], ds2 and ds2["reconfigurations"]),
+        "reconfig_ratio": reconfig_ratio,
         "attainment_spark_da": da and da["attainment"],
         "cost_ratio_spark_da": ratio(da and da["executor_seconds"], base and base["executor_seconds"]),
         "outputs_equal": all(r["outputs"]["equal"] for r in runs.values()) if runs else None,
+        "targets_met": targets,
     }
 
 

@@ -59,6 +59,8 @@ def test_figures_count_the_outage_against_the_goal_and_time_recovery_and_drain()
     f = al.figures(batches, trace, executor_seconds=400.0, reconfigurations=3)
     # 10 s after the kill, the outage's 20 s and 4 s after it are out of the goal
     assert f["attainment"] == pytest.approx(1 - (10 + 20 + 4) / trace.day_s, abs=0.01)
+    # of the time the job runs (the outage left out): the kill's 10 s and the drain's 4 s
+    assert f["attainment_running"] == pytest.approx(1 - (10 + 4) / (trace.day_s - 20), abs=0.01)
     assert f["worst_p95_s"] == 2 * al.BOUND_S
     assert f["recover_kill_s"] == pytest.approx(11.0, abs=1.0)
     assert f["drain_outage_s"] == pytest.approx(4.0, abs=1.0)
