@@ -65,6 +65,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -434,8 +435,12 @@ def main_live(args) -> None:
         if not recorded or bool(recorded.get("quick")) != args.quick:
             raise SystemExit(f"--search: {path} holds no live run in this mode (quick={args.quick}) to add the search to")
         prior = recorded["configurations"]
+    load_before = [round(x, 2) for x in os.getloadavg()]
     live = autopilot_live.main(args.quick, only=only, day_s=args.day, outage_s=args.outage, prior=prior)
     live["quick"] = args.quick
+    # the load average around this run (a --search run's configurations join a recorded run's)
+    live["load"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]}
+    live["cores"] = os.cpu_count()
     if not (only or args.day or args.outage):
         full = json.loads(path.read_text()) if path.exists() else {"benchmark": "autopilot"}
         full["live"] = live

@@ -625,7 +625,10 @@ class Autopilot(Policy):
         self.scaling.target_utilization = target
         # rising now (not a bound broken by a fixed cost more executors cannot cut)
         self.scaling.urgent = model.growing or _rising(model)
-        self.scaling.behind = model.growing
+        # falling behind: the backlog outgrows the batches and the latency heads for the bound
+        # (a backlog that grows over the first batches, as every job's does while it warms up,
+        # is not enough)
+        self.scaling.behind = model.growing and _rising(model)
         log.debug(
             "autopilot batch %s: rate %s ahead %s u %s p95 projected %s behind %s pressed %s urgent %s",
             view.batch_id,
