@@ -28,7 +28,8 @@ it changed:
   applied or measured (``measure_batches`` batches under it);
 - **no undoing another's change**: within ``undo_window_s`` a change back to what a change
   replaced is held, and so is a routing change of a stage another member re-routed;
-- **undo what measured worse**: a change meant to add capacity whose batches then take
+- **undo what measured worse** (unless an executor was lost or replaced while it was
+  measured: those batches measure the loss, not the change): a change meant to add capacity whose batches then take
   ``worse_margin`` longer than the model predicted for them before it, or a scale-in after
   which the job falls behind, is undone, and the same change is not made again for
   ``ban_s``; a scale-out is kept while the job would be under pressure without it (the
@@ -177,6 +178,7 @@ class Change:
     judged: bool = False
     revert: bool = False  # this change undoes an earlier one
     scale_out: bool = False  # it adds executors or partitions
+    executors: tuple[float, ...] = ()  # when each executor held at its proposal joined
 
 
 @dataclass
@@ -240,6 +242,16 @@ class GoalArbiter:
             return []
         change.judged = True
         after = after[: self.measure_batches]
+        if not any(isinstance(a, Executors) for a in change.actions) and tuple(sorted(resources.since)) != change.executors:
+            # an executor was lost or replaced while the change was measured: its batches carry
+            # the recomputed tasks and the newcomer's warm-up, not the change's effect
+            self._note(
+                view,
+                change.member,
+                change.actions[0],
+                "not judged: the executors held changed while it was measured (an executor lost or replaced)",
+            )
+            return []
         if change.intent == "cost":
             if not model.behind:
                 return []
@@ -329,6 +341,7 @@ class GoalArbiter:
                 model.fit,
                 sum(m.duration_s for m in before) / rows if rows else None,
                 scale_out="out" in directions,
+                executors=tuple(sorted(view.resources.since)),
             )
             out.extend(actions)
             break
@@ -565,10 +578,10 @@ class Autopilot(Policy):
         self.forecaster: ArrivalForecaster | None = make_forecaster(forecaster) if forecaster else None
         self.startup_s = startup_s
         self.catch_up_s = catch_up_s  # a backlog over the bound's worth of input is to drain within this
-        # a balancing member whose solve found nothing worth moving waits this long before it
-        # looks again (in seconds, not batches: after a surge a batch may take as long as twenty
-        # small ones); a look that finds the loads within the threshold costs nothing and is
-        # made every batch, so a hot set that moves is seen at once
+        # a balancing member whose look found nothing, or a move the arbiter held, rests this
+        # long (in seconds, not batches: after a surge a batch may take as long as twenty small
+        # ones) unless the job is under pressure: then it looks every batch, so a hot set that
+        # moves at the peak is met at once, while idle partitions are not re-routed on noise
         self.rebalance_every_s = 20.0
         self._quiet_until: dict[str, float] = {}
         self.arbiter = GoalArbiter(self.goals.favour, undo_window_s, scale_down_delay_s, ban_s, measure_batches, worse_margin)
@@ -645,23 +658,31 @@ class Autopilot(Policy):
             return undo
         busy = self.arbiter.busy()
         proposals: list[tuple[Policy, Action]] = []
+        looked: list[str] = []  # the rebalancers that looked at measured loads this round
+        pressed = self.arbiter._pressed(model)
         for member in self.members:
             if isinstance(member, AlternatesByLoad) and not view.plan.alternates:
                 continue
             if busy and not isinstance(member, (ModelBatchSizing, AlternatesByLoad)):
                 continue  # a structural change is being applied or measured: nothing else structural yet
             rebalancer = member if isinstance(member, (KeyGroupBalancing, CollocationBalancing)) else None
-            if rebalancer and now < self._quiet_until.get(member.name, -math.inf):
-                continue  # a solve found nothing worth moving lately: one a batch would cost more than it finds
+            if rebalancer and now < self._quiet_until.get(member.name, -math.inf) and not pressed:
+                continue  # its last look found nothing that passed, and the job is not pressed: resting
             proposed = member.propose(view)
-            if rebalancer and not proposed and rebalancer.solved:
-                self._quiet_until[member.name] = now + self.rebalance_every_s
+            if rebalancer and _measured(view, rebalancer.window):
+                looked.append(member.name)
             proposals.extend((member, action) for action in proposed)
         candidates = [(m.name, replace(a, reason=f"{m.name}: {a.reason}")) for m, a in _collocation_first(proposals)]
         log.debug(
             "autopilot batch %s: candidates %s", view.batch_id, [(m, a.kind, a.value) for m, a in candidates if a.structural]
         )
         accepted = [self._placed(view, a) for a in self.arbiter.judge(candidates, view, model, now)]
+        for name in looked:
+            if not any(a.reason.startswith(f"{name}:") for a in accepted):
+                # it found nothing, or what it found was held: looking again next batch would
+                # re-route idle partitions on noise, or solve again (up to its time limit,
+                # between batches) for what was just held
+                self._quiet_until[name] = now + self.rebalance_every_s
         return self._bounded(view, model, self._keeping_up(view, model, accepted))
 
     def _bounded(self, view: ControlView, model: JobModel, actions: list[Action]) -> list[Action]:
@@ -767,6 +788,12 @@ class Autopilot(Policy):
         if self.arbiter.pending is not None:
             self.arbiter.pending.actions = tuple(placed if a is action else a for a in self.arbiter.pending.actions)
         return placed
+
+
+def _measured(view: ControlView, window: int) -> bool:
+    """Whether ``window`` batches ran under the plan in force (a rebalancer that had fewer
+    could not look yet)."""
+    return sum(1 for m in view.batches() if m.plan_version == view.plan.version) >= window
 
 
 def _rising(model: JobModel) -> bool:

@@ -82,13 +82,8 @@ class KeyGroupBalancing(Policy):
             "max_pause": self.max_pause,
         }
 
-    solved = False
-    """Whether the last ``propose`` ran a solve (a look that found every stage within the
-    threshold costs next to nothing; a solve that found nothing worth moving does not)."""
-
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
-        self.solved = False
         batches = [m for m in view.batches() if m.plan_version == plan.version][-self.window :]
         if len(batches) < self.window:
             return []  # the routing in force is not measured yet
@@ -107,7 +102,6 @@ class KeyGroupBalancing(Policy):
             batch_s = stats.wall_s / max(stats.batches, 1)
             budget = MigrationBudget(max_cost=100.0 * self.max_pause * batch_s / stats.wall_s, max_count=self.max_migrations)
             result = self.solve(problem, budget)
-            self.solved = True
             after = result.load_distance
             if not result.migrations or after > before * (1 - self.min_gain):
                 continue

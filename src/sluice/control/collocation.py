@@ -93,11 +93,8 @@ class CollocationBalancing(Policy):
             "pin_share": self.settings.collocation_budget_share,
         }
 
-    solved = False  # whether the last propose ran ALBIC (as KeyGroupBalancing.solved)
-
     def propose(self, view: ControlView) -> list[Action]:
         plan = view.plan
-        self.solved = False
         batches = [m for m in view.batches() if m.plan_version == plan.version][-self.window :]
         if len(batches) < self.window:
             return []  # the routing in force is not measured yet
@@ -120,7 +117,6 @@ class CollocationBalancing(Policy):
             batch_s = up.wall_s / max(up.batches, 1)
             budget = MigrationBudget(max_cost=100.0 * self.max_pause * batch_s / up.wall_s, max_count=self.max_migrations)
             result = albic(problem, budget, self.settings)
-            self.solved = True
             expected_before = collocation_factor(problem)  # the window's pairs as recorded
             after = collocation_factor(problem, result.assignment)
             if not result.migrations or after < expected_before + self.min_gain:
