@@ -118,7 +118,7 @@ class AheadScaling(OneStepScaling):
             return actions
         most = resources.max_executors or resources.target
         grows = any(isinstance(a, Executors) and a.count > resources.target for a in actions)
-        if self.behind and not grows and resources.target < most and self._measured(view):
+        if self.behind and not grows and resources.target < most and _measured(view, self.window):
             # the job falls behind although its measured work fits the
             # executors held (work the task times do not see: fixed costs, skew, a backlog
             # to drain): one more executor, as Spark's dynamic allocation adds them while
@@ -155,10 +155,6 @@ class AheadScaling(OneStepScaling):
                 )
                 break  # one stage a step
         return out
-
-    def _measured(self, view: ControlView) -> bool:
-        """Whether ``window`` batches ran under the plan in force (a step is sized on them)."""
-        return sum(1 for m in view.batches() if m.plan_version == view.plan.version) >= self.window
 
 
 @dataclass
@@ -374,7 +370,7 @@ class GoalArbiter:
         directions = {self._direction(view, a) for a in actions}
         high, low = self.band[1], self.band[2]
         u = model.utilization
-        if "out" in directions and not self._pressed(model) and u is not None:
+        if "out" in directions and not self.pressed(model) and u is not None:
             ahead = model.utilization_at(model.ahead)
             return (
                 f"held: no pressure to scale out (utilization {u:.2f}"
@@ -411,7 +407,7 @@ class GoalArbiter:
                 )
         return None
 
-    def _pressed(self, model: JobModel) -> bool:
+    def pressed(self, model: JobModel) -> bool:
         """Whether the job needs more capacity than it has: it is behind, the latency at the
         measured or forecast rate nears the bound, the measured latency's rising line crosses
         90 % of it within the time a scale-out takes, or the utilization (measured or
@@ -431,10 +427,10 @@ class GoalArbiter:
         fit, rate = change.baseline, max(model.rate or 0.0, model.ahead or 0.0)
         if fit is None or rate <= 0:
             return False
-        u = rate * fit.b
-        if u >= self.band[1]:
+        if rate * fit.b >= self.band[1]:
             return True
-        return model.bound_s is not None and model.k * (fit.a + model.gap_s) / (1 - u) > 0.9 * model.bound_s
+        latency = replace(model, fit=fit).latency_s(rate)  # the model as it stood before the change
+        return model.bound_s is not None and latency is not None and latency > 0.9 * model.bound_s
 
     def _undoes(self, member: str, action: Action, now: float) -> str | None:
         """Who made the change within the window that ``action`` would undo, if any."""
@@ -642,6 +638,7 @@ class Autopilot(Policy):
         # (a backlog that grows over the first batches, as every job's does while it warms up,
         # is not enough)
         self.scaling.behind = model.growing and _rising(model)
+        pressed = self.arbiter.pressed(model)
         log.debug(
             "autopilot batch %s: rate %s ahead %s u %s p95 projected %s behind %s pressed %s urgent %s",
             view.batch_id,
@@ -650,7 +647,7 @@ class Autopilot(Policy):
             model.utilization and round(model.utilization, 2),
             model.projected_s and round(model.projected_s, 1),
             model.behind,
-            self.arbiter._pressed(model),
+            pressed,
             self.scaling.urgent,
         )
         undo = self.arbiter.observe(view, model, now)
@@ -659,7 +656,6 @@ class Autopilot(Policy):
         busy = self.arbiter.busy()
         proposals: list[tuple[Policy, Action]] = []
         looked: list[str] = []  # the rebalancers that looked at measured loads this round
-        pressed = self.arbiter._pressed(model)
         for member in self.members:
             if isinstance(member, AlternatesByLoad) and not view.plan.alternates:
                 continue
