@@ -370,10 +370,17 @@ def main(argv: list[str] | None = None) -> int:
         help="a kill comes uniformly MIN..MAX s after the restart's first commit",
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--soak-s",
+        type=float,
+        default=None,
+        help="seconds of the undisturbed soak after the kills (default 0 quick, 3600 full; benchmarks/soak.py)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.kills = args.kills if args.kills is not None else (20 if args.quick else 100)
+    args.soak_s = args.soak_s if args.soak_s is not None else (0.0 if args.quick else 3600.0)
     # enough input that the job outlives every kill: a kill's cycle (restart to first commit,
     # some 20-30 s here, plus the wait before the kill) stays under --seconds-per-kill
     args.total_rows = args.total_rows or int(args.rate * args.seconds_per_kill * (args.kills + 1))
@@ -429,6 +436,12 @@ def main(argv: list[str] | None = None) -> int:
         "recovery_max_s": max(recoveries) if recoveries else None,
         **checked,
     }
+    if args.soak_s > 0:
+        import soak
+
+        soaked = soak.run(args.soak_s, args.rate, args.kafka)["figures"]
+        line["soak"] = {k: soaked[k] for k in ("seconds", "batches", "slopes", "lost", "duplicated")}
+        lost, duplicated = lost + soaked["lost"], duplicated + soaked["duplicated"]
     results = {
         **line,
         "setup": {

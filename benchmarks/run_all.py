@@ -81,6 +81,7 @@ BENCHMARKS: dict[str, Bench] = {
         Bench("startup", 100),
         Bench("recovery", 180),
         Bench("chaos", 760),  # 20 kills: 21 x 33 s of input, then the checks
+        Bench("soak", 260),  # 180 s of input, then the checks
         Bench("connectors", 150),
         Bench("latency_floor", 170),
         Bench("nexmark", 240, module="benchmarks.nexmark"),

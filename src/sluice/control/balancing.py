@@ -122,6 +122,9 @@ class KeyGroupBalancing(Policy):
                         "load_distance": round(after, 2),
                         "load_distance_before": round(before, 2),
                         "migrations": len(moved),
+                        # the hottest partition's load, % of a core: what a move buys a batch
+                        "hottest_load": round(float(node_loads(problem).max()), 2),
+                        "hottest_load_after": round(float(node_loads(problem, result.assignment).max()), 2),
                         "migration_s": round(sum(m.cost for m in result.migrations) * stats.wall_s / 100.0, 4),
                     },
                 )
