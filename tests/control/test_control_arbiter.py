@@ -134,3 +134,19 @@ def test_progress_line_shows_each_constraint_and_the_last_decision():
     text = control_summary(controller.state())
     assert "latency_1 adapting 1500/1000 ms" in text
     assert "last: admission * -> 800 (batch 0)" in text
+
+
+def test_a_deferred_proposal_is_logged_as_held_once_until_its_reason_changes(tmp_path):
+    graph = constrained_graph()
+    plan = initial_plan(graph, 2)
+    ask = [Threads(target="work", threads=2, reason="io")]
+    policy = _Scripted([[Threads(target="work", threads=3, reason="io")], ask, ask, ask])
+    controller = Controller(graph, [policy], checkpoint=str(tmp_path))
+    plan = controller(batch(0, 0.0, rows=10, mean_ms=10.0), plan)
+    assert plan.threads == {"work": 3}
+    for i in (1, 2, 3):  # batch 0's measurement is still in the window: the change waits
+        assert controller(batch(i, 0.1 * i, rows=10, mean_ms=10.0), plan) is None
+    held = [r for r in read_decisions(str(tmp_path)) if r["type"] == "held"]
+    assert len(held) == 1, held
+    assert held[0]["policy"] == "scripted" and held[0]["kind"] == "threads" and held[0]["target"] == "work"
+    assert "flush" in held[0]["reason"] and held[0]["proposal"] == "io"

@@ -20,6 +20,7 @@ pure tests drive the same object.
 from __future__ import annotations
 
 import logging
+import re
 import time
 import warnings
 from collections import deque
@@ -105,6 +106,7 @@ class Controller:
         self.last_decision: dict | None = None
         self.decisions = 0
         self.swaps = swaps
+        self._deferral_said: dict[tuple[str, str, str], str] = {}  # (policy, kind, target) -> why, last logged
 
     # ---- the loop ------------------------------------------------------------------------------
     def __call__(self, metrics, plan):
@@ -140,6 +142,7 @@ class Controller:
                 self.log.append({"type": "held", "batch_id": metrics.batch_id, "time": _now(), "policy": policy.name, **note})
         self_judged = frozenset(p.name for p in self.policies if getattr(p, "arbitrates", False))
         verdict = self.arbiter.arbitrate(proposals, metrics.batch_id, self.qos, self._in_force(plan), self_judged)
+        self._log_deferrals(metrics.batch_id, verdict)
         new_plan = None
         escalating = set()
         for action in verdict.accepted:
@@ -168,6 +171,32 @@ class Controller:
             if name not in escalating:  # the bound holds again, or can: say so once
                 self._end_escalation(metrics.batch_id, name)
         return new_plan
+
+    def _log_deferrals(self, batch_id: int, verdict) -> None:
+        """A ``held`` record for each proposal the arbiter deferred, once until its reason
+        changes (a flush can defer the same proposal for a whole window, batch after batch):
+        a change a policy asked for and nobody applied must be visible in the log."""
+        for action in verdict.accepted:
+            self._deferral_said.pop((action.policy, action.kind, action.target), None)
+        for action, why in verdict.deferred:
+            key = (action.policy, action.kind, action.target)
+            gist = re.sub(r"[\d.,]+", "#", why)  # its figures (a batch id) change; the reason does not
+            if self._deferral_said.get(key) == gist:
+                continue
+            self._deferral_said[key] = gist
+            self.log.append(
+                {
+                    "type": "held",
+                    "batch_id": batch_id,
+                    "time": _now(),
+                    "policy": action.policy,
+                    "member": action.policy,
+                    "kind": action.kind,
+                    "target": action.target,
+                    "reason": f"held: {why}",
+                    "proposal": action.reason,
+                }
+            )
 
     def _disable(self, batch_id: int, policy: Policy, exc: BaseException) -> None:
         """A policy raised (a division by zero, a guard that exhausts memory): it is dropped

@@ -264,7 +264,8 @@ class Rejected(LogRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class Held(LogRecord):
-    """A proposal the autopilot's arbiter held back, and why (``reason``)."""
+    """A proposal held back, and why (``reason``): by the autopilot's arbiter, or by the
+    controller's (a structural change waiting for the windows to flush, or for another)."""
 
     type: ClassVar[str] = "held"
     member: str = ""
