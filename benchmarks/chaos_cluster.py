@@ -2,7 +2,7 @@
 killed, on a standalone cluster whose master and two workers each run in a network namespace
 of their own (``LocalCluster(network_namespaces=True)``, a bridge between them and the driver).
 
-    .venv/bin/python benchmarks/chaos_cluster.py [--quick]
+Run by ``benchmarks/chaos.py`` (its ``cluster`` figures), after the driver kills.
 
 The job: ``tests/pipelines/cluster_meters.py``, a keyed running aggregate and an event-time
 sliding window over a generator, with a checkpoint, driven by ``sluice run --master
@@ -22,13 +22,12 @@ must be 0 and every batch equal. Recovery times, from the batch records' commit 
 restore to the cut batch's commit, worker kill to the commit of the batch it hit (and to the
 replacement's registration), driver relaunch to its first commit. Needs root and iproute2.
 
-``run(quick)`` returns the figures; ``main`` prints them as one JSON line. Quick: 8 batches
-of 1,500 rows, a 4 s cut. Full: 24 batches of 1,500 rows, an 8 s cut.
+``run(quick)`` returns the figures. Quick: 8 batches of 1,500 rows, a 4 s cut. Full: 24
+batches of 1,500 rows, an 8 s cut.
 """
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import shutil
@@ -39,9 +38,6 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import Anchor, Record
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = str(ROOT / "tests" / "pipelines" / "cluster_meters.py")
@@ -193,25 +189,3 @@ def compare(reference_out: str, out: str) -> tuple[int, int, bool]:
     """Rows lost and rows duplicated against the reference, and whether every batch is equal."""
     reference, got = outputs(reference_out), outputs(out)
     return sum((reference - got).values()), sum((got - reference).values()), reference == got
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="8 batches and a 4 s cut (full: 24 batches, an 8 s cut)")
-    args = parser.parse_args(argv)
-    record = Record("chaos_cluster", args.quick)
-    result = run(args.quick)
-    equal = result.pop("outputs_equal")  # the common fields carry it
-    record.publish(
-        None,
-        result,
-        result,
-        anchor=Anchor(ran="the same pipeline on local[2], undisturbed", formulation="tests/pipelines/cluster_meters.py"),
-        outputs_equal=equal,
-        outputs_compared="every batch of both sinks against the undisturbed run",
-    )
-    return 0 if equal and result["lost"] == 0 and result["duplicated"] == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,6 +24,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from sluice.control.batch_sizing import LinearFit, Target, _gap_s, fit_batch_time, latency_targets
 from sluice.control.qos import VIOLATED
 from sluice.control.view import ControlView
@@ -126,15 +128,11 @@ def _projected_s(view: ControlView, target: Target, horizon_s: float, last: int 
             points.append((m.started_at + m.duration_s, value / 1000))
     if len(points) < 4 or not all(b[1] > a[1] for a, b in itertools.pairwise(points[-3:])):
         return None
-    times, values = zip(*points)
-    end = times[-1]
-    n = len(times)
-    mean_t, mean_v = sum(t - end for t in times) / n, sum(values) / n
-    var = sum((t - end - mean_t) ** 2 for t in times)
-    if var <= 0:
+    times, values = np.array([p[0] for p in points]), np.array([p[1] for p in points])
+    if np.ptp(times) <= 0:
         return None
-    slope = sum((t - end - mean_t) * (v - mean_v) for t, v in zip(times, values)) / var
-    return values[-1] + slope * horizon_s if slope > 0 else None
+    slope = float(np.polyfit(times - times[-1], values, 1)[0])
+    return float(values[-1] + slope * horizon_s) if slope > 0 else None
 
 
 def _growing(view: ControlView, last: int = 4) -> bool:
