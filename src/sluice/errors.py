@@ -67,13 +67,14 @@ class EnvironmentProblem(SluiceError):
     """The machine lacks something Sluice needs (Java 17+, a service), with how to fix it."""
 
 
-def from_traceback(text: str) -> SluiceError | None:
+def from_traceback(text: str, path: str | None = None) -> SluiceError | None:
     """The Sluice error a traceback's text ends in, rebuilt with its class, or None.
 
     An error raised in a Spark task (or in ``foreachBatch``) reaches the driver as Spark's
     exception, holding the Python traceback only as text, whose last line of ours reads
     ``sluice.errors.<Class>: <message>``. Rebuilding the class lets callers catch, say, a
-    ``StateCorruptionError`` raised on an executor as what it is."""
+    ``StateCorruptionError`` raised on an executor as what it is. ``path``: where a write
+    the disk refused went, when the text does not say (``storage_problem``)."""
     import re
 
     found = None
@@ -82,7 +83,7 @@ def from_traceback(text: str) -> SluiceError | None:
         if isinstance(cls, type) and issubclass(cls, SluiceError):
             found = (cls, match.group(2).strip())
     if found is None:
-        return storage_problem(None, text)  # e.g. Spark's own log writes on a full disk
+        return storage_problem(None, text, path)  # e.g. Spark's own log writes on a full disk
     cls, message = found
     return cls(message)  # the message already names the operator and location, if any
 
@@ -117,8 +118,17 @@ def storage_problem(error: BaseException | None, text: str = "", path: str | Non
         found = next((t for t in _STORAGE_TEXT if t in text), None)
         if found is None:
             return None
-        where, why = "", found
+        written = _spark_write_target(text) or path
+        where, why = f" {written}" if written else "", found
     return CheckpointError(
         f"cannot write{where}: {why}. The job stopped; its last committed batch is intact. Free space "
         f"(or make the checkpoint writable) and run it again: it resumes after that batch, exactly once."
     )
+
+
+def _spark_write_target(text: str) -> str | None:
+    """The directory a failed Spark write job names (a files sink's batch), if any."""
+    import re
+
+    match = re.search(r"while writing rows to (\S+?)\.?(?:\s|$)", text)
+    return match.group(1).removeprefix("file:") if match else None

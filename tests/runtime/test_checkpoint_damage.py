@@ -135,6 +135,7 @@ def test_a_full_disk_is_a_clear_error_leaves_no_temporary_file_and_frees_the_lea
                 operators={"x" * 10: {"y": 1.0}} | {str(i): {} for i in range(40000)},
             ),
         )
+    assert (small_disk / "ckpt" / METRICS).read_bytes() == b""  # the refused append is cut off: no torn line
     lease.release()  # the disk is full: no error from releasing
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     with pytest.raises(CheckpointError, match=r"Read-only file system"):
@@ -178,6 +179,31 @@ def test_a_job_whose_disk_fills_stops_with_a_clear_error_and_runs_on_once_space_
     )
     assert Checkpoint(checkpoint).done_batches()[-1] > done[-1]  # the lease was free and the job went on
     assert result.batches >= 2
+
+
+def test_a_refused_write_spark_reports_names_where_it_went():
+    """Spark's text of a failed log write names no file: the caller says where it went; a
+    files sink's failed write job names its batch directory."""
+    from sluice.errors import from_traceback
+
+    log = from_traceback("java.io.IOException: No space left on device\n=== Streaming Query ===", "/ck/spark")
+    assert isinstance(log, CheckpointError) and str(log).startswith("cannot write /ck/spark: No space left on device.")
+    sink = "[TASK_WRITE_FAILED] Task failed while writing rows to file:/out/counts/batch=000000002. SQLSTATE: 58030\n"
+    written = from_traceback(sink + "Caused by: java.io.IOException: No space left on device", "/ck/spark")
+    assert str(written).startswith("cannot write /out/counts/batch=000000002: No space left on device.")
+
+
+def test_spark_temporaries_are_removed_and_nothing_else(tmp_path):
+    checkpoint = Checkpoint(str(tmp_path))
+    uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+    left = [f"spark/commits/.4.{uuid}.tmp", f"spark/commits/..4.{uuid}.tmp.crc", f"spark/offsets/.5.{uuid}.tmp"]
+    left.append(f"spark/.metadata.{uuid}.tmp")
+    kept = ["spark/commits/3", "spark/commits/.3.crc", "spark/offsets/5", "spark/metadata", "spark/commits/notes.tmp"]
+    for rel in left + kept:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b"x")
+    assert sorted(checkpoint.remove_spark_temporaries()) == sorted(str(tmp_path / rel) for rel in left)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == sorted(kept)
 
 
 def test_the_lease_heartbeat_outlives_a_full_disk(small_disk):

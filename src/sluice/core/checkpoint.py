@@ -42,6 +42,9 @@ METRICS = "metrics.jsonl"
 SOURCES = "sources"
 STATE = "state"
 SPARK = "spark"
+# a file Spark's checkpoint writes as ``.<name>.<uuid>.tmp`` (with its checksum
+# ``..<name>.<uuid>.tmp.crc``) and renames into place once whole
+_SPARK_TEMPORARY = re.compile(r"\.\.?[\w-]+\.[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.tmp(\.crc)?")
 
 
 class Checkpoint:
@@ -174,6 +177,20 @@ class Checkpoint:
         """Ids of the batches recorded as started (a new plan must not rewrite their history);
         files of other names in ``batches/`` are not records and are left alone."""
         return sorted({int(m[1]) for name in self.files(BATCHES) if (m := _BATCH_RECORD.fullmatch(name))})
+
+    def remove_spark_temporaries(self) -> list[str]:
+        """Remove the temporary files of Spark's metadata and offset and commit log entries
+        it did not finish (a write the disk refused leaves its temporary file; so does a
+        crash mid-write); returns their paths. Only while no query runs on the checkpoint:
+        a running one may be writing them."""
+        removed = []
+        for where in (self.path(SPARK), self.path(SPARK, "offsets"), self.path(SPARK, "commits")):
+            for info in self.fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):
+                if info.type == pafs.FileType.File and _SPARK_TEMPORARY.fullmatch(info.base_name):
+                    with contextlib.suppress(OSError):
+                        self.fs.delete_file(info.path)
+                        removed.append(info.path)
+        return removed
 
     def done_batches(self) -> list[int]:
         return sorted(int(m[1]) for name in self.files(BATCHES) if (m := _BATCH_RECORD.fullmatch(name)) and m[2] == "done")

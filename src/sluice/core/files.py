@@ -112,18 +112,23 @@ def append(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     """Add ``data`` at the end of a file (created if missing). Object stores cannot append:
     there the file is rewritten whole, atomically (fine for the small logs Sluice keeps).
 
-    A file whose last line was cut short (a crash or a full disk mid-append) gets a line
-    break first, so the new line starts a line of its own and readers skip only the torn one."""
+    A file whose last line was cut short (a crash mid-append) gets a line break first, so the
+    new line starts a line of its own and readers skip only the torn one. An append the disk
+    refuses (full) is cut off again on a local disk, so it leaves no torn line to warn of."""
     fs.create_dir(posixpath.dirname(path), recursive=True)
     if fs.type_name in _RENAMING:
         if _ends_torn(fs, path):
             data = b"\n" + data
+        size = fs.get_file_info(path).size or 0
         try:
             with fs.open_append_stream(path) as out:
                 out.write(data)
         except OSError as e:
             problem = storage_problem(e, str(e), path)
             if problem is not None:
+                if fs.type_name == "local":
+                    with contextlib.suppress(OSError):
+                        os.truncate(path, size)
                 raise problem from e
             raise
     else:

@@ -7,6 +7,7 @@ meet here and nowhere else; the executor hears the job through one ``job.listene
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import Future, wait
@@ -16,7 +17,7 @@ from sluice.control import Controller, Resources, build_policies
 from sluice.control.actuators import SourceAdmission
 from sluice.control.executors import LOCAL_SPARK, FixedExecutors
 from sluice.control.swap import PolicySwaps
-from sluice.errors import ConfigError, PlanError, SluiceError, from_traceback
+from sluice.errors import CheckpointError, ConfigError, PlanError, SluiceError, from_traceback
 from sluice.graph.alternates import alternates_of
 from sluice.graph.sources import SparkSource
 from sluice.job import sources as job_sources
@@ -32,7 +33,7 @@ from sluice.runtime.checkpoint import Checkpoint
 from sluice.runtime.dead_letters import check_budget_value
 from sluice.runtime.executor_pool import ExecutorPool, SparkExecutors, is_standalone
 from sluice.runtime.interrupt import StopOnSigint
-from sluice.runtime.lease import Lease
+from sluice.runtime.lease import FencedError, Lease
 from sluice.runtime.pipeline_record import open_checkpoint
 from sluice.runtime.planlog import PlanLog
 from sluice.runtime.schemas import SparkTyper
@@ -102,7 +103,19 @@ def run_pipeline(pipeline, checkpoint: str | Checkpoint, options: RunOptions | N
         with session.session_settings(options.spark):  # a user's own session: Sluice's SQL settings while it runs
             return _run(pipeline, checkpoint, lease, options)
     finally:
+        _remove_spark_temporaries(checkpoint, lease)
         lease.release()
+
+
+def _remove_spark_temporaries(checkpoint: Checkpoint, lease: Lease) -> None:
+    """Once the query has stopped, remove what Spark left of a log entry it could not write
+    (a full disk), while this driver still holds the lease: no other query writes them."""
+    try:
+        lease.check()
+    except (FencedError, OSError, CheckpointError):
+        return
+    with contextlib.suppress(OSError):
+        checkpoint.remove_spark_temporaries()
 
 
 def _run(pipeline, checkpoint: Checkpoint, lease: Lease, options: RunOptions) -> JobResult:
@@ -239,7 +252,7 @@ def _until_done(
         error = query.exception() if executor.refused is None else None  # a refusal is the clean stop
         executor.close()
     if error is not None:
-        raise _unwrap(error, executor.failure)
+        raise _unwrap(error, executor.failure, checkpoint.spark)
 
 
 def _executor_pool(spark, executors: int | None, max_executors: int | None) -> ExecutorPool | None:
@@ -360,16 +373,18 @@ def _stop_between_batches(query, executor: BatchExecutor, patience_s: float = 12
         print(f"sluice: stopped before batch {executor.refused} (it runs when the job restarts)", flush=True)
 
 
-def _unwrap(error, failure: BaseException | None = None) -> Exception:
+def _unwrap(error, failure: BaseException | None = None, spark_checkpoint: str | None = None) -> Exception:
     """The error the query failed with, as the SluiceError it was raised as.
 
     ``failure`` is what ``foreachBatch`` raised on the driver, if it raised: a SluiceError
     raised there is returned itself. One raised in a Spark task reaches the driver as text
-    inside Spark's exception and is rebuilt with its class (``errors.from_traceback``)."""
+    inside Spark's exception and is rebuilt with its class (``errors.from_traceback``).
+    Without a ``failure`` the query failed in its own work: a write the disk refused then
+    went to ``spark_checkpoint`` (its offset and commit logs), which Spark's text does not name."""
     if isinstance(failure, SluiceError):
         return failure
     text = str(error)
-    rebuilt = from_traceback(f"{failure or ''}\n{text}")
+    rebuilt = from_traceback(f"{failure or ''}\n{text}", None if failure is not None else spark_checkpoint)
     if rebuilt is not None:
         return rebuilt
     return SluiceError(f"the streaming query failed: {text.splitlines()[0] if text else error!r}\n{text[:4000]}")

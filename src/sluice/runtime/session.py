@@ -258,15 +258,25 @@ def spark_session(master: str | None = None, app_name: str = "sluice", conf: dic
     spark.sparkContext.setLogLevel(os.environ.get("SLUICE_SPARK_LOG_LEVEL", "ERROR"))
     # A query that dies is reported by run_pipeline as the SluiceError it was raised as (or
     # with Spark's message): Spark's own log of it, Java and Python stack traces of some 80
-    # lines, would bury that one clear message.
+    # lines for each logger that sees the failure, would bury that one clear message.
     jvm = spark.sparkContext._jvm
     assert jvm is not None  # a driver's context always has its JVM
     log4j = jvm.org.apache.logging.log4j
-    log4j.core.config.Configurator.setLevel(QUERY_LOGGER, log4j.Level.OFF)
+    for logger in FAILURE_LOGGERS:
+        log4j.core.config.Configurator.setLevel(logger, log4j.Level.OFF)
     return spark
 
 
 QUERY_LOGGER = "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution"
+# a task that raised (on a local executor: e.g. a state file the disk refused) is logged by
+# each of these, with its traces, before the query fails with the same error
+FAILURE_LOGGERS = (
+    QUERY_LOGGER,
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
+)
 
 
 class ClassArchive:
