@@ -30,15 +30,19 @@ def outputs(out: str) -> dict[str, dict[int, list]]:
     return {sink: batch_rows(out, sink) for sink in SINKS}
 
 
-def test_a_run_on_a_standalone_cluster_survives_a_killed_executor_and_equals_local(spark, tmp_path, monkeypatch):
-    from sluice.runtime.cluster import LocalCluster
-
-    # the reference: the same pipeline on the test session's local[2]
+def local_reference(spark, tmp_path, monkeypatch) -> dict[str, dict[int, list]]:
+    """The pipeline's outputs on the test session's local[2]: what a cluster run must equal."""
     monkeypatch.syspath_prepend(os.path.dirname(PIPELINE))  # its `import meter_units`, here
     reference_out = str(tmp_path / "reference")
     build = runpy.run_path(PIPELINE, run_name="__reference__")["build"]
     build(reference_out, ROWS, PER_BATCH).run(str(tmp_path / "reference-ckpt"), spark=spark, ship=PIPELINE)
-    reference = outputs(reference_out)
+    return outputs(reference_out)
+
+
+def test_a_run_on_a_standalone_cluster_survives_a_killed_executor_and_equals_local(spark, tmp_path, monkeypatch):
+    from sluice.runtime.cluster import LocalCluster
+
+    reference = local_reference(spark, tmp_path, monkeypatch)
     # every data batch wrote totals; the end-of-input batch has none and leaves no directory
     assert sorted(reference["totals"]) == list(range(BATCHES))
     assert sum(len(rows) for rows in reference["sliding"].values()) > 0

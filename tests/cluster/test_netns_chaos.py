@@ -14,14 +14,13 @@ root and iproute2's ``ip``; skipped, saying so, without them."""
 from __future__ import annotations
 
 import os
-import runpy
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from tests.cluster.test_cluster import BATCHES, PER_BATCH, PIPELINE, ROWS, SINKS, outputs
+from tests.cluster.test_cluster import BATCHES, PER_BATCH, PIPELINE, ROWS, SINKS, local_reference, outputs
 from tests.crash_harness import done_batches, started_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -54,11 +53,7 @@ def test_a_cut_network_a_killed_worker_and_a_killed_driver_leave_the_outputs_of_
 ):
     from sluice.runtime.cluster import LocalCluster
 
-    monkeypatch.syspath_prepend(os.path.dirname(PIPELINE))  # its `import meter_units`, here
-    reference_out = str(tmp_path / "reference")
-    build = runpy.run_path(PIPELINE, run_name="__reference__")["build"]
-    build(reference_out, ROWS, PER_BATCH).run(str(tmp_path / "reference-ckpt"), spark=spark, ship=PIPELINE)
-    reference = outputs(reference_out)
+    reference = local_reference(spark, tmp_path, monkeypatch)
     assert sorted(reference["totals"]) == list(range(BATCHES))
 
     out, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
