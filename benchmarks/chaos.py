@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         import soak
 
         soaked = soak.run(args.soak_s, args.rate, args.kafka)["figures"]
-        line["soak"] = {k: soaked[k] for k in ("seconds", "batches", "slopes", "lost", "duplicated")}
+        line["soak"] = {k: soaked[k] for k in ("seconds", "batches", "slopes", "slopes_second_half", "lost", "duplicated")}
         lost, duplicated = lost + soaked["lost"], duplicated + soaked["duplicated"]
     results = {
         **line,
