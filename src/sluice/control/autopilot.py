@@ -188,10 +188,6 @@ class GoalArbiter:
     measure_batches: int = 3
     worse_margin: float = 0.25
     patience: int = 10  # batches a proposed change may wait to be applied before it is dropped
-    # a re-routing must take this many points of a core off the hottest partition unless the
-    # job is pressed: a batch waits for its slowest partition, so a smaller cut shortens it by
-    # under 5 % of its time, not worth moving state for while the goal holds
-    min_routing_cut: float = 5.0
     pending: Change | None = None
     changes: list[Change] = field(default_factory=list)  # applied, newest last
     banned: dict[tuple, float] = field(default_factory=dict)  # (kind, target, value key) -> until (s)
@@ -374,12 +370,6 @@ class GoalArbiter:
         directions = {self._direction(view, a) for a in actions}
         high, low = self.band[1], self.band[2]
         u = model.utilization
-        cut = _routing_cut(actions)
-        if cut is not None and cut < self.min_routing_cut and not self.pressed(model):
-            return (
-                f"held: re-routing takes only {cut:.1f} points of a core off the hottest partition "
-                f"(at least {self.min_routing_cut:.0f} while the goal holds)"
-            )
         if "out" in directions and not self.pressed(model) and u is not None:
             ahead = model.utilization_at(model.ahead)
             return (
@@ -519,17 +509,6 @@ def _key(value: Any) -> str:
 
 def _in_force(view: ControlView, action: Action) -> bool:
     return action.in_force(view.plan, view.resources.target)
-
-
-def _routing_cut(actions: list[Action]) -> float | None:
-    """Points of a core a re-routing takes off the hottest partition (None: not a re-routing
-    that predicts it, e.g. collocation's, judged by traffic)."""
-    cuts = [
-        a.expected["hottest_load"] - a.expected["hottest_load_after"]
-        for a in actions
-        if isinstance(a, Routing) and a.expected and "hottest_load" in a.expected and "hottest_load_after" in a.expected
-    ]
-    return max(cuts) if cuts else None
 
 
 def _undo(view: ControlView, action: Action) -> Action:
